@@ -1,0 +1,544 @@
+//! Agent definitions: the built-ins, user agents in Claude Code's Markdown format (or TOML/YAML),
+//! and the lookup order of SPEC §2.
+
+pub mod builtin;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::{Arc, LazyLock};
+
+use camino::{Utf8Path, Utf8PathBuf};
+use jsonschema::Validator;
+use schemars::JsonSchema;
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+
+use crate::error::{Problem, did_you_mean};
+use crate::path;
+use crate::tools::{self, ToolEntry, ToolName, ToolSet};
+use crate::workflow::load::{compile, load_typed};
+use crate::workflow::source::{self, Node, SourceFile, Spanned, Syntax};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AgentSource {
+    Builtin,
+    File(Utf8PathBuf),
+}
+
+impl fmt::Display for AgentSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AgentSource::Builtin => f.write_str("built-in"),
+            AgentSource::File(path) => write!(f, "{path}"),
+        }
+    }
+}
+
+/// A resolved agent definition.
+#[derive(Debug, Clone)]
+pub struct Agent {
+    pub name: String,
+    pub description: String,
+    pub source: AgentSource,
+    pub tools: ToolSet,
+    pub disallowed: BTreeSet<ToolName>,
+    /// A model alias or `provider/model`; `None` inherits the agent's default alias.
+    pub model: Option<String>,
+    /// The alias used when neither the step nor the agent names a model.
+    pub default_alias: &'static str,
+    pub max_turns: Option<u32>,
+    pub system_prompt: String,
+}
+
+/// A list of tool names, written as a YAML/TOML list or, as Claude Code does, one
+/// comma-separated string (`tools: Read, Grep, Glob`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ToolList(pub Vec<String>);
+
+impl<'de> Deserialize<'de> for ToolList {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = ToolList;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a list of tool names or a comma-separated string")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ToolList, E> {
+                Ok(ToolList(
+                    v.split(',')
+                        .map(str::trim)
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_owned)
+                        .collect(),
+                ))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<ToolList, A::Error> {
+                let mut out = Vec::new();
+                while let Some(item) = seq.next_element::<String>()? {
+                    out.push(item);
+                }
+                Ok(ToolList(out))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
+impl JsonSchema for ToolList {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ToolList".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "Tool names (runner's or Claude Code's), as a list or a comma-separated string; `*` means all.",
+            "type": ["array", "string"],
+            "items": { "type": "string" }
+        })
+    }
+}
+
+/// An agent file: YAML front matter of a Markdown file (Claude Code's `.claude/agents/*.md`), or a
+/// whole TOML/YAML file with `system_prompt`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(title = "runner agent")]
+pub struct AgentFile {
+    /// The agent's name, used as `agent = "..."` in steps (default: the file name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// What the agent is for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The tools the agent may use; all tools when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<ToolList>,
+    /// Tools taken away from the agent (Claude Code spelling).
+    #[serde(
+        default,
+        rename = "disallowedTools",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub disallowed_tools_camel: Option<ToolList>,
+    /// Tools taken away from the agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disallowed_tools: Option<ToolList>,
+    /// A model alias, `provider/model`, or `inherit`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Model requests a step with this agent may make (Claude Code spelling).
+    #[serde(default, rename = "maxTurns", skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_turns_camel: Option<u32>,
+    /// Model requests a step with this agent may make.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_turns: Option<u32>,
+    /// The system prompt (TOML and YAML agent files; a Markdown file's body is its prompt).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+    /// Claude Code only; accepted and ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub color: Option<Value>,
+    /// Claude Code only; accepted and ignored (runner's tools never ask for permission).
+    #[serde(
+        default,
+        rename = "permissionMode",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub permission_mode: Option<Value>,
+    /// Claude Code only; accepted and ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skills: Option<Value>,
+    /// Claude Code only; accepted and ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hooks: Option<Value>,
+    /// Claude Code only; accepted and ignored.
+    #[serde(
+        default,
+        rename = "mcpServers",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub mcp_servers: Option<Value>,
+}
+
+pub fn agent_schema() -> Value {
+    schemars::schema_for!(AgentFile).to_value()
+}
+
+static AGENT_SCHEMA: LazyLock<Value> = LazyLock::new(agent_schema);
+static AGENT_VALIDATOR: LazyLock<Validator> = LazyLock::new(|| compile(&AGENT_SCHEMA));
+
+/// An agent file that loaded, with the warnings it produced.
+#[derive(Debug)]
+pub struct LoadedAgent {
+    pub agent: Agent,
+    pub warnings: Vec<Problem>,
+}
+
+/// Loads one agent file (`.md`, `.toml`, `.yaml`, `.yml`).
+pub fn load_agent_file(path: &Utf8Path) -> Result<LoadedAgent, Vec<Problem>> {
+    let file = SourceFile::read(path).map_err(|p| vec![p])?;
+    let ext = path.extension().map(str::to_ascii_lowercase);
+    let (tree, syntax, body) = match ext.as_deref() {
+        Some("md") => {
+            let (tree, body) = parse_markdown(&file)?;
+            (tree, Syntax::Yaml, Some(body))
+        }
+        _ => {
+            let syntax = Syntax::from_path(path).ok_or_else(|| {
+                vec![
+                    Problem::error(format!("`{path}` is not an agent file (.md, .toml, .yaml)"))
+                        .in_file(&file),
+                ]
+            })?;
+            (source::parse(&file, syntax)?, syntax, None)
+        }
+    };
+    let def: AgentFile = load_typed(&file, syntax, &tree, &AGENT_SCHEMA, &AGENT_VALIDATOR)?;
+    build_agent(&file, &tree, def, body)
+}
+
+/// Splits `---` front matter from the body; the tree's spans point into the whole file.
+fn parse_markdown(file: &Arc<SourceFile>) -> Result<(Spanned<Node>, String), Vec<Problem>> {
+    let text = file.text.strip_prefix('\u{feff}').unwrap_or(&file.text);
+    let bom = file.text.len() - text.len();
+    let first_line_end = text.find('\n').map_or(text.len(), |i| i + 1);
+    if text[..first_line_end].trim_end() != "---" {
+        return Err(vec![
+            Problem::error("an agent file must start with YAML front matter between `---` lines")
+                .at(file, bom..bom + first_line_end.saturating_sub(1), "expected `---`")
+                .help("see the Claude Code subagent format: `---`, `name: ...`, `---`, then the system prompt"),
+        ]);
+    }
+    let mut offset = first_line_end;
+    let mut close = None;
+    for line in text[first_line_end..].split_inclusive('\n') {
+        if line.trim_end() == "---" {
+            close = Some((offset, offset + line.len()));
+            break;
+        }
+        offset += line.len();
+    }
+    let Some((fm_end, body_start)) = close else {
+        return Err(vec![
+            Problem::error("the front matter is not closed by a `---` line").at(
+                file,
+                bom..bom + 3,
+                "opened here",
+            ),
+        ]);
+    };
+    let front = &text[first_line_end..fm_end];
+    let tree = source::parse_yaml_text(file, front, bom + first_line_end)?;
+    Ok((tree, text[body_start..].trim().to_owned()))
+}
+
+fn build_agent(
+    file: &Arc<SourceFile>,
+    tree: &Spanned<Node>,
+    def: AgentFile,
+    body: Option<String>,
+) -> Result<LoadedAgent, Vec<Problem>> {
+    let mut errors = Vec::new();
+    let mut warnings = Vec::new();
+    let span = |key: &str| tree.key_or_value_span(&path![key]);
+
+    let name = match &def.name {
+        Some(name) => name.trim().to_owned(),
+        None => file.name.file_stem().unwrap_or("agent").to_owned(),
+    };
+    if name.is_empty() || name.contains(char::is_whitespace) {
+        errors.push(
+            Problem::error(format!("agent name `{name}` must be one word")).at(
+                file,
+                span("name"),
+                "invalid name",
+            ),
+        );
+    }
+
+    let pair = |both: bool, camel_key: &str, snake_key: &str, errors: &mut Vec<Problem>| {
+        if both {
+            errors.push(
+                Problem::error(format!(
+                    "`{camel_key}` and `{snake_key}` are the same setting; keep one"
+                ))
+                .at(file, span(snake_key), "second spelling"),
+            );
+        }
+    };
+    let both_disallowed = def.disallowed_tools_camel.is_some() && def.disallowed_tools.is_some();
+    pair(
+        both_disallowed,
+        "disallowedTools",
+        "disallowed_tools",
+        &mut errors,
+    );
+    let both_turns = def.max_turns_camel.is_some() && def.max_turns.is_some();
+    pair(both_turns, "maxTurns", "max_turns", &mut errors);
+
+    let system_prompt = match (body, &def.system_prompt) {
+        (Some(_), Some(_)) => {
+            errors.push(
+                Problem::error("a Markdown agent's system prompt is its body, not `system_prompt`")
+                    .at(
+                        file,
+                        span("system_prompt"),
+                        "move this text below the front matter",
+                    ),
+            );
+            String::new()
+        }
+        (Some(body), None) => body,
+        (None, Some(prompt)) => prompt.trim().to_owned(),
+        (None, None) => {
+            errors.push(Problem::error("missing required key `system_prompt`").at(
+                file,
+                0..0,
+                "an agent needs a system prompt",
+            ));
+            String::new()
+        }
+    };
+    if system_prompt.is_empty() && errors.is_empty() {
+        errors.push(Problem::error("the agent's system prompt is empty").in_file(file));
+    }
+
+    let key_for = |camel: bool| {
+        if camel {
+            "disallowedTools"
+        } else {
+            "disallowed_tools"
+        }
+    };
+    let tools = match &def.tools {
+        None => ToolSet::All,
+        Some(list) => {
+            let set = tool_list(file, tree, "tools", list, &mut errors, &mut warnings);
+            match set {
+                Some(set) => set,
+                None => ToolSet::All,
+            }
+        }
+    };
+    let mut disallowed = BTreeSet::new();
+    let camel = def.disallowed_tools_camel.is_some();
+    if let Some(list) = def
+        .disallowed_tools_camel
+        .as_ref()
+        .or(def.disallowed_tools.as_ref())
+        && let Some(set) = tool_list(file, tree, key_for(camel), list, &mut errors, &mut warnings)
+    {
+        disallowed = set.expand();
+    }
+
+    let model = match def.model.as_deref().map(str::trim) {
+        None | Some("inherit") => None,
+        Some("") => {
+            errors.push(Problem::error("`model` is empty").at(file, span("model"), "empty"));
+            None
+        }
+        Some(model) => Some(model.to_owned()),
+    };
+
+    for (key, present) in [
+        ("permissionMode", def.permission_mode.is_some()),
+        ("hooks", def.hooks.is_some()),
+        ("mcpServers", def.mcp_servers.is_some()),
+        ("skills", def.skills.is_some()),
+    ] {
+        if present {
+            warnings.push(
+                Problem::warning(format!(
+                    "`{key}` is a Claude Code setting that runner ignores"
+                ))
+                .at(file, span(key), "ignored"),
+            );
+        }
+    }
+
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    Ok(LoadedAgent {
+        agent: Agent {
+            name,
+            description: def.description.unwrap_or_default(),
+            source: AgentSource::File(file.name.clone()),
+            tools,
+            disallowed,
+            model,
+            default_alias: "default",
+            max_turns: def.max_turns_camel.or(def.max_turns),
+            system_prompt,
+        },
+        warnings,
+    })
+}
+
+/// Resolves a tool list from an agent file; `None` when nothing in it could be read.
+fn tool_list(
+    file: &Arc<SourceFile>,
+    tree: &Spanned<Node>,
+    key: &str,
+    list: &ToolList,
+    errors: &mut Vec<Problem>,
+    warnings: &mut Vec<Problem>,
+) -> Option<ToolSet> {
+    let node = tree.get(key);
+    let span_of = |i: usize, name: &str| -> std::ops::Range<usize> {
+        match node.map(|n| &n.value) {
+            Some(Node::Seq(items)) => items.get(i).map(|n| n.span.clone()),
+            // A comma-separated string: point at the name inside it.
+            Some(Node::Str(_)) => node.and_then(|n| {
+                file.text
+                    .get(n.span.clone())
+                    .and_then(|t| t.find(name))
+                    .map(|at| n.span.start + at..n.span.start + at + name.len())
+            }),
+            _ => None,
+        }
+        .unwrap_or_else(|| tree.key_or_value_span(&path![key]))
+    };
+    let mut set = BTreeSet::new();
+    for (i, name) in list.0.iter().enumerate() {
+        match tools::parse_entry(name) {
+            ToolEntry::All => return Some(ToolSet::All),
+            ToolEntry::Tool(tool) => {
+                set.insert(tool);
+            }
+            ToolEntry::Unsupported(name) => {
+                warnings.push(
+                    Problem::warning(format!("tool `{name}` is not provided by runner; left out"))
+                        .at(file, span_of(i, &name), "left out"),
+                )
+            }
+            ToolEntry::Unknown(name) => errors.push(
+                Problem::error(format!("unknown tool `{name}`"))
+                    .at(file, span_of(i, &name), "unknown tool")
+                    .with_help(did_you_mean(&name, tools::known_spellings()).or_else(|| {
+                        Some(format!(
+                            "tools are {}",
+                            ToolName::ALL.map(|t| format!("`{t}`")).join(", ")
+                        ))
+                    })),
+            ),
+        }
+    }
+    Some(ToolSet::Some(set))
+}
+
+/// Every agent a workflow can use, highest priority first (SPEC §2).
+#[derive(Debug, Default)]
+pub struct AgentCatalog {
+    agents: BTreeMap<String, Agent>,
+    /// Agents hidden by one of the same name from a higher-priority place.
+    pub shadowed: Vec<Agent>,
+    /// Agent files that did not load, by the agent name they would have had.
+    pub broken: BTreeMap<String, (Utf8PathBuf, Vec<Problem>)>,
+    pub warnings: BTreeMap<String, Vec<Problem>>,
+}
+
+impl AgentCatalog {
+    /// Loads the agents of `dirs` (highest priority first), then the built-ins.
+    pub fn load(dirs: &[Utf8PathBuf]) -> Self {
+        let mut catalog = AgentCatalog::default();
+        for dir in dirs {
+            for path in agent_files(dir) {
+                let stem = path.file_stem().unwrap_or_default().to_owned();
+                match load_agent_file(&path) {
+                    Ok(loaded) => {
+                        let name = loaded.agent.name.clone();
+                        if catalog.agents.contains_key(&name) || catalog.broken.contains_key(&name)
+                        {
+                            catalog.shadowed.push(loaded.agent);
+                        } else {
+                            if !loaded.warnings.is_empty() {
+                                catalog.warnings.insert(name.clone(), loaded.warnings);
+                            }
+                            catalog.agents.insert(name, loaded.agent);
+                        }
+                    }
+                    Err(problems) => {
+                        if !catalog.agents.contains_key(&stem) {
+                            catalog.broken.entry(stem).or_insert((path, problems));
+                        }
+                    }
+                }
+            }
+        }
+        for agent in builtin::builtins() {
+            if catalog.agents.contains_key(&agent.name) || catalog.broken.contains_key(&agent.name)
+            {
+                catalog.shadowed.push(agent);
+            } else {
+                catalog.agents.insert(agent.name.clone(), agent);
+            }
+        }
+        catalog
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Agent> {
+        self.agents.get(name)
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.agents.keys().map(String::as_str)
+    }
+
+    pub fn agents(&self) -> impl Iterator<Item = &Agent> {
+        self.agents.values()
+    }
+}
+
+/// The agent files in `dir`, sorted by name; a missing directory has none.
+fn agent_files(dir: &Utf8Path) -> Vec<Utf8PathBuf> {
+    let Ok(entries) = dir.read_dir_utf8() else {
+        return Vec::new();
+    };
+    let mut files: Vec<Utf8PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.into_path())
+        .filter(|p| {
+            matches!(
+                p.extension().map(str::to_ascii_lowercase).as_deref(),
+                Some("md" | "toml" | "yaml" | "yml")
+            ) && p.is_file()
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// The lookup directories of SPEC §2, highest priority first: each `--agents-dir`, the `agents/`
+/// folder beside the workflow's folder, `.claude/agents/` under the working directory.
+pub fn lookup_dirs(
+    agents_dirs: &[Utf8PathBuf],
+    workflow: Option<&Utf8Path>,
+    workdir: &Utf8Path,
+) -> Vec<Utf8PathBuf> {
+    let mut dirs: Vec<Utf8PathBuf> = agents_dirs.to_vec();
+    if let Some(workflow) = workflow {
+        let folder = match workflow.parent() {
+            Some(p) if !p.as_str().is_empty() => p.to_owned(),
+            _ => Utf8PathBuf::from("."),
+        };
+        let beside = absolute(&folder)
+            .parent()
+            .map(|p| p.join("agents"))
+            .unwrap_or_else(|| folder.join("..").join("agents"));
+        dirs.push(beside);
+    }
+    dirs.push(workdir.join(".claude").join("agents"));
+    let mut seen = BTreeSet::new();
+    dirs.retain(|d| seen.insert(absolute(d)));
+    dirs
+}
+
+fn absolute(path: &Utf8Path) -> Utf8PathBuf {
+    path.canonicalize_utf8().unwrap_or_else(|_| path.to_owned())
+}

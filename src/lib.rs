@@ -1,0 +1,11 @@
+//! `runner`: declarative agent workflows. Data flows one way:
+//! file -> workflow -> plan -> run -> report.
+
+pub mod agent;
+pub mod cli;
+pub mod error;
+pub mod plan;
+pub mod provider;
+pub mod template;
+pub mod tools;
+pub mod workflow;

@@ -1,0 +1,259 @@
+//! Plans as people and programs read them: text, JSON (SPEC §5 "Plan output"), Mermaid, DOT.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use super::{Plan, PlannedStep};
+use crate::workflow::Isolation;
+use crate::workflow::duration::format_duration;
+
+#[derive(Serialize)]
+struct JsonPlan<'a> {
+    name: &'a str,
+    waves: &'a [Vec<String>],
+    steps: Vec<JsonStep<'a>>,
+}
+
+#[derive(Serialize)]
+struct JsonStep<'a> {
+    id: &'a str,
+    agent: &'a str,
+    model: String,
+    tools: Vec<&'static str>,
+    needs: &'a [String],
+    prompt: &'a str,
+    max_turns: u32,
+    timeout_secs: u64,
+    isolation: &'static str,
+    condition: Option<&'a str>,
+}
+
+pub fn to_json(plan: &Plan) -> String {
+    let doc = JsonPlan {
+        name: &plan.name,
+        waves: &plan.waves,
+        steps: plan
+            .steps
+            .iter()
+            .map(|s| JsonStep {
+                id: &s.id,
+                agent: &s.agent,
+                model: s.model.to_string(),
+                // BTreeSet of an Ord enum whose order matches the names' order: sorted.
+                tools: s.tools.iter().map(|t| t.as_str()).collect(),
+                needs: &s.needs,
+                prompt: &s.prompt,
+                max_turns: s.max_turns,
+                timeout_secs: s.timeout.as_secs(),
+                isolation: s.isolation.as_str(),
+                condition: s.condition.as_deref(),
+            })
+            .collect(),
+    };
+    // Serializing plain strings and numbers cannot fail.
+    let mut out = serde_json::to_string_pretty(&doc).unwrap_or_default();
+    out.push('\n');
+    out
+}
+
+pub fn to_text(plan: &Plan) -> String {
+    let mut out = String::new();
+    let _ = write!(out, "{}", plan.name);
+    if let Some(description) = &plan.description {
+        let _ = write!(out, ": {description}");
+    }
+    out.push('\n');
+    let steps = plan.steps.len();
+    let waves = plan.waves.len();
+    let _ = writeln!(
+        out,
+        "{steps} step{} in {waves} wave{}, at most {} at once",
+        plural(steps),
+        plural(waves),
+        plan.max_parallel
+    );
+    if !plan.inputs.is_empty() {
+        let inputs: Vec<String> = plan
+            .inputs
+            .iter()
+            .map(|(k, v)| format!("{k}={}", one_line(v)))
+            .collect();
+        let _ = writeln!(out, "inputs: {}", inputs.join(", "));
+    }
+    let width = plan.steps.iter().map(|s| s.id.len()).max().unwrap_or(0);
+    for (w, wave) in plan.waves.iter().enumerate() {
+        let _ = writeln!(out, "\nwave {}", w + 1);
+        for step in plan.steps.iter().filter(|s| wave.contains(&s.id)) {
+            step_text(&mut out, step, width);
+        }
+    }
+    out
+}
+
+fn step_text(out: &mut String, step: &PlannedStep, width: usize) {
+    let _ = writeln!(
+        out,
+        "  {:<width$}  [{}] {}",
+        step.id, step.agent, step.model
+    );
+    if let Some(description) = &step.description {
+        let _ = writeln!(out, "    {:<9}{}", "about", description);
+    }
+    if !step.needs.is_empty() {
+        let _ = writeln!(out, "    {:<9}{}", "needs", step.needs.join(", "));
+    }
+    if let Some(condition) = &step.condition {
+        let _ = writeln!(out, "    {:<9}{}", "if", condition);
+    }
+    let tools: Vec<&str> = step.tools.iter().map(|t| t.as_str()).collect();
+    let _ = writeln!(out, "    {:<9}{}", "tools", tools.join(", "));
+    let mut limits = vec![
+        format!("{} turns", step.max_turns),
+        format!("timeout {}", format_duration(step.timeout)),
+    ];
+    if let Some(tokens) = step.max_tokens {
+        limits.push(format!("{tokens} tokens per reply"));
+    }
+    let _ = writeln!(out, "    {:<9}{}", "limits", limits.join(", "));
+    let mut flags = Vec::new();
+    if step.isolation == Isolation::Worktree {
+        flags.push("worktree".to_owned());
+    }
+    if step.output_schema.is_some() {
+        flags.push("structured output".to_owned());
+    }
+    if step.continue_on_error {
+        flags.push("continue on error".to_owned());
+    }
+    if !flags.is_empty() {
+        let _ = writeln!(out, "    {:<9}{}", "runs", flags.join(", "));
+    }
+    let mut lines = step.prompt.trim_end().lines();
+    let _ = writeln!(
+        out,
+        "    {:<9}{}",
+        "prompt",
+        lines.next().unwrap_or_default()
+    );
+    for line in lines {
+        if line.is_empty() {
+            out.push('\n');
+        } else {
+            let _ = writeln!(out, "    {:<9}{line}", "");
+        }
+    }
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+fn one_line(text: &str) -> String {
+    let first = text.lines().next().unwrap_or_default();
+    let mut short: String = first.chars().take(60).collect();
+    if short.len() < first.len() || text.lines().nth(1).is_some() {
+        short.push('…');
+    }
+    short
+}
+
+/// A Mermaid flowchart. Ids that are not plain words get a generated node name with the id as
+/// its label, so any step id draws.
+pub fn to_mermaid(plan: &Plan) -> String {
+    let mut out = String::from("flowchart TD\n");
+    let node = |id: &str, i: usize| -> String {
+        if id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') && !is_mermaid_keyword(id) {
+            id.to_owned()
+        } else {
+            format!("step{i}")
+        }
+    };
+    let names: std::collections::BTreeMap<&str, String> = plan
+        .steps
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.id.as_str(), node(&s.id, i)))
+        .collect();
+    for step in &plan.steps {
+        let shape = if step.condition.is_some() {
+            ("{{", "}}")
+        } else {
+            ("[", "]")
+        };
+        let _ = writeln!(
+            out,
+            "    {}{}\"{}<br/><small>{}</small>\"{}",
+            names[step.id.as_str()],
+            shape.0,
+            escape_mermaid(&step.id),
+            escape_mermaid(&step.agent),
+            shape.1
+        );
+    }
+    for step in &plan.steps {
+        for need in &step.needs {
+            let _ = writeln!(
+                out,
+                "    {} --> {}",
+                names[need.as_str()],
+                names[step.id.as_str()]
+            );
+        }
+    }
+    out
+}
+
+fn is_mermaid_keyword(id: &str) -> bool {
+    matches!(
+        id,
+        "end"
+            | "graph"
+            | "flowchart"
+            | "subgraph"
+            | "style"
+            | "classDef"
+            | "class"
+            | "click"
+            | "linkStyle"
+    )
+}
+
+fn escape_mermaid(text: &str) -> String {
+    text.replace('"', "#quot;")
+        .replace('<', "#lt;")
+        .replace('>', "#gt;")
+}
+
+/// A Graphviz DOT digraph.
+pub fn to_dot(plan: &Plan) -> String {
+    let mut out = format!(
+        "digraph \"{}\" {{\n    rankdir=LR;\n    node [shape=box];\n",
+        escape_dot(&plan.name)
+    );
+    for step in &plan.steps {
+        let _ = writeln!(
+            out,
+            "    \"{}\" [label=\"{}\\n({})\"];",
+            escape_dot(&step.id),
+            escape_dot(&step.id),
+            escape_dot(&step.agent)
+        );
+    }
+    for step in &plan.steps {
+        for need in &step.needs {
+            let _ = writeln!(
+                out,
+                "    \"{}\" -> \"{}\";",
+                escape_dot(need),
+                escape_dot(&step.id)
+            );
+        }
+    }
+    out.push_str("}\n");
+    out
+}
+
+fn escape_dot(text: &str) -> String {
+    text.replace('\\', "\\\\").replace('"', "\\\"")
+}

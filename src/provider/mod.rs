@@ -1,0 +1,142 @@
+//! Model providers: the built-in endpoints of SPEC §4 and those a workflow adds.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::workflow::{ProviderDef, ProviderKind};
+
+/// `provider/model`, split at the first `/`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ModelRef {
+    pub provider: String,
+    pub model: String,
+}
+
+impl ModelRef {
+    /// `Some` when `text` has the `provider/model` shape (both parts non-empty).
+    pub fn parse(text: &str) -> Option<ModelRef> {
+        let (provider, model) = text.split_once('/')?;
+        let (provider, model) = (provider.trim(), model.trim());
+        (!provider.is_empty() && !model.is_empty()).then(|| ModelRef {
+            provider: provider.to_owned(),
+            model: model.to_owned(),
+        })
+    }
+}
+
+impl fmt::Display for ModelRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.provider, self.model)
+    }
+}
+
+/// Where a provider's base URL comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BaseUrl {
+    /// An environment variable, with the default used when it is unset.
+    Env {
+        var: &'static str,
+        default: &'static str,
+        /// Appended to the variable's value (Ollama's host gets `/v1`).
+        suffix: &'static str,
+    },
+    Fixed(String),
+}
+
+/// An endpoint a model name can be sent to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderSpec {
+    pub name: String,
+    pub kind: ProviderKind,
+    pub base_url: BaseUrl,
+    /// The environment variable holding the key; `None` for endpoints without one.
+    pub api_key_env: Option<String>,
+}
+
+impl ProviderSpec {
+    pub fn base_url(&self) -> String {
+        match &self.base_url {
+            BaseUrl::Fixed(url) => url.clone(),
+            BaseUrl::Env {
+                var,
+                default,
+                suffix,
+            } => match std::env::var(var) {
+                Ok(value) if !value.trim().is_empty() => {
+                    format!("{}{suffix}", value.trim().trim_end_matches('/'))
+                }
+                _ => format!("{default}{suffix}"),
+            },
+        }
+    }
+}
+
+pub fn builtin_providers() -> Vec<ProviderSpec> {
+    vec![
+        ProviderSpec {
+            name: "anthropic".into(),
+            kind: ProviderKind::Anthropic,
+            base_url: BaseUrl::Env {
+                var: "ANTHROPIC_BASE_URL",
+                default: "https://api.anthropic.com",
+                suffix: "",
+            },
+            api_key_env: Some("ANTHROPIC_API_KEY".into()),
+        },
+        ProviderSpec {
+            name: "openai".into(),
+            kind: ProviderKind::Openai,
+            base_url: BaseUrl::Env {
+                var: "OPENAI_BASE_URL",
+                default: "https://api.openai.com/v1",
+                suffix: "",
+            },
+            api_key_env: Some("OPENAI_API_KEY".into()),
+        },
+        ProviderSpec {
+            name: "ollama".into(),
+            kind: ProviderKind::Openai,
+            base_url: BaseUrl::Env {
+                var: "OLLAMA_HOST",
+                default: "http://localhost:11434",
+                suffix: "/v1",
+            },
+            api_key_env: None,
+        },
+    ]
+}
+
+/// The providers a workflow can use: built-ins, replaced or extended by `[providers.*]`.
+pub fn providers_for(extra: &BTreeMap<String, ProviderDef>) -> BTreeMap<String, ProviderSpec> {
+    let mut all: BTreeMap<String, ProviderSpec> = builtin_providers()
+        .into_iter()
+        .map(|p| (p.name.clone(), p))
+        .collect();
+    for (name, def) in extra {
+        all.insert(
+            name.clone(),
+            ProviderSpec {
+                name: name.clone(),
+                kind: def.kind,
+                base_url: BaseUrl::Fixed(def.base_url.trim_end_matches('/').to_owned()),
+                api_key_env: def.api_key_env.clone(),
+            },
+        );
+    }
+    all
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_refs_split_at_first_slash() {
+        let r = ModelRef::parse("local/meta-llama/Llama-3-8B").unwrap();
+        assert_eq!(r.provider, "local");
+        assert_eq!(r.model, "meta-llama/Llama-3-8B");
+        assert!(ModelRef::parse("small").is_none());
+        assert!(ModelRef::parse("/x").is_none());
+        assert!(ModelRef::parse("x/").is_none());
+    }
+}

@@ -1,0 +1,145 @@
+//! Prompt templates: one strict minijinja environment, static checks of the names a template
+//! reads, and placeholders that stand for results not known yet (plans and dry runs).
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::Arc;
+
+use minijinja::value::{Enumerator, Object, ObjectRepr, Value};
+use minijinja::{Environment, Error, UndefinedBehavior};
+
+/// The fields of `steps.<id>` a template may read.
+pub const STEP_FIELDS: [&str; 5] = ["summary", "output", "status", "branch", "diff"];
+
+/// The environment every prompt and condition is rendered in: strict (an unknown name is an
+/// error), no HTML escaping.
+pub fn environment() -> Environment<'static> {
+    let mut env = Environment::new();
+    env.set_undefined_behavior(UndefinedBehavior::Strict);
+    env
+}
+
+/// Names a template (or `if` expression) reads from its context, as dotted paths
+/// (`steps.find_auth.summary`), minus minijinja's own globals such as `range`.
+pub fn referenced_names(
+    env: &Environment<'_>,
+    names: impl IntoIterator<Item = String>,
+) -> BTreeSet<String> {
+    let globals: BTreeSet<&str> = env.globals().map(|(name, _)| name).collect();
+    names
+        .into_iter()
+        .filter(|name| {
+            let root = name.split('.').next().unwrap_or(name);
+            !globals.contains(root)
+        })
+        .collect()
+}
+
+/// Compiles a template and returns the names it reads.
+pub fn template_names(env: &Environment<'_>, source: &str) -> Result<BTreeSet<String>, Error> {
+    let template = env.template_from_str(source)?;
+    Ok(referenced_names(env, template.undeclared_variables(true)))
+}
+
+/// Compiles an expression (`if`) and returns the names it reads.
+pub fn expression_names(env: &Environment<'_>, source: &str) -> Result<BTreeSet<String>, Error> {
+    let expr = env.compile_expression(source)?;
+    Ok(referenced_names(env, expr.undeclared_variables(true)))
+}
+
+pub fn render(env: &Environment<'_>, source: &str, context: Value) -> Result<String, Error> {
+    env.render_str(source, context)
+}
+
+/// A value not known until a step runs. It renders as `<steps.x.summary>`, and any attribute or
+/// item of it is a placeholder too, so `steps.x.output.files` renders `<steps.x.output.files>`.
+#[derive(Debug, Clone)]
+pub struct Placeholder(pub String);
+
+impl Placeholder {
+    pub fn value(path: impl Into<String>) -> Value {
+        Value::from_object(Placeholder(path.into()))
+    }
+}
+
+impl Object for Placeholder {
+    fn repr(self: &Arc<Self>) -> ObjectRepr {
+        ObjectRepr::Plain
+    }
+
+    fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
+        let path = match key.as_str() {
+            Some(name) => format!("{}.{name}", self.0),
+            None => format!("{}[{key}]", self.0),
+        };
+        Some(Placeholder::value(path))
+    }
+
+    fn enumerate(self: &Arc<Self>) -> Enumerator {
+        Enumerator::Empty
+    }
+
+    fn is_true(self: &Arc<Self>) -> bool {
+        true
+    }
+
+    fn render(self: &Arc<Self>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "<{}>", self.0)
+    }
+}
+
+/// A short, one-line description of a template error (its kind and detail, without minijinja's
+/// debug dump).
+pub fn describe_error(err: &Error) -> String {
+    let mut text = err
+        .detail()
+        .map_or_else(|| err.kind().to_string(), str::to_owned);
+    if let Some(line) = err.line() {
+        text.push_str(&format!(" (template line {line})"));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strict_names_are_collected_without_globals() {
+        let env = environment();
+        let names = template_names(
+            &env,
+            "{% for i in range(3) %}{{ steps.a.summary }}{% endfor %}{{ inputs.target }}",
+        )
+        .unwrap();
+        assert_eq!(
+            names,
+            ["inputs.target", "steps.a.summary"]
+                .map(String::from)
+                .into_iter()
+                .collect()
+        );
+    }
+
+    #[test]
+    fn placeholders_render_their_path_and_nest() {
+        let env = environment();
+        let ctx = minijinja::context! { steps => minijinja::context! { a => minijinja::context! {
+            output => Placeholder::value("steps.a.output"),
+        } } };
+        let out = render(
+            &env,
+            "{{ steps.a.output.files }} {{ steps.a.output['x'] }}",
+            ctx,
+        )
+        .unwrap();
+        assert_eq!(out, "<steps.a.output.files> <steps.a.output.x>");
+    }
+
+    #[test]
+    fn values_are_not_rendered_twice() {
+        let env = environment();
+        let out = render(&env, "{{ s }}", minijinja::context! { s => "{{ evil }}" }).unwrap();
+        assert_eq!(out, "{{ evil }}");
+    }
+}

@@ -1,0 +1,202 @@
+//! The workflow file format: the serde types, and loading them from TOML or YAML with spans.
+
+pub mod duration;
+pub mod load;
+pub mod source;
+
+use std::collections::BTreeMap;
+
+use indexmap::IndexMap;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub use load::{LoadedWorkflow, load_workflow};
+
+/// A workflow file: a named DAG of subagent steps.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(title = "runner workflow")]
+pub struct WorkflowFile {
+    /// The workflow's name, shown in progress, reports and plans.
+    pub name: String,
+    /// One line on what the workflow does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// How many steps may run at once (default 4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_parallel: Option<u32>,
+    /// Inputs given on the command line as `--input NAME=VALUE`.
+    #[serde(default)]
+    pub inputs: IndexMap<String, InputDef>,
+    /// Model aliases: `default`, `small`, `plan` or any name, each a `provider/model`.
+    #[serde(default)]
+    pub models: BTreeMap<String, String>,
+    /// Extra model endpoints, named for use as `NAME/model`.
+    #[serde(default)]
+    pub providers: BTreeMap<String, ProviderDef>,
+    /// Limits applied to every step that does not set its own.
+    #[serde(default)]
+    pub defaults: Defaults,
+    /// The steps, by id.
+    pub steps: IndexMap<String, Step>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InputDef {
+    /// What the input is for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The value used when none is given; without a default the input is required.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderDef {
+    /// The API the endpoint speaks.
+    pub kind: ProviderKind,
+    /// The API's base URL, e.g. `http://localhost:8000/v1`.
+    pub base_url: String,
+    /// The environment variable that holds the API key, if the endpoint needs one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    /// Anthropic's Messages API.
+    Anthropic,
+    /// The OpenAI Chat Completions API (OpenAI, Ollama, vLLM, LiteLLM, ...).
+    Openai,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Defaults {
+    /// Model requests a step may make before it fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_turns: Option<u32>,
+    /// How long a step may run, e.g. `90s`, `15m`, `1h`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// Output tokens per model request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_tokens: Option<u32>,
+    /// Attempts for a model request that failed in a way retrying can fix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retries: Option<u32>,
+}
+
+/// One subagent step.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Step {
+    /// `explore`, `plan`, `code`, or the name of a user-defined agent.
+    pub agent: String,
+    /// A minijinja template, rendered once every step in `needs` is done.
+    pub prompt: String,
+    /// Short text for progress lines and reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Steps that must finish first.
+    #[serde(default)]
+    pub needs: Vec<String>,
+    /// A model alias (a key of `[models]`) or `provider/model`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Replaces the agent's tool list (`*` = all tools).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<String>>,
+    /// Tools taken away last; always wins.
+    #[serde(default)]
+    pub disallowed_tools: Vec<String>,
+    /// Model requests the step may make before it fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_turns: Option<u32>,
+    /// How long the step may run, e.g. `90s`, `10m`, `1h`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// Output tokens per model request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_tokens: Option<u32>,
+    /// Attempts for a model request that failed in a way retrying can fix (default 4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retries: Option<u32>,
+    /// A minijinja expression; when false the step is skipped.
+    #[serde(default, rename = "if", skip_serializing_if = "Option::is_none")]
+    pub condition: Option<String>,
+    /// A JSON Schema (inline table, or a path to a `.json` file relative to the workflow file).
+    /// The step must end with a JSON value that validates; it is exposed as `steps.<id>.output`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "output_schema_schema")]
+    pub output_schema: Option<serde_json::Value>,
+    /// When true, a failure of this step does not fail the run or skip its dependents.
+    #[serde(default)]
+    pub continue_on_error: bool,
+    /// `worktree` runs the step in its own git worktree on its own branch.
+    #[serde(default)]
+    pub isolation: Isolation,
+    /// Explore only: how hard to search.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thoroughness: Option<Thoroughness>,
+}
+
+fn output_schema_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "description": "A JSON Schema as an inline table, or the path of a `.json` file holding one.",
+        "type": ["object", "string"]
+    })
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Isolation {
+    /// The step works in the working directory.
+    #[default]
+    None,
+    /// The step works in its own git worktree on branch `runner/<run_id>/<step>`.
+    Worktree,
+}
+
+impl Isolation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Isolation::None => "none",
+            Isolation::Worktree => "worktree",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+pub enum Thoroughness {
+    #[serde(rename = "quick")]
+    Quick,
+    #[default]
+    #[serde(rename = "medium")]
+    Medium,
+    #[serde(rename = "very thorough")]
+    VeryThorough,
+}
+
+impl Thoroughness {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Thoroughness::Quick => "quick",
+            Thoroughness::Medium => "medium",
+            Thoroughness::VeryThorough => "very thorough",
+        }
+    }
+}
+
+/// The JSON Schema of workflow files, as `runner schema workflow` prints it.
+pub fn workflow_schema() -> serde_json::Value {
+    schemars::schema_for!(WorkflowFile).to_value()
+}

@@ -1,0 +1,525 @@
+//! Source files parsed into one spanned tree, whatever their syntax.
+//!
+//! TOML and YAML are both read into [`Node`], which keeps the byte range of every key and value so
+//! that later stages (schema checks, semantic validation) can point at the exact text they object
+//! to. Only after that do typed structs get built, through `serde_json`.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use camino::{Utf8Path, Utf8PathBuf};
+use serde_json::{Map, Value};
+use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser};
+use yaml_rust2::scanner::{Marker, TScalarStyle};
+
+use crate::error::Problem;
+
+/// A file's name (as the user wrote it) and its text; shared by every diagnostic about it.
+#[derive(Debug)]
+pub struct SourceFile {
+    pub name: Utf8PathBuf,
+    pub text: String,
+}
+
+impl SourceFile {
+    pub fn new(name: impl Into<Utf8PathBuf>, text: impl Into<String>) -> Arc<Self> {
+        Arc::new(Self {
+            name: name.into(),
+            text: text.into(),
+        })
+    }
+
+    /// Reads a file; an unreadable file is a problem about that path, not a panic.
+    pub fn read(path: &Utf8Path) -> Result<Arc<Self>, Problem> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Ok(Self::new(path, text)),
+            Err(err) => Err(Problem::error(format!("cannot read `{path}`: {err}"))),
+        }
+    }
+}
+
+/// The syntax a file is written in, chosen by its extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Syntax {
+    Toml,
+    Yaml,
+}
+
+impl Syntax {
+    pub fn from_path(path: &Utf8Path) -> Option<Self> {
+        match path.extension().map(str::to_ascii_lowercase).as_deref() {
+            Some("toml") => Some(Self::Toml),
+            Some("yaml" | "yml") => Some(Self::Yaml),
+            _ => None,
+        }
+    }
+}
+
+/// A value with the byte range it came from.
+#[derive(Debug, Clone)]
+pub struct Spanned<T> {
+    pub span: Range<usize>,
+    pub value: T,
+}
+
+#[derive(Debug, Clone)]
+pub enum Node {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(String),
+    Seq(Vec<Spanned<Node>>),
+    Map(Vec<(Spanned<String>, Spanned<Node>)>),
+}
+
+/// One step of a path into a tree: a map key or a sequence index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Seg {
+    Key(String),
+    Index(usize),
+}
+
+impl From<&str> for Seg {
+    fn from(key: &str) -> Self {
+        Seg::Key(key.to_owned())
+    }
+}
+
+impl From<usize> for Seg {
+    fn from(index: usize) -> Self {
+        Seg::Index(index)
+    }
+}
+
+/// Builds a path from keys and indexes: `path!["steps", id, "needs", 2]`.
+#[macro_export]
+macro_rules! path {
+    ($($seg:expr),* $(,)?) => { vec![$($crate::workflow::source::Seg::from($seg)),*] };
+}
+
+impl Spanned<Node> {
+    pub fn get(&self, key: &str) -> Option<&Spanned<Node>> {
+        match &self.value {
+            Node::Map(entries) => entries.iter().find(|(k, _)| k.value == key).map(|(_, v)| v),
+            _ => None,
+        }
+    }
+
+    pub fn key_span(&self, key: &str) -> Option<Range<usize>> {
+        match &self.value {
+            Node::Map(entries) => entries
+                .iter()
+                .find(|(k, _)| k.value == key)
+                .map(|(k, _)| k.span.clone()),
+            _ => None,
+        }
+    }
+
+    pub fn find(&self, path: &[Seg]) -> Option<&Spanned<Node>> {
+        let mut node = self;
+        for seg in path {
+            node = match (seg, &node.value) {
+                (Seg::Key(key), _) => node.get(key)?,
+                (Seg::Index(i), Node::Seq(items)) => items.get(*i)?,
+                _ => return None,
+            };
+        }
+        Some(node)
+    }
+
+    /// The span of the deepest node along `path` that exists: a good place to point at when the
+    /// exact node is missing (e.g. a required key that is absent points at its table).
+    pub fn best_span(&self, path: &[Seg]) -> Range<usize> {
+        let mut node = self;
+        for seg in path {
+            let next = match (seg, &node.value) {
+                (Seg::Key(key), _) => node.get(key),
+                (Seg::Index(i), Node::Seq(items)) => items.get(*i),
+                _ => None,
+            };
+            match next {
+                Some(next) => node = next,
+                None => break,
+            }
+        }
+        node.span.clone()
+    }
+
+    /// The span of the key that introduces the node at `path` (or the node's own span).
+    pub fn key_or_value_span(&self, path: &[Seg]) -> Range<usize> {
+        if let Some((Seg::Key(last), parent)) = path.split_last()
+            && let Some(span) = self.find(parent).and_then(|p| p.key_span(last))
+        {
+            return span;
+        }
+        self.best_span(path)
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
+        match &self.value {
+            Node::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub fn to_json(&self) -> Value {
+        match &self.value {
+            Node::Null => Value::Null,
+            Node::Bool(b) => Value::Bool(*b),
+            Node::Int(i) => Value::from(*i),
+            Node::Float(f) => serde_json::Number::from_f64(*f).map_or(Value::Null, Value::Number),
+            Node::Str(s) => Value::String(s.clone()),
+            Node::Seq(items) => Value::Array(items.iter().map(Self::to_json).collect()),
+            Node::Map(entries) => Value::Object(
+                entries
+                    .iter()
+                    .map(|(k, v)| (k.value.clone(), v.to_json()))
+                    .collect::<Map<_, _>>(),
+            ),
+        }
+    }
+}
+
+pub fn parse(file: &Arc<SourceFile>, syntax: Syntax) -> Result<Spanned<Node>, Vec<Problem>> {
+    match syntax {
+        Syntax::Toml => parse_toml(file),
+        Syntax::Yaml => parse_yaml(file),
+    }
+}
+
+fn parse_toml(file: &Arc<SourceFile>) -> Result<Spanned<Node>, Vec<Problem>> {
+    let (table, errors) = toml::de::DeTable::parse_recoverable(&file.text);
+    if !errors.is_empty() {
+        return Err(errors
+            .iter()
+            .map(|err| {
+                let span = err.span().unwrap_or(0..0);
+                Problem::error(format!(
+                    "invalid TOML: {}",
+                    err.message().trim_end().trim_end_matches('.')
+                ))
+                .at(file, span, "here")
+            })
+            .collect());
+    }
+    let span = table.span();
+    let mut entries = Vec::new();
+    for (key, value) in table.into_inner() {
+        entries.push((toml_key(&key), toml_node(&value)));
+    }
+    Ok(Spanned {
+        span,
+        value: Node::Map(entries),
+    })
+}
+
+fn toml_key(key: &toml::Spanned<std::borrow::Cow<'_, str>>) -> Spanned<String> {
+    Spanned {
+        span: key.span(),
+        value: key.get_ref().to_string(),
+    }
+}
+
+fn toml_node(value: &toml::Spanned<toml::de::DeValue<'_>>) -> Spanned<Node> {
+    use toml::de::DeValue;
+    let node = match value.get_ref() {
+        DeValue::String(s) => Node::Str(s.to_string()),
+        DeValue::Integer(i) => {
+            let digits = i.as_str().replace('_', "");
+            let digits = digits.trim_start_matches("0x").trim_start_matches("0o");
+            let digits = digits.trim_start_matches("0b");
+            match i64::from_str_radix(digits, i.radix()) {
+                Ok(n) => Node::Int(n),
+                // Out of range: keep the text so the schema check reports a type problem.
+                Err(_) => Node::Str(i.as_str().to_owned()),
+            }
+        }
+        DeValue::Float(f) => match f.as_str().replace('_', "").parse::<f64>() {
+            Ok(n) => Node::Float(n),
+            Err(_) => Node::Str(f.as_str().to_owned()),
+        },
+        DeValue::Boolean(b) => Node::Bool(*b),
+        DeValue::Datetime(d) => Node::Str(d.to_string()),
+        DeValue::Array(items) => Node::Seq(items.iter().map(toml_node).collect()),
+        DeValue::Table(table) => Node::Map(
+            table
+                .iter()
+                .map(|(k, v)| (toml_key(k), toml_node(v)))
+                .collect(),
+        ),
+    };
+    Spanned {
+        span: value.span(),
+        value: node,
+    }
+}
+
+/// Builds a [`Node`] tree from yaml-rust2's marked events. Its markers count characters, so they
+/// are turned into byte offsets here.
+struct YamlBuilder<'a> {
+    text: &'a str,
+    /// Byte offset of every char index (plus one past the end).
+    char_to_byte: Vec<usize>,
+    stack: Vec<Frame>,
+    anchors: Vec<(usize, Spanned<Node>)>,
+    root: Option<Spanned<Node>>,
+    documents: usize,
+    problems: Vec<(Range<usize>, String)>,
+}
+
+enum Frame {
+    Seq {
+        start: usize,
+        anchor: usize,
+        items: Vec<Spanned<Node>>,
+    },
+    Map {
+        start: usize,
+        anchor: usize,
+        entries: Vec<(Spanned<String>, Spanned<Node>)>,
+        pending_key: Option<Spanned<Node>>,
+    },
+}
+
+impl YamlBuilder<'_> {
+    fn byte(&self, mark: &Marker) -> usize {
+        self.char_to_byte
+            .get(mark.index())
+            .copied()
+            .unwrap_or(self.text.len())
+    }
+
+    fn scalar_span(&self, start: usize, value: &str, style: TScalarStyle) -> Range<usize> {
+        let rest = &self.text[start.min(self.text.len())..];
+        let len = match style {
+            TScalarStyle::Plain => value.len(),
+            TScalarStyle::SingleQuoted | TScalarStyle::DoubleQuoted => {
+                // Closing quote: the first unescaped quote char after the opening one.
+                let quote = rest.chars().next().unwrap_or('"');
+                let mut escaped = false;
+                let mut end = rest.len();
+                for (i, c) in rest.char_indices().skip(1) {
+                    if escaped {
+                        escaped = false;
+                    } else if c == '\\' && quote == '"' {
+                        escaped = true;
+                    } else if c == quote {
+                        end = i + c.len_utf8();
+                        break;
+                    }
+                }
+                end
+            }
+            TScalarStyle::Literal | TScalarStyle::Folded => rest.find('\n').unwrap_or(rest.len()),
+        };
+        start..(start + len).min(self.text.len())
+    }
+
+    fn push(&mut self, node: Spanned<Node>) {
+        match self.stack.last_mut() {
+            None => {
+                if self.root.is_none() {
+                    self.root = Some(node);
+                }
+            }
+            Some(Frame::Seq { items, .. }) => items.push(node),
+            Some(Frame::Map {
+                entries,
+                pending_key,
+                ..
+            }) => match pending_key.take() {
+                None => *pending_key = Some(node),
+                Some(key) => {
+                    let key_text = match &key.value {
+                        Node::Str(s) => s.clone(),
+                        Node::Int(i) => i.to_string(),
+                        Node::Bool(b) => b.to_string(),
+                        Node::Float(f) => f.to_string(),
+                        Node::Null => "null".to_owned(),
+                        Node::Seq(_) | Node::Map(_) => {
+                            self.problems
+                                .push((key.span.clone(), "a key must be a plain value".into()));
+                            return;
+                        }
+                    };
+                    if entries.iter().any(|(k, _)| k.value == key_text) {
+                        self.problems
+                            .push((key.span.clone(), format!("duplicate key `{key_text}`")));
+                        return;
+                    }
+                    entries.push((
+                        Spanned {
+                            span: key.span,
+                            value: key_text,
+                        },
+                        node,
+                    ));
+                }
+            },
+        }
+    }
+
+    fn remember(&mut self, anchor: usize, node: &Spanned<Node>) {
+        if anchor > 0 {
+            self.anchors.push((anchor, node.clone()));
+        }
+    }
+}
+
+impl MarkedEventReceiver for YamlBuilder<'_> {
+    fn on_event(&mut self, ev: Event, mark: Marker) {
+        let at = self.byte(&mark);
+        match ev {
+            Event::DocumentStart => {
+                self.documents += 1;
+                if self.documents > 1 {
+                    self.problems.push((
+                        at..at,
+                        "a workflow file holds one YAML document; found another".into(),
+                    ));
+                }
+            }
+            Event::Scalar(value, style, anchor, tag) => {
+                let span = self.scalar_span(at, &value, style);
+                let node = if style == TScalarStyle::Plain && tag.is_none() {
+                    match yaml_rust2::Yaml::from_str(&value) {
+                        yaml_rust2::Yaml::Boolean(b) => Node::Bool(b),
+                        yaml_rust2::Yaml::Integer(i) => Node::Int(i),
+                        yaml_rust2::Yaml::Real(r) => match r.parse::<f64>() {
+                            Ok(f) => Node::Float(f),
+                            Err(_) => Node::Str(r),
+                        },
+                        yaml_rust2::Yaml::Null => Node::Null,
+                        _ => Node::Str(value),
+                    }
+                } else {
+                    Node::Str(value)
+                };
+                let node = Spanned { span, value: node };
+                self.remember(anchor, &node);
+                self.push(node);
+            }
+            Event::Alias(anchor) => {
+                let found = self
+                    .anchors
+                    .iter()
+                    .rev()
+                    .find(|(id, _)| *id == anchor)
+                    .map(|(_, n)| n.value.clone());
+                match found {
+                    Some(value) => self.push(Spanned {
+                        span: at..at + 1,
+                        value,
+                    }),
+                    None => self
+                        .problems
+                        .push((at..at + 1, "alias to an unknown anchor".into())),
+                }
+            }
+            Event::SequenceStart(anchor, _) => self.stack.push(Frame::Seq {
+                start: at,
+                anchor,
+                items: Vec::new(),
+            }),
+            Event::MappingStart(anchor, _) => self.stack.push(Frame::Map {
+                start: at,
+                anchor,
+                entries: Vec::new(),
+                pending_key: None,
+            }),
+            Event::SequenceEnd | Event::MappingEnd => {
+                let (start, anchor, value) = match self.stack.pop() {
+                    Some(Frame::Seq {
+                        start,
+                        anchor,
+                        items,
+                    }) => (start, anchor, Node::Seq(items)),
+                    Some(Frame::Map {
+                        start,
+                        anchor,
+                        entries,
+                        ..
+                    }) => (start, anchor, Node::Map(entries)),
+                    None => return,
+                };
+                let node = Spanned {
+                    span: start..at.max(start),
+                    value,
+                };
+                self.remember(anchor, &node);
+                self.push(node);
+            }
+            Event::Nothing | Event::StreamStart | Event::StreamEnd | Event::DocumentEnd => {}
+        }
+    }
+}
+
+pub fn parse_yaml(file: &Arc<SourceFile>) -> Result<Spanned<Node>, Vec<Problem>> {
+    parse_yaml_text(file, &file.text, 0)
+}
+
+/// Parses YAML found at byte `offset` of `file` (front matter inside a Markdown file).
+pub fn parse_yaml_text(
+    file: &Arc<SourceFile>,
+    text: &str,
+    offset: usize,
+) -> Result<Spanned<Node>, Vec<Problem>> {
+    let mut char_to_byte: Vec<usize> = text.char_indices().map(|(i, _)| i).collect();
+    char_to_byte.push(text.len());
+    let mut builder = YamlBuilder {
+        text,
+        char_to_byte,
+        stack: Vec::new(),
+        anchors: Vec::new(),
+        root: None,
+        documents: 0,
+        problems: Vec::new(),
+    };
+    let mut parser = Parser::new_from_str(text);
+    if let Err(err) = parser.load(&mut builder, true) {
+        let at = builder.byte(err.marker());
+        return Err(vec![
+            Problem::error(format!("invalid YAML: {}", err.info())).at(
+                file,
+                offset + at..offset + at,
+                "here",
+            ),
+        ]);
+    }
+    if !builder.problems.is_empty() {
+        return Err(builder
+            .problems
+            .into_iter()
+            .map(|(span, msg)| {
+                Problem::error(msg).at(file, offset + span.start..offset + span.end, "here")
+            })
+            .collect());
+    }
+    let mut root = builder.root.unwrap_or(Spanned {
+        span: 0..0,
+        value: Node::Map(Vec::new()),
+    });
+    // An empty document is an empty table, as in TOML.
+    if matches!(root.value, Node::Null) {
+        root.value = Node::Map(Vec::new());
+    }
+    if offset > 0 {
+        shift(&mut root, offset);
+    }
+    Ok(root)
+}
+
+fn shift(node: &mut Spanned<Node>, by: usize) {
+    node.span = node.span.start + by..node.span.end + by;
+    match &mut node.value {
+        Node::Seq(items) => items.iter_mut().for_each(|n| shift(n, by)),
+        Node::Map(entries) => {
+            for (k, v) in entries {
+                k.span = k.span.start + by..k.span.end + by;
+                shift(v, by);
+            }
+        }
+        _ => {}
+    }
+}
