@@ -198,8 +198,19 @@ pub fn load_agent_file(path: &Utf8Path) -> Result<LoadedAgent, Vec<Problem>> {
             (source::parse(&file, syntax)?, syntax, None)
         }
     };
-    let def: AgentFile = load_typed(&file, syntax, &tree, &AGENT_SCHEMA, &AGENT_VALIDATOR)?;
-    build_agent(&file, &tree, def, body)
+    let (def, mut problems) =
+        load_typed::<AgentFile>(&file, syntax, &tree, &AGENT_SCHEMA, &AGENT_VALIDATOR);
+    let Some(def) = def else {
+        return Err(problems);
+    };
+    match build_agent(&file, &tree, def, body) {
+        Ok(loaded) if problems.is_empty() => Ok(loaded),
+        Ok(_) => Err(problems),
+        Err(more) => {
+            problems.extend(more);
+            Err(problems)
+        }
+    }
 }
 
 /// Splits `---` front matter from the body; the tree's spans point into the whole file.
@@ -523,20 +534,27 @@ pub fn lookup_dirs(
 ) -> Vec<Utf8PathBuf> {
     let mut dirs: Vec<Utf8PathBuf> = agents_dirs.to_vec();
     if let Some(workflow) = workflow {
-        let folder = match workflow.parent() {
-            Some(p) if !p.as_str().is_empty() => p.to_owned(),
-            _ => Utf8PathBuf::from("."),
-        };
-        let beside = absolute(&folder)
-            .parent()
-            .map(|p| p.join("agents"))
-            .unwrap_or_else(|| folder.join("..").join("agents"));
-        dirs.push(beside);
+        dirs.push(beside_folder(workflow));
     }
     dirs.push(workdir.join(".claude").join("agents"));
     let mut seen = BTreeSet::new();
     dirs.retain(|d| seen.insert(absolute(d)));
     dirs
+}
+
+/// `agents/` beside the workflow's folder, kept relative when the workflow path is (so messages
+/// show `agents/x.md`, not an absolute path).
+fn beside_folder(workflow: &Utf8Path) -> Utf8PathBuf {
+    let folder = workflow.parent().unwrap_or(Utf8Path::new(""));
+    let last = folder.file_name();
+    match (folder.as_str(), last) {
+        ("" | ".", _) => Utf8PathBuf::from("../agents"),
+        (_, Some(name)) if name != ".." => match folder.parent() {
+            Some(parent) if !parent.as_str().is_empty() => parent.join("agents"),
+            _ => Utf8PathBuf::from("agents"),
+        },
+        _ => folder.join("..").join("agents"),
+    }
 }
 
 fn absolute(path: &Utf8Path) -> Utf8PathBuf {

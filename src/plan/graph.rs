@@ -103,6 +103,9 @@ impl StepGraph {
             }
             waves[wave].push(node.index());
         }
+        for wave in &mut waves {
+            wave.sort_unstable();
+        }
         Some(waves)
     }
 

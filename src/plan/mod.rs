@@ -92,6 +92,7 @@ pub fn build_plan(
         loaded,
         file: &loaded.file,
         problems: loaded.problems.clone(),
+        missing_aliases: BTreeMap::new(),
     };
     let def = &loaded.def;
 
@@ -155,6 +156,7 @@ pub fn build_plan(
             .push(Problem::error("`--max-parallel` must be at least 1"));
     }
 
+    b.note_alias_users();
     let problems = b.problems;
     if problems.iter().any(Problem::is_error) {
         return (None, problems);
@@ -162,7 +164,7 @@ pub fn build_plan(
     let Some(waves_idx) = graph.waves() else {
         return (None, problems);
     };
-    let mut resolved = resolved;
+
     let mut waves = Vec::with_capacity(waves_idx.len());
     let mut steps = Vec::with_capacity(ids.len());
     for (w, wave) in waves_idx.iter().enumerate() {
@@ -198,6 +200,8 @@ struct Builder<'a> {
     loaded: &'a LoadedWorkflow,
     file: &'a Arc<SourceFile>,
     problems: Vec<Problem>,
+    /// Undefined model aliases, reported once: the problem's index and the other steps.
+    missing_aliases: BTreeMap<String, (usize, Vec<String>)>,
 }
 
 struct StepCtx<'a> {
@@ -270,8 +274,15 @@ impl Builder<'_> {
         let mut aliases = BTreeMap::new();
         for (alias, value) in &self.loaded.def.models {
             let span = self.span(&path!["models", alias.as_str()]);
-            if let Some(model) = self.check_model_ref(value, providers, Some(span)) {
-                aliases.insert(alias.clone(), model);
+            match self.check_model_ref(value, providers, Some(span)) {
+                Some(model) => {
+                    aliases.insert(alias.clone(), model);
+                }
+                // Reported here; steps using the alias say nothing more about it.
+                None => {
+                    self.missing_aliases
+                        .insert(alias.clone(), (usize::MAX, Vec::new()));
+                }
             }
         }
         for (alias, value) in &options.models {
@@ -483,8 +494,8 @@ impl Builder<'_> {
             .or(defaults.max_turns)
             .unwrap_or(DEFAULT_MAX_TURNS);
         let timeout = match (&step.timeout, &defaults.timeout) {
-            (Some(t), _) => self.duration(t, path!["steps", id, "timeout"]),
-            (None, Some(t)) => self.duration(t, path!["defaults", "timeout"]),
+            (Some(t), _) => self.duration(t, &path!["steps", id, "timeout"]),
+            (None, Some(t)) => self.duration(t, &path!["defaults", "timeout"]),
             (None, None) => Some(DEFAULT_TIMEOUT),
         };
 
@@ -566,7 +577,7 @@ impl Builder<'_> {
                 format!("agent `{}` (from `{path}`) is invalid", step.agent),
                 span,
                 "this agent's file has errors",
-                Some("its problems are listed with it".into()),
+                Some("fix the problems reported for that file".into()),
             );
             self.problems.extend(problems.iter().cloned());
             return None;
@@ -631,10 +642,21 @@ impl Builder<'_> {
         if let Some(model) = aliases.get(text) {
             return Some(model.clone());
         }
-        if matches!(text, "small" | "plan")
-            && let Some(model) = aliases.get("default")
-        {
-            return Some(model.clone());
+        if matches!(text, "small" | "plan") {
+            if let Some(model) = aliases.get("default") {
+                return Some(model.clone());
+            }
+            if self
+                .missing_aliases
+                .get("default")
+                .is_some_and(|(at, _)| *at == usize::MAX)
+            {
+                return None;
+            }
+        }
+        if let Some((_, others)) = self.missing_aliases.get_mut(text) {
+            others.push(id.to_owned());
+            return None;
         }
         let via = if text == "default" || !matches!(text, "small" | "plan") {
             String::new()
@@ -652,12 +674,41 @@ impl Builder<'_> {
         let alias_hint = closest(text, aliases.keys().map(String::as_str))
             .map(|c| format!("did you mean `{c}`? Otherwise add "))
             .unwrap_or_else(|| "add ".to_owned());
-        let help = format!(
-            "{alias_hint}`{text} = \"anthropic/claude-sonnet-4-5\"` (or any provider/model) under `[models]`, or pass `--model {text}=provider/model`"
-        );
+        let help = if matches!(text, "small" | "plan") && !aliases.contains_key("default") {
+            format!(
+                "{alias_hint}`default = \"anthropic/claude-sonnet-4-5\"` (or any provider/model) under `models`, or `{text} = ...` for this kind of agent alone; or pass `--model default=provider/model`"
+            )
+        } else {
+            format!(
+                "{alias_hint}`{text} = \"anthropic/claude-sonnet-4-5\"` (or any provider/model) under `models`, or pass `--model {text}=provider/model`"
+            )
+        };
         let problem = point(self, Problem::error(message).help(help));
+        self.missing_aliases
+            .insert(text.to_owned(), (self.problems.len(), Vec::new()));
         self.problems.push(problem);
         None
+    }
+
+    /// Adds to each undefined-alias problem the other steps that need the alias.
+    fn note_alias_users(&mut self) {
+        for (at, others) in self.missing_aliases.values() {
+            if others.is_empty() {
+                continue;
+            }
+            let list: Vec<String> = others.iter().take(5).map(|s| format!("`{s}`")).collect();
+            let more = others.len().saturating_sub(5);
+            let tail = if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            };
+            if let Some(problem) = self.problems.get_mut(*at) {
+                problem
+                    .message
+                    .push_str(&format!(" (also needed by {}{tail})", list.join(", ")));
+            }
+        }
     }
 
     fn resolve_tools(
@@ -742,15 +793,15 @@ impl Builder<'_> {
         })
     }
 
-    fn duration(&mut self, text: &str, at: Vec<Seg>) -> Option<Duration> {
+    fn duration(&mut self, text: &str, at: &[Seg]) -> Option<Duration> {
         match parse_duration(text) {
             Ok(d) => Some(d),
             Err(why) => {
-                let span = self.span(&at);
+                let span = self.span(at);
                 self.error(
                     format!(
                         "`{}` is not a duration: {why}",
-                        crate::workflow::load::dotted(&at)
+                        crate::workflow::load::dotted(at)
                     ),
                     span,
                     "invalid duration",
@@ -965,7 +1016,7 @@ impl Builder<'_> {
                 span,
                 "not an upstream step",
                 Some(format!(
-                    "a step sees only the results of steps it needs, directly or through others; add `needs = [\"{other}\"]` to `{id}`"
+                    "a step sees only the results of steps it needs, directly or through others; add `{other}` to the `needs` of `{id}`"
                 )),
             );
             return;

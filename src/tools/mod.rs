@@ -110,8 +110,10 @@ pub fn parse_entry(name: &str) -> ToolEntry {
     }
     // Claude Code permission rules such as `Bash(git diff:*)` narrow a tool to some commands;
     // runner cannot enforce that narrowing, so granting the whole tool would widen access.
-    let bare = name.split('(').next().unwrap_or(name);
-    if CLAUDE_ONLY_TOOLS.contains(&bare) || bare.starts_with("mcp__") {
+    let bare = name.split('(').next().unwrap_or(name).trim();
+    let is_rule = name.contains('(')
+        && (ToolName::parse(bare).is_some() || CLAUDE_ONLY_TOOLS.contains(&bare));
+    if is_rule || CLAUDE_ONLY_TOOLS.contains(&bare) || bare.starts_with("mcp__") {
         return ToolEntry::Unsupported(name.to_owned());
     }
     ToolEntry::Unknown(name.to_owned())

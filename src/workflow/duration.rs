@@ -46,7 +46,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 /// Formats a duration the short way users write it (`15m`, `1h30m`, `90s` -> `1m30s`).
 pub fn format_duration(duration: Duration) -> String {
     let millis = duration.as_millis();
-    if millis % 1000 != 0 {
+    if !millis.is_multiple_of(1000) {
         return format!("{millis}ms");
     }
     let mut secs = duration.as_secs();

@@ -160,22 +160,38 @@ fn json_at_mut<'a>(json: &'a mut Value, path: &[Seg]) -> Option<&'a mut Value> {
     Some(value)
 }
 
-/// Loads a typed document from a tree, reporting schema problems; `Err` when it cannot be built.
+/// Loads a typed document from a tree. Unknown keys are reported and left out, so the value can
+/// still be built and checked further; `None` when a value has the wrong shape.
 pub fn load_typed<T: DeserializeOwned>(
     file: &Arc<SourceFile>,
     syntax: Syntax,
     tree: &Spanned<Node>,
     schema: &Value,
     validator: &Validator,
-) -> Result<T, Vec<Problem>> {
-    let json = tree.to_json();
+) -> (Option<T>, Vec<Problem>) {
+    let mut json = tree.to_json();
     let found = check_schema(file, syntax, tree, &json, schema, validator);
-    if !found.is_empty() {
-        return Err(found.into_iter().map(|f| f.problem).collect());
+    let only_unknown_keys = found.iter().all(|f| f.unknown_key.is_some());
+    for f in &found {
+        if let (Some(key), Some(Value::Object(map))) =
+            (&f.unknown_key, json_at_mut(&mut json, &f.path))
+        {
+            map.remove(key);
+        }
     }
-    serde_json::from_value(json).map_err(|err| {
-        vec![Problem::error(format!("cannot read `{}`: {err}", file.name)).in_file(file)]
-    })
+    let problems: Vec<Problem> = found.into_iter().map(|f| f.problem).collect();
+    if !only_unknown_keys {
+        return (None, problems);
+    }
+    match serde_json::from_value(json) {
+        Ok(value) => (Some(value), problems),
+        Err(err) => {
+            let mut problems = problems;
+            problems
+                .push(Problem::error(format!("cannot read `{}`: {err}", file.name)).in_file(file));
+            (None, problems)
+        }
+    }
 }
 
 /// A schema violation, with the path of the value it is about.

@@ -95,7 +95,7 @@ impl From<usize> for Seg {
 /// Builds a path from keys and indexes: `path!["steps", id, "needs", 2]`.
 #[macro_export]
 macro_rules! path {
-    ($($seg:expr),* $(,)?) => { vec![$($crate::workflow::source::Seg::from($seg)),*] };
+    ($($seg:expr),* $(,)?) => { [$($crate::workflow::source::Seg::from($seg)),*] };
 }
 
 impl Spanned<Node> {

@@ -1,0 +1,8 @@
+//! Integration tests: they drive the real `runner` binary over files in temp dirs.
+
+mod agents;
+mod diagnostics;
+mod no_panic;
+mod plan;
+mod schema;
+mod support;

@@ -1,0 +1,86 @@
+//! A small `Test` builder, in the manner of `just`'s: it owns a temp dir, writes files, runs the
+//! real binary there and hands back status, stdout and stderr.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use tempfile::TempDir;
+
+pub const REPO: &str = env!("CARGO_MANIFEST_DIR");
+
+pub struct Test {
+    dir: TempDir,
+    cwd: Option<PathBuf>,
+    args: Vec<String>,
+}
+
+pub struct Output {
+    pub status: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Test {
+    pub fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().expect("temp dir"),
+            cwd: None,
+            args: Vec::new(),
+        }
+    }
+
+    /// Runs in the repository itself (for the shipped example workflows).
+    pub fn in_repo() -> Self {
+        let mut test = Self::new();
+        test.cwd = Some(PathBuf::from(REPO));
+        test
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn file(self, path: &str, contents: &str) -> Self {
+        let full = self.dir.path().join(path);
+        if let Some(parent) = full.parent() {
+            std::fs::create_dir_all(parent).expect("create dirs");
+        }
+        std::fs::write(full, contents).expect("write file");
+        self
+    }
+
+    pub fn args(mut self, args: &[&str]) -> Self {
+        self.args.extend(args.iter().map(|a| a.to_string()));
+        self
+    }
+
+    pub fn run(self) -> Output {
+        let cwd = self
+            .cwd
+            .clone()
+            .unwrap_or_else(|| self.dir.path().to_owned());
+        let output = Command::new(env!("CARGO_BIN_EXE_runner"))
+            .args(&self.args)
+            .current_dir(cwd)
+            .env("NO_COLOR", "1")
+            .env_remove("ANTHROPIC_API_KEY")
+            .env_remove("OPENAI_API_KEY")
+            .output()
+            .expect("run runner");
+        Output {
+            status: output.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+}
+
+impl Output {
+    /// Status, stdout and stderr in one text, for snapshots.
+    pub fn transcript(&self) -> String {
+        format!(
+            "status: {}\n--- stdout\n{}--- stderr\n{}",
+            self.status, self.stdout, self.stderr
+        )
+    }
+}
