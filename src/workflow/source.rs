@@ -8,6 +8,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use camino::{Utf8Path, Utf8PathBuf};
+use indexmap::IndexMap;
 use serde_json::{Map, Value};
 use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser};
 use yaml_rust2::scanner::{Marker, TScalarStyle};
@@ -70,8 +71,11 @@ pub enum Node {
     Float(f64),
     Str(String),
     Seq(Vec<Spanned<Node>>),
-    Map(Vec<(Spanned<String>, Spanned<Node>)>),
+    /// Keys in file order, each with the span of the key's text.
+    Map(Entries),
 }
+
+pub type Entries = IndexMap<String, (Range<usize>, Spanned<Node>)>;
 
 /// One step of a path into a tree: a map key or a sequence index.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,17 +105,14 @@ macro_rules! path {
 impl Spanned<Node> {
     pub fn get(&self, key: &str) -> Option<&Spanned<Node>> {
         match &self.value {
-            Node::Map(entries) => entries.iter().find(|(k, _)| k.value == key).map(|(_, v)| v),
+            Node::Map(entries) => entries.get(key).map(|(_, v)| v),
             _ => None,
         }
     }
 
     pub fn key_span(&self, key: &str) -> Option<Range<usize>> {
         match &self.value {
-            Node::Map(entries) => entries
-                .iter()
-                .find(|(k, _)| k.value == key)
-                .map(|(k, _)| k.span.clone()),
+            Node::Map(entries) => entries.get(key).map(|(k, _)| k.clone()),
             _ => None,
         }
     }
@@ -174,7 +175,7 @@ impl Spanned<Node> {
             Node::Map(entries) => Value::Object(
                 entries
                     .iter()
-                    .map(|(k, v)| (k.value.clone(), v.to_json()))
+                    .map(|(k, (_, v))| (k.clone(), v.to_json()))
                     .collect::<Map<_, _>>(),
             ),
         }
@@ -204,21 +205,14 @@ fn parse_toml(file: &Arc<SourceFile>) -> Result<Spanned<Node>, Vec<Problem>> {
             .collect());
     }
     let span = table.span();
-    let mut entries = Vec::new();
+    let mut entries = Entries::new();
     for (key, value) in table.into_inner() {
-        entries.push((toml_key(&key), toml_node(&value)));
+        entries.insert(key.get_ref().to_string(), (key.span(), toml_node(&value)));
     }
     Ok(Spanned {
         span,
         value: Node::Map(entries),
     })
-}
-
-fn toml_key(key: &toml::Spanned<std::borrow::Cow<'_, str>>) -> Spanned<String> {
-    Spanned {
-        span: key.span(),
-        value: key.get_ref().to_string(),
-    }
 }
 
 fn toml_node(value: &toml::Spanned<toml::de::DeValue<'_>>) -> Spanned<Node> {
@@ -245,7 +239,7 @@ fn toml_node(value: &toml::Spanned<toml::de::DeValue<'_>>) -> Spanned<Node> {
         DeValue::Table(table) => Node::Map(
             table
                 .iter()
-                .map(|(k, v)| (toml_key(k), toml_node(v)))
+                .map(|(k, v)| (k.get_ref().to_string(), (k.span(), toml_node(v))))
                 .collect(),
         ),
     };
@@ -277,7 +271,7 @@ enum Frame {
     Map {
         start: usize,
         anchor: usize,
-        entries: Vec<(Spanned<String>, Spanned<Node>)>,
+        entries: Entries,
         pending_key: Option<Spanned<Node>>,
     },
 }
@@ -343,18 +337,12 @@ impl YamlBuilder<'_> {
                             return;
                         }
                     };
-                    if entries.iter().any(|(k, _)| k.value == key_text) {
+                    if entries.contains_key(&key_text) {
                         self.problems
                             .push((key.span.clone(), format!("duplicate key `{key_text}`")));
                         return;
                     }
-                    entries.push((
-                        Spanned {
-                            span: key.span,
-                            value: key_text,
-                        },
-                        node,
-                    ));
+                    entries.insert(key_text, (key.span, node));
                 }
             },
         }
@@ -425,7 +413,7 @@ impl MarkedEventReceiver for YamlBuilder<'_> {
             Event::MappingStart(anchor, _) => self.stack.push(Frame::Map {
                 start: at,
                 anchor,
-                entries: Vec::new(),
+                entries: Entries::new(),
                 pending_key: None,
             }),
             Event::SequenceEnd | Event::MappingEnd => {
@@ -498,11 +486,11 @@ pub fn parse_yaml_text(
     }
     let mut root = builder.root.unwrap_or(Spanned {
         span: 0..0,
-        value: Node::Map(Vec::new()),
+        value: Node::Map(Entries::new()),
     });
     // An empty document is an empty table, as in TOML.
     if matches!(root.value, Node::Null) {
-        root.value = Node::Map(Vec::new());
+        root.value = Node::Map(Entries::new());
     }
     if offset > 0 {
         shift(&mut root, offset);
@@ -515,8 +503,8 @@ fn shift(node: &mut Spanned<Node>, by: usize) {
     match &mut node.value {
         Node::Seq(items) => items.iter_mut().for_each(|n| shift(n, by)),
         Node::Map(entries) => {
-            for (k, v) in entries {
-                k.span = k.span.start + by..k.span.end + by;
+            for (k, v) in entries.values_mut() {
+                *k = k.start + by..k.end + by;
                 shift(v, by);
             }
         }

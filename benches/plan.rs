@@ -1,0 +1,59 @@
+//! Planning generated workflows of 500, 5,000 and 50,000 steps: load (parse + schema check),
+//! resolve agents, models, tools and templates, build the graph and the waves.
+
+use camino::Utf8PathBuf;
+use runner::agent::AgentCatalog;
+use runner::plan::{PlanOptions, build_plan};
+use runner::workflow::load_workflow;
+
+fn main() {
+    divan::main();
+}
+
+/// A layered DAG: each step needs up to two steps of the layer before it and reads their
+/// summaries, as real pipelines do.
+fn workflow(steps: usize) -> String {
+    let mut text = String::from(
+        "name = \"generated\"\n[models]\ndefault = \"anthropic/claude-sonnet-4-5\"\nsmall = \"anthropic/claude-haiku-4-5\"\n\n[inputs.target]\ndefault = \"src\"\n",
+    );
+    let width = 20;
+    for i in 0..steps {
+        let agent = ["explore", "plan", "code"][i % 3];
+        text.push_str(&format!("\n[steps.s{i}]\nagent = \"{agent}\"\n"));
+        if i >= width {
+            let a = i - width;
+            let b = a + 1;
+            text.push_str(&format!(
+                "needs = [\"s{a}\", \"s{b}\"]\nprompt = \"\"\"\nContinue from {{{{ steps.s{a}.summary }}}} and {{{{ steps.s{b}.summary }}}} in {{{{ inputs.target }}}}.\n\"\"\"\n"
+            ));
+        } else {
+            text.push_str("prompt = \"Look at {{ inputs.target }}.\"\n");
+        }
+    }
+    text
+}
+
+#[divan::bench(args = [500, 5_000, 50_000], sample_count = 10)]
+fn plan_generated(bencher: divan::Bencher, steps: usize) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = Utf8PathBuf::from_path_buf(dir.path().join("w.toml")).expect("utf-8 temp path");
+    std::fs::write(&path, workflow(steps)).expect("write workflow");
+    let options = PlanOptions {
+        require_inputs: true,
+        ..PlanOptions::default()
+    };
+    let catalog = AgentCatalog::load(&[]);
+    bencher.bench(|| {
+        let loaded = load_workflow(&path).expect("loads");
+        let (plan, problems) = build_plan(&loaded, &catalog, &options);
+        assert!(
+            problems.is_empty(),
+            "{} problems, first: {}",
+            problems.len(),
+            problems[0]
+        );
+        let plan = plan.expect("plans");
+        assert_eq!(plan.steps.len(), steps);
+        plan
+    });
+}
