@@ -89,7 +89,7 @@ struct RunArgs {
     /// Reuse the successful steps of an earlier run (a run id, or `latest`)
     #[arg(long, value_name = "RUN_ID")]
     resume: Option<String>,
-    /// Output format of the final report
+    /// Output format: `text` for people, `json` for programs
     #[arg(long, value_enum, default_value_t)]
     format: Format,
     /// Write a JUnit XML report here
@@ -115,6 +115,7 @@ struct PlanArgs {
     /// Steps running at once (overrides the file's max_parallel)
     #[arg(long, value_name = "N")]
     max_parallel: Option<u32>,
+    /// Output format: `text` for people, `json` for programs
     #[arg(long, value_enum, default_value_t)]
     format: Format,
 }
@@ -142,6 +143,7 @@ struct GraphArgs {
     workflow: Utf8PathBuf,
     #[command(flatten)]
     resolve: ResolveArgs,
+    /// Diagram language
     #[arg(long, value_enum, default_value_t)]
     format: GraphFormat,
 }
