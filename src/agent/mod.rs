@@ -13,7 +13,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
-use crate::error::{Problem, did_you_mean};
+use crate::error::Problem;
 use crate::path;
 use crate::tools::{self, ToolEntry, ToolName, ToolSet};
 use crate::workflow::load::{compile, load_typed};
@@ -431,12 +431,7 @@ fn tool_list(
             ToolEntry::Unknown(name) => errors.push(
                 Problem::error(format!("unknown tool `{name}`"))
                     .at(file, span_of(i, &name), "unknown tool")
-                    .with_help(did_you_mean(&name, tools::known_spellings()).or_else(|| {
-                        Some(format!(
-                            "tools are {}",
-                            ToolName::ALL.map(|t| format!("`{t}`")).join(", ")
-                        ))
-                    })),
+                    .help(tools::unknown_tool_help(&name)),
             ),
         }
     }

@@ -768,12 +768,7 @@ impl Builder<'_> {
                 ),
                 ToolEntry::Unknown(name) => {
                     ok = false;
-                    let help = did_you_mean(&name, tools::known_spellings()).or_else(|| {
-                        Some(format!(
-                            "tools are {}",
-                            ToolName::ALL.map(|t| format!("`{t}`")).join(", ")
-                        ))
-                    });
+                    let help = Some(tools::unknown_tool_help(&name));
                     self.error(
                         format!("unknown tool `{name}` in step `{id}`"),
                         span,

@@ -126,6 +126,16 @@ pub fn known_spellings() -> impl Iterator<Item = &'static str> {
         .flat_map(|t| [t.as_str(), t.claude_alias()])
 }
 
+/// The hint for an unknown tool name: the closest spelling, or the list of tools.
+pub fn unknown_tool_help(name: &str) -> String {
+    crate::error::did_you_mean(name, known_spellings()).unwrap_or_else(|| {
+        format!(
+            "tools are {}",
+            ToolName::ALL.map(|t| format!("`{t}`")).join(", ")
+        )
+    })
+}
+
 /// A resolved list of tools, or all of them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ToolSet {

@@ -305,23 +305,19 @@ pub fn check_schema(
                 );
             }
             ValidationErrorKind::Enum { options } => {
-                let options: Vec<&str> = options
+                let options: Vec<String> = options
                     .as_array()
-                    .map(|a| a.iter().filter_map(Value::as_str).collect())
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(Value::as_str)
+                            .map(str::to_owned)
+                            .collect()
+                    })
                     .unwrap_or_default();
-                let listed = options
-                    .iter()
-                    .map(|o| format!("`{o}`"))
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                let given = error.instance().as_str().unwrap_or_default().to_owned();
-                let help = did_you_mean(&given, options.iter().copied());
                 push(
                     &path,
                     None,
-                    Problem::error(format!("`{at}` must be one of {listed}"))
-                        .at(file, value_span, "not a known value")
-                        .with_help(help),
+                    not_one_of(&at, &options, error.instance(), file, value_span),
                 );
             }
             ValidationErrorKind::Minimum { limit } => push(
@@ -344,17 +340,7 @@ pub fn check_schema(
             ),
             _ => {
                 let problem = match allowed_values(schema, &path) {
-                    Some(options) => {
-                        let listed = options
-                            .iter()
-                            .map(|o| format!("`{o}`"))
-                            .collect::<Vec<_>>()
-                            .join(", ");
-                        let given = error.instance().as_str().unwrap_or_default().to_owned();
-                        Problem::error(format!("`{at}` must be one of {listed}"))
-                            .at(file, value_span, "not a known value")
-                            .with_help(did_you_mean(&given, options.iter().map(String::as_str)))
-                    }
+                    Some(options) => not_one_of(&at, &options, error.instance(), file, value_span),
                     None => Problem::error(format!("`{at}`: {error}")).at(
                         file,
                         value_span,
@@ -366,6 +352,25 @@ pub fn check_schema(
         }
     }
     problems
+}
+
+/// "`steps.a.isolation` must be one of `none`, `worktree`", with the closest as a hint.
+fn not_one_of(
+    at: &str,
+    options: &[String],
+    given: &Value,
+    file: &Arc<SourceFile>,
+    span: std::ops::Range<usize>,
+) -> Problem {
+    let listed = options
+        .iter()
+        .map(|o| format!("`{o}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let given = given.as_str().unwrap_or_default();
+    Problem::error(format!("`{at}` must be one of {listed}"))
+        .at(file, span, "not a known value")
+        .with_help(did_you_mean(given, options.iter().map(String::as_str)))
 }
 
 /// `steps.find_auth.needs[1]`
