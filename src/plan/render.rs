@@ -150,6 +150,9 @@ fn plural(n: usize) -> &'static str {
 }
 
 fn one_line(text: &str) -> String {
+    if text.is_empty() {
+        return "\"\"".into();
+    }
     let first = text.lines().next().unwrap_or_default();
     let mut short: String = first.chars().take(60).collect();
     if short.len() < first.len() || text.lines().nth(1).is_some() {
