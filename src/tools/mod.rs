@@ -1,5 +1,8 @@
 //! The tools a step can be given: their names, Claude Code aliases, and allowlist resolution.
 
+pub mod confine;
+pub mod fs;
+
 use std::collections::BTreeSet;
 use std::fmt;
 
