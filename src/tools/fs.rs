@@ -1,6 +1,7 @@
 //! The file tools: `read_file`, `list_dir`, `write_file`, `edit_file`. Each takes the model's JSON
 //! input and answers with text; failures are error results the model can act on, never panics.
 
+use camino::Utf8PathBuf;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -43,6 +44,29 @@ fn parse<T: for<'de> Deserialize<'de>>(tool: &str, input: &Value) -> Result<T, T
         .map_err(|err| ToolOutput::error(format!("invalid input for `{tool}`: {err}")))
 }
 
+/// Input with a `path`, for [`parse_with_path`].
+trait HasPath {
+    fn path(&self) -> &str;
+}
+
+/// Parses a tool's input and confines its `path`.
+fn parse_with_path<T: for<'de> Deserialize<'de> + HasPath>(
+    tool: &str,
+    ws: &Workspace,
+    input: &Value,
+) -> Result<(T, Utf8PathBuf), ToolOutput> {
+    let input: T = parse(tool, input)?;
+    let path = ws
+        .resolve(input.path())
+        .map_err(|err| ToolOutput::error(err.to_string()))?;
+    Ok((input, path))
+}
+
+macro_rules! has_path {
+    ($($t:ty),*) => { $(impl HasPath for $t { fn path(&self) -> &str { &self.path } })* };
+}
+has_path!(ReadInput, WriteInput, EditInput);
+
 #[derive(Deserialize)]
 struct ReadInput {
     path: String,
@@ -54,13 +78,9 @@ struct ReadInput {
 
 /// A file's lines, numbered from 1, from `offset` (a line number) for `limit` lines.
 pub fn read_file(ws: &Workspace, input: &Value) -> ToolOutput {
-    let input: ReadInput = match parse("read_file", input) {
-        Ok(input) => input,
+    let (input, path) = match parse_with_path::<ReadInput>("read_file", ws, input) {
+        Ok(parsed) => parsed,
         Err(err) => return err,
-    };
-    let path = match ws.resolve(&input.path) {
-        Ok(path) => path,
-        Err(err) => return ToolOutput::error(err.to_string()),
     };
     if path.is_dir() {
         return ToolOutput::error(format!("`{}` is a directory; use list_dir", input.path));
@@ -178,13 +198,9 @@ struct WriteInput {
 
 /// Creates or overwrites a file, creating missing parent directories.
 pub fn write_file(ws: &Workspace, input: &Value) -> ToolOutput {
-    let input: WriteInput = match parse("write_file", input) {
-        Ok(input) => input,
+    let (input, path) = match parse_with_path::<WriteInput>("write_file", ws, input) {
+        Ok(parsed) => parsed,
         Err(err) => return err,
-    };
-    let path = match ws.resolve(&input.path) {
-        Ok(path) => path,
-        Err(err) => return ToolOutput::error(err.to_string()),
     };
     if path.is_dir() {
         return ToolOutput::error(format!("`{}` is a directory", input.path));
@@ -220,8 +236,8 @@ struct EditInput {
 
 /// Replaces an exact, unique `old_string` (or every one, with `replace_all`).
 pub fn edit_file(ws: &Workspace, input: &Value) -> ToolOutput {
-    let input: EditInput = match parse("edit_file", input) {
-        Ok(input) => input,
+    let (input, path) = match parse_with_path::<EditInput>("edit_file", ws, input) {
+        Ok(parsed) => parsed,
         Err(err) => return err,
     };
     if input.old_string.is_empty() {
@@ -230,10 +246,6 @@ pub fn edit_file(ws: &Workspace, input: &Value) -> ToolOutput {
     if input.old_string == input.new_string {
         return ToolOutput::error("`old_string` and `new_string` are the same; nothing to change");
     }
-    let path = match ws.resolve(&input.path) {
-        Ok(path) => path,
-        Err(err) => return ToolOutput::error(err.to_string()),
-    };
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,
         Err(err) => return ToolOutput::error(format!("cannot read `{}`: {err}", input.path)),
@@ -267,7 +279,6 @@ pub fn edit_file(ws: &Workspace, input: &Value) -> ToolOutput {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use camino::Utf8PathBuf;
     use serde_json::json;
 
     fn workspace() -> (tempfile::TempDir, Workspace) {
