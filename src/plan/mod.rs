@@ -880,7 +880,7 @@ impl Builder<'_> {
             }
         };
         let before = self.error_count();
-        self.check_names(ctx, &at, &step.prompt, &names);
+        self.check_names(ctx, &at, &names);
         if self.error_count() > before {
             return None;
         }
@@ -911,7 +911,7 @@ impl Builder<'_> {
     ) {
         let at = path!["steps", ctx.id, "if"];
         match template::expression_names(env, condition) {
-            Ok(names) => self.check_names(ctx, &at, condition, &names),
+            Ok(names) => self.check_names(ctx, &at, &names),
             Err(err) => {
                 let span = self.template_span(&at, condition, &err);
                 self.error(
@@ -929,17 +929,11 @@ impl Builder<'_> {
     }
 
     /// SPEC §1: `inputs.<declared>`, `workflow.name`, and `steps.<ancestor>.<field>`.
-    fn check_names(
-        &mut self,
-        ctx: &StepCtx<'_>,
-        at: &[Seg],
-        source: &str,
-        names: &BTreeSet<String>,
-    ) {
+    fn check_names(&mut self, ctx: &StepCtx<'_>, at: &[Seg], names: &BTreeSet<String>) {
         let id = ctx.id;
         for name in names {
             let parts: Vec<&str> = name.split('.').collect();
-            let span = self.name_span(at, source, name);
+            let span = self.name_span(at, name);
             match parts.as_slice() {
                 ["inputs"] | ["workflow"] | ["steps"] => {}
                 ["inputs", input, ..] => {
@@ -1052,10 +1046,9 @@ impl Builder<'_> {
 
     /// Where in the file a name read by a template stands: the name's own text if it appears in
     /// the value once, else the value.
-    fn name_span(&self, at: &[Seg], source: &str, name: &str) -> Range<usize> {
+    fn name_span(&self, at: &[Seg], name: &str) -> Range<usize> {
         let value = self.span(at);
         let raw = self.file.text.get(value.clone()).unwrap_or_default();
-        let _ = source;
         match raw.find(name) {
             Some(i) => value.start + i..value.start + i + name.len(),
             None => {

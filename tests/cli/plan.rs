@@ -54,15 +54,7 @@ fn check_json_shape(plan: &serde_json::Value) {
     keys.sort();
     assert_eq!(keys, ["name", "steps", "waves"]);
     for wave in plan["waves"].as_array().unwrap() {
-        let ids: Vec<&str> = wave
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_str().unwrap())
-            .collect();
-        let mut sorted = ids.clone();
-        sorted.sort();
-        assert_eq!(ids, sorted);
+        assert_sorted_strings(wave);
     }
     for step in plan["steps"].as_array().unwrap() {
         let mut keys: Vec<&str> = step
@@ -89,20 +81,24 @@ fn check_json_shape(plan: &serde_json::Value) {
         );
         let model = step["model"].as_str().unwrap();
         assert!(model.contains('/'), "model `{model}` is provider/model");
-        let tools: Vec<&str> = step["tools"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_str().unwrap())
-            .collect();
-        let mut sorted = tools.clone();
-        sorted.sort();
-        assert_eq!(tools, sorted);
+        assert_sorted_strings(&step["tools"]);
         assert!(
             !step["prompt"].as_str().unwrap().contains("{{"),
             "prompt is rendered"
         );
     }
+}
+
+fn assert_sorted_strings(list: &serde_json::Value) {
+    let items: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    let mut sorted = items.clone();
+    sorted.sort();
+    assert_eq!(items, sorted);
 }
 
 #[test]
