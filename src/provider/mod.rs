@@ -1,4 +1,9 @@
-//! Model providers: the built-in endpoints of SPEC §4 and those a workflow adds.
+//! Model providers: the built-in endpoints of SPEC §4 and those a workflow adds, the neutral
+//! conversation types, wire formats and the HTTP transport.
+
+pub mod client;
+pub mod format;
+pub mod message;
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -1,0 +1,9 @@
+//! Pure wire-format conversion, unit-tested without a network.
+
+pub mod anthropic;
+pub mod openai;
+
+/// A response body that could not be understood.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unexpected response from the model API: {0}")]
+pub struct FormatError(pub String);
