@@ -39,7 +39,10 @@ impl ToolOutput {
     }
 }
 
-fn parse<T: for<'de> Deserialize<'de>>(tool: &str, input: &Value) -> Result<T, ToolOutput> {
+pub(crate) fn parse_input<T: for<'de> Deserialize<'de>>(
+    tool: &str,
+    input: &Value,
+) -> Result<T, ToolOutput> {
     serde_json::from_value(input.clone())
         .map_err(|err| ToolOutput::error(format!("invalid input for `{tool}`: {err}")))
 }
@@ -55,7 +58,7 @@ fn parse_with_path<T: for<'de> Deserialize<'de> + HasPath>(
     ws: &Workspace,
     input: &Value,
 ) -> Result<(T, Utf8PathBuf), ToolOutput> {
-    let input: T = parse(tool, input)?;
+    let input: T = parse_input(tool, input)?;
     let path = ws
         .resolve(input.path())
         .map_err(|err| ToolOutput::error(err.to_string()))?;
@@ -148,7 +151,7 @@ struct ListInput {
 
 /// The entries of a directory, sorted, directories marked with a trailing `/`.
 pub fn list_dir(ws: &Workspace, input: &Value) -> ToolOutput {
-    let input: ListInput = match parse("list_dir", input) {
+    let input: ListInput = match parse_input("list_dir", input) {
         Ok(input) => input,
         Err(err) => return err,
     };

@@ -1,7 +1,10 @@
 //! The tools a step can be given: their names, Claude Code aliases, and allowlist resolution.
 
+pub mod bash;
 pub mod confine;
 pub mod fs;
+pub mod registry;
+pub mod search;
 
 use std::collections::BTreeSet;
 use std::fmt;

@@ -1,0 +1,278 @@
+//! `glob` and `grep`, on ripgrep's libraries: parallel walks that honour .gitignore.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use camino::{Utf8Path, Utf8PathBuf};
+use globset::GlobBuilder;
+use grep_regex::RegexMatcherBuilder;
+use grep_searcher::sinks::UTF8;
+use grep_searcher::{BinaryDetection, SearcherBuilder};
+use ignore::{WalkBuilder, WalkState};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::confine::Workspace;
+use super::fs::{ToolOutput, parse_input};
+
+/// Paths `glob` returns at most.
+pub const MAX_GLOB_RESULTS: usize = 1000;
+/// Matching lines `grep` returns by default, and at most.
+pub const DEFAULT_GREP_RESULTS: usize = 200;
+pub const MAX_GREP_RESULTS: usize = 2000;
+/// Characters kept of a matching line.
+const MAX_MATCH_CHARS: usize = 500;
+
+fn walker(root: &Utf8Path) -> WalkBuilder {
+    let mut builder = WalkBuilder::new(root);
+    // .gitignore applies whether or not the directory is a git checkout, as users expect of rg.
+    builder.require_git(false);
+    let threads = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .min(8);
+    builder.threads(threads);
+    builder
+}
+
+fn relative(ws: &Workspace, path: &std::path::Path) -> Option<String> {
+    let path = Utf8Path::from_path(path)?;
+    Some(ws.display(path))
+}
+
+#[derive(Deserialize)]
+struct GlobInput {
+    pattern: String,
+    #[serde(default)]
+    path: Option<String>,
+}
+
+/// Paths under `path` (default: the working directory) whose path relative to it matches.
+pub fn glob(ws: &Workspace, input: &Value) -> ToolOutput {
+    let input: GlobInput = match parse_input("glob", input) {
+        Ok(input) => input,
+        Err(err) => return err,
+    };
+    let base = match ws.resolve(input.path.as_deref().unwrap_or(".")) {
+        Ok(base) => base,
+        Err(err) => return ToolOutput::error(err.to_string()),
+    };
+    let matcher = match GlobBuilder::new(&input.pattern)
+        .literal_separator(true)
+        .build()
+    {
+        Ok(glob) => glob.compile_matcher(),
+        Err(err) => return ToolOutput::error(format!("invalid glob `{}`: {err}", input.pattern)),
+    };
+    let found = Mutex::new(Vec::new());
+    let total = AtomicUsize::new(0);
+    walker(&base).build_parallel().run(|| {
+        Box::new(|entry| {
+            let Ok(entry) = entry else {
+                return WalkState::Continue;
+            };
+            if entry.file_type().is_some_and(|t| t.is_dir()) {
+                return WalkState::Continue;
+            }
+            let Ok(rel) = entry.path().strip_prefix(&base) else {
+                return WalkState::Continue;
+            };
+            if matcher.is_match(rel) {
+                total.fetch_add(1, Ordering::Relaxed);
+                if let Some(shown) = relative(ws, entry.path())
+                    && let Ok(mut found) = found.lock()
+                {
+                    found.push(shown);
+                }
+            }
+            WalkState::Continue
+        })
+    });
+    let mut found = found.into_inner().unwrap_or_default();
+    found.sort();
+    let total = total.into_inner();
+    if found.is_empty() {
+        return ToolOutput::ok(format!("no files match `{}`", input.pattern));
+    }
+    let mut out: String = found
+        .iter()
+        .take(MAX_GLOB_RESULTS)
+        .map(|p| format!("{p}\n"))
+        .collect();
+    if total > MAX_GLOB_RESULTS {
+        out.push_str(&format!(
+            "[showing {MAX_GLOB_RESULTS} of {total} paths; narrow the pattern or the path]\n"
+        ));
+    }
+    ToolOutput::ok(out)
+}
+
+#[derive(Deserialize)]
+struct GrepInput {
+    pattern: String,
+    #[serde(default)]
+    path: Option<String>,
+    #[serde(default)]
+    glob: Option<String>,
+    #[serde(default)]
+    case_insensitive: bool,
+    #[serde(default)]
+    max_results: Option<usize>,
+}
+
+/// Lines matching a regex, as `path:line:text`, sorted by path and line.
+pub fn grep(ws: &Workspace, input: &Value) -> ToolOutput {
+    let input: GrepInput = match parse_input("grep", input) {
+        Ok(input) => input,
+        Err(err) => return err,
+    };
+    let base: Utf8PathBuf = match ws.resolve(input.path.as_deref().unwrap_or(".")) {
+        Ok(base) => base,
+        Err(err) => return ToolOutput::error(err.to_string()),
+    };
+    let matcher = match RegexMatcherBuilder::new()
+        .case_insensitive(input.case_insensitive)
+        .build(&input.pattern)
+    {
+        Ok(m) => m,
+        Err(err) => return ToolOutput::error(format!("invalid regex `{}`: {err}", input.pattern)),
+    };
+    let filter = match &input.glob {
+        Some(pattern) => match GlobBuilder::new(pattern).build() {
+            Ok(g) => Some(g.compile_matcher()),
+            Err(err) => return ToolOutput::error(format!("invalid glob `{pattern}`: {err}")),
+        },
+        None => None,
+    };
+    let limit = input
+        .max_results
+        .unwrap_or(DEFAULT_GREP_RESULTS)
+        .clamp(1, MAX_GREP_RESULTS);
+    let hits = Mutex::new(Vec::new());
+    let count = AtomicUsize::new(0);
+    walker(&base).build_parallel().run(|| {
+        let mut searcher = SearcherBuilder::new()
+            .binary_detection(BinaryDetection::quit(0))
+            .line_number(true)
+            .build();
+        let matcher = matcher.clone();
+        let filter = filter.clone();
+        let (hits, count, base, ws) = (&hits, &count, &base, ws);
+        Box::new(move |entry| {
+            let Ok(entry) = entry else {
+                return WalkState::Continue;
+            };
+            if !entry.file_type().is_some_and(|t| t.is_file()) {
+                return WalkState::Continue;
+            }
+            if let Some(filter) = &filter {
+                // A glob with a `/` matches the path under `path`; one without, the file name.
+                let rel = entry.path().strip_prefix(base).unwrap_or(entry.path());
+                let name = entry
+                    .path()
+                    .file_name()
+                    .map(std::path::Path::new)
+                    .unwrap_or(rel);
+                if !filter.is_match(rel) && !filter.is_match(name) {
+                    return WalkState::Continue;
+                }
+            }
+            let Some(shown) = relative(ws, entry.path()) else {
+                return WalkState::Continue;
+            };
+            let mut local = Vec::new();
+            let _ = searcher.search_path(
+                &matcher,
+                entry.path(),
+                UTF8(|line, text| {
+                    let text = text.trim_end_matches(['\n', '\r']);
+                    let short: String = text.chars().take(MAX_MATCH_CHARS).collect();
+                    local.push((shown.clone(), line, short));
+                    Ok(count.fetch_add(1, Ordering::Relaxed) < limit * 4)
+                }),
+            );
+            if !local.is_empty()
+                && let Ok(mut hits) = hits.lock()
+            {
+                hits.extend(local);
+            }
+            if count.load(Ordering::Relaxed) >= limit * 4 {
+                WalkState::Quit
+            } else {
+                WalkState::Continue
+            }
+        })
+    });
+    let mut hits = hits.into_inner().unwrap_or_default();
+    if hits.is_empty() {
+        return ToolOutput::ok(format!("no matches for `{}`", input.pattern));
+    }
+    hits.sort();
+    let total = hits.len();
+    let mut out: String = hits
+        .iter()
+        .take(limit)
+        .map(|(path, line, text)| format!("{path}:{line}:{text}\n"))
+        .collect();
+    if total > limit {
+        out.push_str(&format!(
+            "[showing {limit} matching lines; there are more: narrow the pattern, path or glob, or raise max_results]\n"
+        ));
+    }
+    ToolOutput::ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn workspace() -> (tempfile::TempDir, Workspace) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = Utf8PathBuf::from_path_buf(dir.path().to_owned()).unwrap();
+        for (path, text) in [
+            ("src/auth.rs", "fn login() {}\nfn Logout() {}\n"),
+            ("src/db/session.rs", "struct Session;\n// login helper\n"),
+            ("target/debug/junk.rs", "fn login() {}\n"),
+            ("notes.md", "login flow\n"),
+            (".gitignore", "target/\n"),
+        ] {
+            std::fs::create_dir_all(root.join(path).parent().unwrap()).unwrap();
+            std::fs::write(root.join(path), text).unwrap();
+        }
+        let ws = Workspace::new(&root).unwrap();
+        (dir, ws)
+    }
+
+    #[test]
+    fn glob_matches_relative_paths_and_honours_gitignore() {
+        let (_d, ws) = workspace();
+        let out = glob(&ws, &json!({"pattern": "**/*.rs"}));
+        assert_eq!(out.text, "src/auth.rs\nsrc/db/session.rs\n");
+        let out = glob(&ws, &json!({"pattern": "*.rs", "path": "src"}));
+        assert_eq!(out.text, "src/auth.rs\n");
+        assert!(glob(&ws, &json!({"pattern": "*", "path": "/etc"})).is_error);
+        assert!(glob(&ws, &json!({"pattern": "a["})).is_error);
+    }
+
+    #[test]
+    fn grep_finds_lines_with_options() {
+        let (_d, ws) = workspace();
+        let out = grep(&ws, &json!({"pattern": "login"}));
+        assert_eq!(
+            out.text,
+            "notes.md:1:login flow\nsrc/auth.rs:1:fn login() {}\nsrc/db/session.rs:2:// login helper\n"
+        );
+        let ci = grep(&ws, &json!({"pattern": "logout", "case_insensitive": true}));
+        assert_eq!(ci.text, "src/auth.rs:2:fn Logout() {}\n");
+        let filtered = grep(&ws, &json!({"pattern": "login", "glob": "*.md"}));
+        assert_eq!(filtered.text, "notes.md:1:login flow\n");
+        let capped = grep(&ws, &json!({"pattern": "login", "max_results": 1}));
+        assert!(
+            capped
+                .text
+                .starts_with("notes.md:1:login flow\n[showing 1 matching lines")
+        );
+        assert!(grep(&ws, &json!({"pattern": "("})).is_error);
+        assert!(grep(&ws, &json!({"pattern": "x", "path": "../"})).is_error);
+    }
+}
