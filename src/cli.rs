@@ -9,7 +9,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::agent::{AgentCatalog, AgentSource, agent_schema, lookup_dirs};
 use crate::error::{Exit, Problem, Reporter, count_summary};
-use crate::plan::{Plan, PlanOptions, build_plan, render};
+use crate::plan::{Plan, PlanOptions, PlannedStep, build_plan, render};
+use crate::run::{self, RunOptions, RunRecord, RunStatus, StepRecord, StepStatus};
 use crate::tools::ToolSet;
 use crate::workflow::{load_workflow, workflow_schema};
 
@@ -386,14 +387,180 @@ fn cmd_run(args: RunArgs, io: &mut Io<'_>) -> Exit {
             io,
         );
     }
-    let Some(_plan) = load_plan(&args.workflow, &args.resolve, args.max_parallel, true, io) else {
+    let Some(plan) = load_plan(&args.workflow, &args.resolve, args.max_parallel, true, io) else {
         return Exit::Invalid;
     };
-    let _ = writeln!(
-        io.err,
-        "error: this build of runner cannot execute steps yet; `runner run --dry-run` and `runner plan` show what would run"
-    );
-    Exit::Invalid
+    // Keys are checked before anything starts: a missing one costs nothing.
+    let keys = match run::provider_keys(&plan) {
+        Ok(keys) => keys,
+        Err(problems) => {
+            report(io, &problems);
+            return Exit::Invalid;
+        }
+    };
+    let workdir = args
+        .resolve
+        .workdir
+        .clone()
+        .unwrap_or_else(|| Utf8PathBuf::from("."));
+    let options = RunOptions {
+        state_dir: args
+            .state_dir
+            .clone()
+            .unwrap_or_else(|| run::default_state_dir(&workdir)),
+        workdir,
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            report(
+                io,
+                &[Problem::error(format!(
+                    "cannot start the async runtime: {err}"
+                ))],
+            );
+            return Exit::Invalid;
+        }
+    };
+    let mut lines = PlainProgress {
+        enabled: !args.no_progress,
+    };
+    let result = runtime.block_on(run::execute(&plan, &keys, &options, &mut lines));
+    let record = match result {
+        Ok(record) => record,
+        Err(problem) => {
+            report(io, &[problem]);
+            return Exit::Invalid;
+        }
+    };
+    let _ = write!(io.err, "{}", summary_table(&plan, &record));
+    if args.format == Format::Json {
+        let _ = writeln!(io.out, "{}", record.to_json());
+    }
+    if record.status == RunStatus::Succeeded {
+        Exit::Success
+    } else {
+        Exit::StepFailed
+    }
+}
+
+/// Plain start and finish lines on stderr, written as they happen (the live terminal display
+/// comes with the concurrent scheduler).
+struct PlainProgress {
+    enabled: bool,
+}
+
+impl run::Reporter for PlainProgress {
+    fn step_started(&mut self, step: &PlannedStep) {
+        if self.enabled {
+            let _ = writeln!(std::io::stderr(), "[{}] {} started", step.agent, step.id);
+        }
+    }
+
+    fn step_finished(&mut self, step: &PlannedStep, record: &StepRecord) {
+        if !self.enabled {
+            return;
+        }
+        let line = match record.status {
+            StepStatus::Skipped => format!(
+                "[{}] {} skipped ({})",
+                step.agent,
+                step.id,
+                record.error.as_deref().unwrap_or("condition")
+            ),
+            status => {
+                let mut line = format!(
+                    "[{}] {} {} ({} tools, {}, {} tokens)",
+                    step.agent,
+                    step.id,
+                    if status == StepStatus::Succeeded {
+                        "done"
+                    } else {
+                        status.as_str()
+                    },
+                    record.tool_calls,
+                    seconds(record.duration_ms),
+                    tokens(
+                        record.input_tokens
+                            + record.cache_creation_input_tokens
+                            + record.cache_read_input_tokens
+                            + record.output_tokens
+                    ),
+                );
+                if let Some(error) = &record.error {
+                    line.push_str(&format!(": {error}"));
+                }
+                line
+            }
+        };
+        let _ = writeln!(std::io::stderr(), "{line}");
+    }
+}
+
+fn seconds(ms: u64) -> String {
+    format!("{:.1}s", ms as f64 / 1000.0)
+}
+
+fn tokens(n: u64) -> String {
+    if n >= 1000 {
+        format!("{:.1}k", n as f64 / 1000.0)
+    } else {
+        n.to_string()
+    }
+}
+
+/// The final table: status, turns, tool calls, tokens and time of every step.
+fn summary_table(plan: &Plan, record: &RunRecord) -> String {
+    let mut rows = vec![[
+        "STEP".to_owned(),
+        "STATUS".into(),
+        "TURNS".into(),
+        "TOOLS".into(),
+        "TOKENS IN/OUT".into(),
+        "TIME".into(),
+    ]];
+    for step in &plan.steps {
+        let Some(r) = record.steps.get(&step.id) else {
+            continue;
+        };
+        let input = r.input_tokens + r.cache_creation_input_tokens + r.cache_read_input_tokens;
+        rows.push([
+            step.id.clone(),
+            r.status.as_str().to_owned(),
+            r.turns.to_string(),
+            r.tool_calls.to_string(),
+            format!("{}/{}", tokens(input), tokens(r.output_tokens)),
+            seconds(r.duration_ms),
+        ]);
+    }
+    let widths: Vec<usize> = (0..6)
+        .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::from("\n");
+    for row in &rows {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out.push_str(&format!(
+        "run {} {} in {}\n",
+        record.run_id,
+        match record.status {
+            RunStatus::Succeeded => "succeeded",
+            RunStatus::Failed => "failed",
+            RunStatus::Interrupted => "was interrupted",
+            RunStatus::Running => "is still running",
+        },
+        seconds(record.duration_ms)
+    ));
+    out
 }
 
 fn cmd_validate(args: ValidateArgs, io: &mut Io<'_>) -> Exit {

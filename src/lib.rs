@@ -6,6 +6,8 @@ pub mod cli;
 pub mod error;
 pub mod plan;
 pub mod provider;
+pub mod run;
+pub mod session;
 pub mod template;
 pub mod tools;
 pub mod workflow;

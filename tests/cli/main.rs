@@ -2,7 +2,9 @@
 
 mod agents;
 mod diagnostics;
+mod fake;
 mod no_panic;
 mod plan;
+mod run;
 mod schema;
 mod support;

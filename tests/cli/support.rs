@@ -12,6 +12,7 @@ pub struct Test {
     dir: TempDir,
     cwd: Option<PathBuf>,
     args: Vec<String>,
+    env: Vec<(String, String)>,
 }
 
 pub struct Output {
@@ -26,6 +27,7 @@ impl Test {
             dir: tempfile::tempdir().expect("temp dir"),
             cwd: None,
             args: Vec::new(),
+            env: Vec::new(),
         }
     }
 
@@ -54,19 +56,44 @@ impl Test {
         self
     }
 
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Runs the binary off the async workers, so a fake server in this process keeps serving.
+    pub async fn run_async(self) -> (Output, Self) {
+        tokio::task::spawn_blocking(move || {
+            let out = self.run_here();
+            (out, self)
+        })
+        .await
+        .expect("runner thread")
+    }
+
     pub fn run(self) -> Output {
+        self.run_here()
+    }
+
+    fn run_here(&self) -> Output {
         let cwd = self
             .cwd
             .clone()
             .unwrap_or_else(|| self.dir.path().to_owned());
-        let output = Command::new(env!("CARGO_BIN_EXE_runner"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_runner"));
+        command
             .args(&self.args)
             .current_dir(cwd)
             .env("NO_COLOR", "1")
             .env_remove("ANTHROPIC_API_KEY")
             .env_remove("OPENAI_API_KEY")
-            .output()
-            .expect("run runner");
+            .env_remove("ANTHROPIC_BASE_URL")
+            .env_remove("OPENAI_BASE_URL")
+            .env_remove("OLLAMA_HOST");
+        for (key, value) in &self.env {
+            command.env(key, value);
+        }
+        let output = command.output().expect("run runner");
         Output {
             status: output.status.code().unwrap_or(-1),
             stdout: String::from_utf8_lossy(&output.stdout).into_owned(),

@@ -1,0 +1,155 @@
+//! `run.json`: what happened in a run, written after every step so an interrupted run keeps what
+//! finished.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use camino::Utf8Path;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::plan::Plan;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    Running,
+    Succeeded,
+    Failed,
+    Interrupted,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StepStatus {
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    Skipped,
+    Cancelled,
+}
+
+impl StepStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepStatus::Pending => "pending",
+            StepStatus::Running => "running",
+            StepStatus::Succeeded => "succeeded",
+            StepStatus::Failed => "failed",
+            StepStatus::Skipped => "skipped",
+            StepStatus::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn is_finished(self) -> bool {
+        !matches!(self, StepStatus::Pending | StepStatus::Running)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepRecord {
+    pub status: StepStatus,
+    pub summary: String,
+    pub output: Value,
+    pub error: Option<String>,
+    pub model: String,
+    pub turns: u32,
+    pub tool_calls: u32,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_creation_input_tokens: u64,
+    pub cache_read_input_tokens: u64,
+    pub duration_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+    /// Kept for templates; not written to run.json (the branch holds the change).
+    #[serde(skip)]
+    pub diff: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub run_id: String,
+    pub workflow: String,
+    pub status: RunStatus,
+    pub started_at: String,
+    pub duration_ms: u64,
+    pub steps: BTreeMap<String, StepRecord>,
+}
+
+impl RunRecord {
+    pub fn new(plan: &Plan) -> Self {
+        let now = jiff::ZonedDateTime::now();
+        let run_id = format!(
+            "{}-{:04x}",
+            now.strftime("%Y%m%dT%H%M%S"),
+            rand::random::<u16>()
+        );
+        let steps = plan
+            .steps
+            .iter()
+            .map(|s| {
+                (
+                    s.id.clone(),
+                    StepRecord {
+                        status: StepStatus::Pending,
+                        summary: String::new(),
+                        output: Value::Null,
+                        error: None,
+                        model: s.model.to_string(),
+                        turns: 0,
+                        tool_calls: 0,
+                        input_tokens: 0,
+                        output_tokens: 0,
+                        cache_creation_input_tokens: 0,
+                        cache_read_input_tokens: 0,
+                        duration_ms: 0,
+                        branch: None,
+                        diff: None,
+                    },
+                )
+            })
+            .collect();
+        Self {
+            run_id,
+            workflow: plan.name.clone(),
+            status: RunStatus::Running,
+            started_at: now.timestamp().to_string(),
+            duration_ms: 0,
+            steps,
+        }
+    }
+
+    /// The record of a step of the plan.
+    pub fn step_mut(&mut self, id: &str) -> &mut StepRecord {
+        // Invariant: `new` made an entry for every step of the plan, and callers only pass ids
+        // from that plan.
+        self.steps
+            .get_mut(id)
+            .expect("every planned step has a record")
+    }
+
+    pub fn finish(&mut self, elapsed: Duration) {
+        self.duration_ms = elapsed.as_millis() as u64;
+        let failed = self.steps.values().any(|s| s.status == StepStatus::Failed);
+        self.status = if failed {
+            RunStatus::Failed
+        } else {
+            RunStatus::Succeeded
+        };
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+
+    /// Writes `run.json` atomically (a temp file renamed over it). A write failure is not fatal:
+    /// the run goes on and the final report still reaches stdout.
+    pub fn save(&self, run_dir: &Utf8Path) {
+        let tmp = run_dir.join("run.json.tmp");
+        if std::fs::write(&tmp, self.to_json()).is_ok() {
+            let _ = std::fs::rename(&tmp, run_dir.join("run.json"));
+        }
+    }
+}

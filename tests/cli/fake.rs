@@ -1,0 +1,109 @@
+//! A fake model API on 127.0.0.1: wiremock serving a script of responses in order, for both the
+//! Anthropic Messages API and OpenAI Chat Completions.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+
+use serde_json::{Value, json};
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+
+/// Answers each request with the next response of the script.
+struct Script(Mutex<VecDeque<ResponseTemplate>>);
+
+impl Respond for Script {
+    fn respond(&self, _: &Request) -> ResponseTemplate {
+        self.0.lock().unwrap().pop_front().unwrap_or_else(|| {
+            ResponseTemplate::new(500).set_body_string("the test script has no more responses")
+        })
+    }
+}
+
+pub struct Fake {
+    pub server: MockServer,
+}
+
+impl Fake {
+    pub async fn start(endpoint: &str, script: Vec<ResponseTemplate>) -> Self {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .and(path(endpoint))
+            .respond_with(Script(Mutex::new(script.into())))
+            .mount(&server)
+            .await;
+        Self { server }
+    }
+
+    pub async fn anthropic(script: Vec<ResponseTemplate>) -> Self {
+        Self::start("/v1/messages", script).await
+    }
+
+    pub async fn openai(script: Vec<ResponseTemplate>) -> Self {
+        Self::start("/v1/chat/completions", script).await
+    }
+
+    pub fn uri(&self) -> String {
+        self.server.uri()
+    }
+
+    pub async fn requests(&self) -> Vec<Request> {
+        self.server.received_requests().await.unwrap_or_default()
+    }
+
+    pub async fn bodies(&self) -> Vec<Value> {
+        self.requests()
+            .await
+            .iter()
+            .map(|r| serde_json::from_slice(&r.body).expect("request body is JSON"))
+            .collect()
+    }
+}
+
+pub fn ok(body: Value) -> ResponseTemplate {
+    ResponseTemplate::new(200).set_body_json(body)
+}
+
+/// An Anthropic turn that calls one tool.
+pub fn anthropic_tool(id: &str, name: &str, input: Value) -> ResponseTemplate {
+    ok(json!({
+        "id": "msg", "type": "message", "role": "assistant", "model": "m",
+        "content": [{"type": "text", "text": "Let me look."}, {"type": "tool_use", "id": id, "name": name, "input": input}],
+        "stop_reason": "tool_use",
+        "usage": {"input_tokens": 100, "output_tokens": 20, "cache_creation_input_tokens": 50, "cache_read_input_tokens": 0}
+    }))
+}
+
+/// An Anthropic final answer.
+pub fn anthropic_text(text: &str) -> ResponseTemplate {
+    ok(json!({
+        "id": "msg", "type": "message", "role": "assistant", "model": "m",
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn",
+        "usage": {"input_tokens": 10, "output_tokens": 30, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 150}
+    }))
+}
+
+pub fn openai_text(text: &str) -> ResponseTemplate {
+    ok(json!({
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 40, "completion_tokens": 12}
+    }))
+}
+
+/// The tool results a request carries back (Anthropic), by tool_use_id.
+pub fn anthropic_results(body: &Value) -> Vec<(String, String, bool)> {
+    body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .filter(|b| b["type"] == "tool_result")
+        .map(|b| {
+            (
+                b["tool_use_id"].as_str().unwrap_or_default().to_owned(),
+                b["content"].as_str().unwrap_or_default().to_owned(),
+                b["is_error"].as_bool().unwrap_or(false),
+            )
+        })
+        .collect()
+}
