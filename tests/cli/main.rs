@@ -3,6 +3,7 @@
 mod agents;
 mod diagnostics;
 mod fake;
+mod live;
 mod no_panic;
 mod plan;
 mod run;

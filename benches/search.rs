@@ -1,0 +1,110 @@
+//! The `grep` and `glob` tools on a generated tree of 50,000 files, beside ripgrep (`rg`) on the
+//! same tree when it is installed. The pattern matches rarely, so every file is searched.
+
+use std::process::Command;
+use std::sync::OnceLock;
+
+use camino::Utf8PathBuf;
+use runner::tools::confine::Workspace;
+use runner::tools::search::{glob, grep};
+use serde_json::json;
+
+const DIRS: usize = 500;
+const FILES_PER_DIR: usize = 100;
+
+fn main() {
+    divan::main();
+}
+
+struct Tree {
+    _dir: tempfile::TempDir,
+    root: Utf8PathBuf,
+    workspace: Workspace,
+}
+
+fn tree() -> &'static Tree {
+    static TREE: OnceLock<Tree> = OnceLock::new();
+    TREE.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let root = Utf8PathBuf::from_path_buf(dir.path().to_owned()).expect("utf-8 path");
+        std::fs::write(root.join(".gitignore"), "*.log\n").expect("write");
+        for d in 0..DIRS {
+            let sub = root.join(format!("pkg{d:03}/src"));
+            std::fs::create_dir_all(&sub).expect("mkdir");
+            for f in 0..FILES_PER_DIR {
+                let ext = ["rs", "py", "ts", "md"][f % 4];
+                let mut text = String::new();
+                for line in 0..30 {
+                    text.push_str(&format!(
+                        "fn item_{d}_{f}_{line}(value: usize) -> usize {{ value * {line} }}\n"
+                    ));
+                }
+                // One file in a thousand holds the needle.
+                if (d * FILES_PER_DIR + f) % 1000 == 0 {
+                    text.push_str("// NEEDLE: rotate the signing key\n");
+                }
+                std::fs::write(sub.join(format!("file{f:03}.{ext}")), text).expect("write");
+            }
+        }
+        let workspace = Workspace::new(&root).expect("workspace");
+        Tree {
+            _dir: dir,
+            root,
+            workspace,
+        }
+    })
+}
+
+fn have_rg() -> bool {
+    Command::new("rg")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+#[divan::bench(sample_count = 10)]
+fn grep_runner() -> usize {
+    let t = tree();
+    let out = grep(
+        &t.workspace,
+        &json!({"pattern": "NEEDLE: rotate", "max_results": 2000}),
+    );
+    assert!(!out.is_error);
+    out.text.lines().count()
+}
+
+#[divan::bench(sample_count = 10)]
+fn grep_rg() -> usize {
+    let t = tree();
+    if !have_rg() {
+        return 0;
+    }
+    let out = Command::new("rg")
+        .args(["-n", "NEEDLE: rotate"])
+        .current_dir(&t.root)
+        .output()
+        .expect("rg");
+    out.stdout.iter().filter(|b| **b == b'\n').count()
+}
+
+#[divan::bench(sample_count = 10)]
+fn glob_runner() -> usize {
+    let t = tree();
+    let out = glob(&t.workspace, &json!({"pattern": "**/file000.rs"}));
+    assert!(!out.is_error);
+    out.text.lines().count()
+}
+
+#[divan::bench(sample_count = 10)]
+fn glob_rg() -> usize {
+    let t = tree();
+    if !have_rg() {
+        return 0;
+    }
+    let out = Command::new("rg")
+        .args(["--files", "-g", "**/file000.rs"])
+        .current_dir(&t.root)
+        .output()
+        .expect("rg");
+    out.stdout.iter().filter(|b| **b == b'\n').count()
+}
