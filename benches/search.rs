@@ -40,7 +40,7 @@ fn tree() -> &'static Tree {
                     ));
                 }
                 // One file in a thousand holds the needle.
-                if (d * FILES_PER_DIR + f) % 1000 == 0 {
+                if (d * FILES_PER_DIR + f).is_multiple_of(1000) {
                     text.push_str("// NEEDLE: rotate the signing key\n");
                 }
                 std::fs::write(sub.join(format!("file{f:03}.{ext}")), text).expect("write");
