@@ -9,10 +9,20 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::agent::{AgentCatalog, AgentSource, agent_schema, lookup_dirs};
 use crate::error::{Exit, Problem, Reporter, count_summary};
-use crate::plan::{Plan, PlanOptions, PlannedStep, build_plan, render};
-use crate::run::{self, RunOptions, RunRecord, RunStatus, StepRecord, StepStatus};
+use crate::plan::{Plan, PlanOptions, build_plan, render};
+use crate::provider::client::ModelClient;
+use crate::report::junit::to_junit;
+use crate::report::progress::{LiveProgress, NoProgress, PlainProgress};
+use crate::report::summary_table;
+use crate::run::executor::ModelExecutor;
+use crate::run::{self, RunOptions, RunStatus};
 use crate::tools::ToolSet;
+use crate::tools::bash::scrubbed_vars;
 use crate::workflow::{load_workflow, workflow_schema};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -390,6 +400,31 @@ fn cmd_run(args: RunArgs, io: &mut Io<'_>) -> Exit {
     let Some(plan) = load_plan(&args.workflow, &args.resolve, args.max_parallel, true, io) else {
         return Exit::Invalid;
     };
+    let workdir = args
+        .resolve
+        .workdir
+        .clone()
+        .unwrap_or_else(|| Utf8PathBuf::from("."));
+    let state_dir = args
+        .state_dir
+        .clone()
+        .unwrap_or_else(|| run::default_state_dir(&workdir));
+    let resume = match &args.resume {
+        Some(which) => match run::load_resume(&state_dir, which) {
+            Ok(record) => Some(record),
+            Err(problem) => {
+                report(io, &[problem]);
+                return Exit::Invalid;
+            }
+        },
+        None => None,
+    };
+    let only: BTreeSet<String> = args.only.iter().cloned().collect();
+    let problems = run::check_only(&plan, &only, resume.as_ref());
+    if !problems.is_empty() {
+        report(io, &problems);
+        return Exit::Invalid;
+    }
     // Keys are checked before anything starts: a missing one costs nothing.
     let keys = match run::provider_keys(&plan) {
         Ok(keys) => keys,
@@ -397,18 +432,6 @@ fn cmd_run(args: RunArgs, io: &mut Io<'_>) -> Exit {
             report(io, &problems);
             return Exit::Invalid;
         }
-    };
-    let workdir = args
-        .resolve
-        .workdir
-        .clone()
-        .unwrap_or_else(|| Utf8PathBuf::from("."));
-    let options = RunOptions {
-        state_dir: args
-            .state_dir
-            .clone()
-            .unwrap_or_else(|| run::default_state_dir(&workdir)),
-        workdir,
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -425,10 +448,48 @@ fn cmd_run(args: RunArgs, io: &mut Io<'_>) -> Exit {
             return Exit::Invalid;
         }
     };
-    let mut lines = PlainProgress {
-        enabled: !args.no_progress,
+    let interrupt = CancellationToken::new();
+    runtime.spawn(watch_signals(interrupt.clone()));
+    let configured: Vec<String> = plan
+        .providers
+        .values()
+        .filter_map(|p| p.api_key_env.clone())
+        .collect();
+    let clients = plan
+        .providers
+        .values()
+        .filter(|spec| plan.steps.iter().any(|s| s.model.provider == spec.name))
+        .map(|spec| {
+            let key = keys.get(&spec.name).cloned().flatten();
+            (
+                spec.name.clone(),
+                ModelClient::new(spec.kind, &spec.base_url(), key),
+            )
+        })
+        .collect();
+    let executor = Arc::new(ModelExecutor {
+        clients: Arc::new(clients),
+        scrub: Arc::new(scrubbed_vars(&configured)),
+    });
+    let options = RunOptions {
+        workdir,
+        state_dir,
+        fail_fast: args.fail_fast,
+        resume,
+        only,
+        interrupt,
     };
-    let result = runtime.block_on(run::execute(&plan, &keys, &options, &mut lines));
+    let mut reporter: Box<dyn run::Reporter> = if args.no_progress {
+        Box::new(NoProgress)
+    } else if std::io::stderr().is_terminal() {
+        Box::new(LiveProgress::new())
+    } else {
+        Box::new(PlainProgress)
+    };
+    let result = runtime.block_on(run::execute(&plan, executor, &options, reporter.as_mut()));
+    drop(reporter);
+    // Steps still winding down (a cancelled HTTP request, a killed process) are not waited for.
+    runtime.shutdown_timeout(Duration::from_millis(500));
     let record = match result {
         Ok(record) => record,
         Err(problem) => {
@@ -437,130 +498,48 @@ fn cmd_run(args: RunArgs, io: &mut Io<'_>) -> Exit {
         }
     };
     let _ = write!(io.err, "{}", summary_table(&plan, &record));
+    if let Some(path) = &args.junit
+        && let Err(err) = std::fs::write(path, to_junit(&plan, &record))
+    {
+        let _ = writeln!(
+            io.err,
+            "error: cannot write the JUnit report `{path}`: {err}"
+        );
+    }
     if args.format == Format::Json {
         let _ = writeln!(io.out, "{}", record.to_json());
     }
-    if record.status == RunStatus::Succeeded {
-        Exit::Success
-    } else {
-        Exit::StepFailed
+    match record.status {
+        RunStatus::Succeeded => Exit::Success,
+        RunStatus::Interrupted => Exit::Interrupted,
+        RunStatus::Failed | RunStatus::Running => Exit::StepFailed,
     }
 }
 
-/// Plain start and finish lines on stderr, written as they happen (the live terminal display
-/// comes with the concurrent scheduler).
-struct PlainProgress {
-    enabled: bool,
-}
-
-impl run::Reporter for PlainProgress {
-    fn step_started(&mut self, step: &PlannedStep) {
-        if self.enabled {
-            let _ = writeln!(std::io::stderr(), "[{}] {} started", step.agent, step.id);
-        }
+/// The first SIGINT/SIGTERM stops the run (running steps are cancelled, `run.json` says
+/// `interrupted`); a second exits at once.
+async fn watch_signals(interrupt: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return;
+    };
+    tokio::select! {
+        _ = int.recv() => {}
+        _ = term.recv() => {}
     }
-
-    fn step_finished(&mut self, step: &PlannedStep, record: &StepRecord) {
-        if !self.enabled {
-            return;
-        }
-        let line = match record.status {
-            StepStatus::Skipped => format!(
-                "[{}] {} skipped ({})",
-                step.agent,
-                step.id,
-                record.error.as_deref().unwrap_or("condition")
-            ),
-            status => {
-                let mut line = format!(
-                    "[{}] {} {} ({} tools, {}, {} tokens)",
-                    step.agent,
-                    step.id,
-                    if status == StepStatus::Succeeded {
-                        "done"
-                    } else {
-                        status.as_str()
-                    },
-                    record.tool_calls,
-                    seconds(record.duration_ms),
-                    tokens(
-                        record.input_tokens
-                            + record.cache_creation_input_tokens
-                            + record.cache_read_input_tokens
-                            + record.output_tokens
-                    ),
-                );
-                if let Some(error) = &record.error {
-                    line.push_str(&format!(": {error}"));
-                }
-                line
-            }
-        };
-        let _ = writeln!(std::io::stderr(), "{line}");
+    let _ = writeln!(
+        std::io::stderr(),
+        "interrupted: stopping running steps (again to exit at once)"
+    );
+    interrupt.cancel();
+    tokio::select! {
+        _ = int.recv() => {}
+        _ = term.recv() => {}
     }
-}
-
-fn seconds(ms: u64) -> String {
-    format!("{:.1}s", ms as f64 / 1000.0)
-}
-
-fn tokens(n: u64) -> String {
-    if n >= 1000 {
-        format!("{:.1}k", n as f64 / 1000.0)
-    } else {
-        n.to_string()
-    }
-}
-
-/// The final table: status, turns, tool calls, tokens and time of every step.
-fn summary_table(plan: &Plan, record: &RunRecord) -> String {
-    let mut rows = vec![[
-        "STEP".to_owned(),
-        "STATUS".into(),
-        "TURNS".into(),
-        "TOOLS".into(),
-        "TOKENS IN/OUT".into(),
-        "TIME".into(),
-    ]];
-    for step in &plan.steps {
-        let Some(r) = record.steps.get(&step.id) else {
-            continue;
-        };
-        let input = r.input_tokens + r.cache_creation_input_tokens + r.cache_read_input_tokens;
-        rows.push([
-            step.id.clone(),
-            r.status.as_str().to_owned(),
-            r.turns.to_string(),
-            r.tool_calls.to_string(),
-            format!("{}/{}", tokens(input), tokens(r.output_tokens)),
-            seconds(r.duration_ms),
-        ]);
-    }
-    let widths: Vec<usize> = (0..6)
-        .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
-        .collect();
-    let mut out = String::from("\n");
-    for row in &rows {
-        let cells: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(cell, w)| format!("{cell:<w$}"))
-            .collect();
-        out.push_str(cells.join("  ").trim_end());
-        out.push('\n');
-    }
-    out.push_str(&format!(
-        "run {} {} in {}\n",
-        record.run_id,
-        match record.status {
-            RunStatus::Succeeded => "succeeded",
-            RunStatus::Failed => "failed",
-            RunStatus::Interrupted => "was interrupted",
-            RunStatus::Running => "is still running",
-        },
-        seconds(record.duration_ms)
-    ));
-    out
+    std::process::exit(Exit::Interrupted as i32);
 }
 
 fn cmd_validate(args: ValidateArgs, io: &mut Io<'_>) -> Exit {

@@ -6,6 +6,7 @@ pub mod cli;
 pub mod error;
 pub mod plan;
 pub mod provider;
+pub mod report;
 pub mod run;
 pub mod session;
 pub mod template;

@@ -1,43 +1,50 @@
-//! Running a plan: each step in dependency order with its upstream results rendered into its
-//! prompt, its own model client and tools, and `run.json` plus transcripts written as it goes.
+//! Running a plan. A [`Walker`](walker::Walker) hands out steps whose needs are done; on top of it
+//! this module keeps at most `max_parallel` running, applies the stop policy (`--fail-fast`,
+//! interrupts), decides skips (`if`, failed needs), reuses results on `--resume`, sets up
+//! worktrees, and writes `run.json` after every change. Steps themselves run in an
+//! [`Executor`](executor::Executor).
 
+pub mod executor;
 pub mod state;
+pub mod walker;
+pub mod worktree;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use camino::{Utf8Path, Utf8PathBuf};
 use minijinja::Value as JinjaValue;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 
 use crate::error::Problem;
 use crate::plan::{Plan, PlannedStep};
-use crate::provider::client::{ModelClient, Secret};
-use crate::session::transcript::Transcript;
-use crate::session::{self, DEFAULT_MAX_TOKENS, StepInput};
+use crate::provider::client::Secret;
+use crate::session::{StepOutcome, StepProgress};
 use crate::template;
-use crate::tools::bash::scrubbed_vars;
-use crate::tools::confine::Workspace;
-use crate::tools::registry::ToolBox;
+use executor::{Executor, StepJob};
 pub use state::{RunRecord, RunStatus, StepRecord, StepStatus};
+use walker::Walker;
+use worktree::{Repo, Worktree};
 
 /// Progress of a run, reported as it happens. Only the CLI knows how to show it.
 pub trait Reporter: Send {
-    fn step_started(&mut self, step: &PlannedStep);
+    fn step_started(&mut self, step: &PlannedStep, progress: Arc<StepProgress>);
     fn step_finished(&mut self, step: &PlannedStep, record: &StepRecord);
-}
-
-/// A reporter that shows nothing.
-pub struct Silent;
-
-impl Reporter for Silent {
-    fn step_started(&mut self, _: &PlannedStep) {}
-    fn step_finished(&mut self, _: &PlannedStep, _: &StepRecord) {}
 }
 
 pub struct RunOptions {
     pub workdir: Utf8PathBuf,
     pub state_dir: Utf8PathBuf,
+    /// After the first failure, start nothing new and cancel what runs.
+    pub fail_fast: bool,
+    /// The run whose successful steps may be reused (`--resume`).
+    pub resume: Option<RunRecord>,
+    /// `--only`: run just these steps.
+    pub only: BTreeSet<String>,
+    /// Cancelled on SIGINT/SIGTERM.
+    pub interrupt: CancellationToken,
 }
 
 /// Keys for every provider the plan's steps use, read once. A missing key is a problem naming
@@ -83,117 +90,458 @@ pub fn provider_keys(plan: &Plan) -> Result<BTreeMap<String, Option<Secret>>, Ve
         .collect())
 }
 
-/// Runs every step of `plan` and returns the finished record (also written to disk).
+/// Loads the run to resume: a run id, or `latest`.
+pub fn load_resume(state_dir: &Utf8Path, which: &str) -> Result<RunRecord, Problem> {
+    let runs = state_dir.join("runs");
+    let id = if which == "latest" {
+        let mut ids: Vec<String> = runs
+            .read_dir_utf8()
+            .map(|entries| {
+                entries
+                    .filter_map(Result::ok)
+                    .filter(|e| e.path().join("run.json").is_file())
+                    .map(|e| e.file_name().to_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        // Run ids start with their UTC start time, so the largest is the newest.
+        ids.sort();
+        ids.pop().ok_or_else(|| {
+            Problem::error(format!("--resume latest: there are no runs in `{runs}`"))
+        })?
+    } else {
+        which.to_owned()
+    };
+    let path = runs.join(&id).join("run.json");
+    let text = std::fs::read_to_string(&path)
+        .map_err(|err| Problem::error(format!("--resume {which}: cannot read `{path}`: {err}")))?;
+    serde_json::from_str(&text).map_err(|err| {
+        Problem::error(format!(
+            "--resume {which}: `{path}` is not a run record: {err}"
+        ))
+    })
+}
+
+/// Checks `--only` against the plan and the resumed run: every selected step exists and its
+/// needs succeeded in the resumed run.
+pub fn check_only(
+    plan: &Plan,
+    only: &BTreeSet<String>,
+    resume: Option<&RunRecord>,
+) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    for id in only {
+        let Some(step) = plan.steps.iter().find(|s| &s.id == id) else {
+            let help = crate::error::did_you_mean(id, plan.steps.iter().map(|s| s.id.as_str()));
+            problems.push(
+                Problem::error(format!("--only {id}: there is no step `{id}`")).with_help(help),
+            );
+            continue;
+        };
+        for need in &step.needs {
+            if only.contains(need) {
+                continue;
+            }
+            let done = resume
+                .and_then(|r| r.steps.get(need))
+                .is_some_and(|s| s.status == StepStatus::Succeeded);
+            if !done {
+                problems.push(
+                    Problem::error(format!("--only {id}: its need `{need}` has no result to reuse"))
+                        .help("pass --resume RUN_ID (or latest) with a run where it succeeded, or add it with --only"),
+                );
+            }
+        }
+    }
+    problems
+}
+
+/// How a running step's task ended.
+enum Ended {
+    Done(StepOutcome),
+    TimedOut(Duration),
+    Cancelled,
+}
+
+struct Running {
+    progress: Arc<StepProgress>,
+    started: Instant,
+    worktree: Option<Worktree>,
+}
+
+/// Runs the plan and returns the finished record (also written to disk as it goes).
 pub async fn execute(
     plan: &Plan,
-    keys: &BTreeMap<String, Option<Secret>>,
+    executor: Arc<dyn Executor>,
     options: &RunOptions,
     reporter: &mut dyn Reporter,
 ) -> Result<RunRecord, Problem> {
-    let workspace = Workspace::new(&options.workdir).map_err(|err| {
+    let workdir = options.workdir.canonicalize_utf8().map_err(|err| {
         Problem::error(format!(
             "cannot use `{}` as the working directory: {err}",
             options.workdir
         ))
     })?;
-    let workspace = Arc::new(workspace);
-    let configured: Vec<String> = plan
-        .providers
-        .values()
-        .filter_map(|p| p.api_key_env.clone())
-        .collect();
-    let scrub = Arc::new(scrubbed_vars(&configured));
+    let needs_git = plan
+        .steps
+        .iter()
+        .any(|s| s.isolation == crate::workflow::Isolation::Worktree);
+    let repo = match (needs_git, Repo::discover(&workdir)) {
+        (true, None) => {
+            return Err(Problem::error(format!(
+                "`{workdir}` is not inside a git repository with a commit, which `isolation = \"worktree\"` needs"
+            )));
+        }
+        (_, repo) => repo,
+    };
     let mut record = RunRecord::new(plan);
     let run_dir = options.state_dir.join("runs").join(&record.run_id);
     std::fs::create_dir_all(&run_dir)
         .map_err(|err| Problem::error(format!("cannot create `{run_dir}`: {err}")))?;
+    // Keep run records out of the user's `git status`.
+    let ignore = options.state_dir.join(".gitignore");
+    if !ignore.exists() {
+        let _ = std::fs::write(&ignore, "*\n");
+    }
     let started = Instant::now();
     record.save(&run_dir);
 
+    let index: BTreeMap<&str, usize> = plan
+        .steps
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.id.as_str(), i))
+        .collect();
+    let needs: Vec<Vec<usize>> = plan
+        .steps
+        .iter()
+        .map(|s| {
+            s.needs
+                .iter()
+                .filter_map(|n| index.get(n.as_str()).copied())
+                .collect()
+        })
+        .collect();
+    let steps: Vec<Arc<PlannedStep>> = plan.steps.iter().cloned().map(Arc::new).collect();
+    let mut walker = Walker::new(&needs);
+    let mut ready: BTreeSet<usize> = walker.start().into_iter().collect();
+    let mut to_start: BTreeSet<usize> = BTreeSet::new();
+    let mut prompts: BTreeMap<usize, String> = BTreeMap::new();
+    let mut running: BTreeMap<usize, Running> = BTreeMap::new();
+    let mut tasks: JoinSet<(usize, Ended)> = JoinSet::new();
+    let cancel = CancellationToken::new();
+    let mut stopping = false;
+    let mut interrupted = false;
     let env = template::environment();
-    let mut clients: BTreeMap<String, ModelClient> = BTreeMap::new();
-    for step in &plan.steps {
-        let status = decide(step, &record, plan, &env);
-        if let Err(reason) = status {
-            let entry = record.step_mut(&step.id);
-            entry.status = StepStatus::Skipped;
-            entry.error = reason;
-            reporter.step_finished(step, entry);
-            record.save(&run_dir);
-            continue;
-        }
-        let prompt = match template::render(&env, &step.prompt_template, context(plan, &record)) {
-            Ok(prompt) => prompt,
-            Err(err) => {
-                let entry = record.step_mut(&step.id);
-                entry.status = StepStatus::Failed;
-                entry.error = Some(format!(
-                    "the prompt does not render: {}",
-                    template::describe_error(&err)
-                ));
-                reporter.step_finished(step, entry);
-                record.save(&run_dir);
+    let max_parallel = plan.max_parallel.max(1) as usize;
+
+    loop {
+        // Decide every ready step: skip, reuse, or queue to start.
+        while let Some(i) = ready.pop_first() {
+            let step = &steps[i];
+            if stopping {
+                finish_unstarted(
+                    &mut record,
+                    step,
+                    StepStatus::Cancelled,
+                    "the run was stopped",
+                    reporter,
+                    &run_dir,
+                );
+                ready.extend(walker.complete(i));
                 continue;
             }
-        };
-        let client = clients
-            .entry(step.model.provider.clone())
-            .or_insert_with(|| {
-                let spec = &plan.providers[&step.model.provider];
-                ModelClient::new(
-                    spec.kind,
-                    &spec.base_url(),
-                    keys.get(&spec.name).cloned().flatten(),
-                )
+            match prepare(step, plan, &record, options, &env) {
+                Prepared::Skip(reason) => {
+                    finish_unstarted(
+                        &mut record,
+                        step,
+                        StepStatus::Skipped,
+                        &reason,
+                        reporter,
+                        &run_dir,
+                    );
+                    ready.extend(walker.complete(i));
+                }
+                Prepared::Fail(error) => {
+                    finish_unstarted(
+                        &mut record,
+                        step,
+                        StepStatus::Failed,
+                        &error,
+                        reporter,
+                        &run_dir,
+                    );
+                    if options.fail_fast && !step.continue_on_error {
+                        stopping = true;
+                        cancel.cancel();
+                    }
+                    ready.extend(walker.complete(i));
+                }
+                Prepared::Reuse(previous) => {
+                    *record.step_mut(&step.id) = *previous;
+                    let entry = record.step_mut(&step.id);
+                    reporter.step_finished(step, entry);
+                    record.save(&run_dir);
+                    ready.extend(walker.complete(i));
+                }
+                Prepared::Run {
+                    prompt,
+                    fingerprint,
+                } => {
+                    record.step_mut(&step.id).fingerprint = fingerprint;
+                    prompts.insert(i, prompt);
+                    to_start.insert(i);
+                }
+            }
+        }
+        if stopping {
+            for i in std::mem::take(&mut to_start) {
+                finish_unstarted(
+                    &mut record,
+                    &steps[i],
+                    StepStatus::Cancelled,
+                    "the run was stopped",
+                    reporter,
+                    &run_dir,
+                );
+                ready.extend(walker.complete(i));
+            }
+            if !ready.is_empty() {
+                continue;
+            }
+        }
+        // Start what the limit allows, in plan order.
+        while running.len() < max_parallel {
+            let Some(i) = to_start.pop_first() else { break };
+            let step = steps[i].clone();
+            let tree = match (&repo, step.isolation) {
+                (Some(repo), crate::workflow::Isolation::Worktree) => {
+                    match repo.add(&record.run_id, &step.id) {
+                        Ok(tree) => Some(tree),
+                        Err(err) => {
+                            finish_unstarted(
+                                &mut record,
+                                &step,
+                                StepStatus::Failed,
+                                &err,
+                                reporter,
+                                &run_dir,
+                            );
+                            ready.extend(walker.complete(i));
+                            continue;
+                        }
+                    }
+                }
+                _ => None,
+            };
+            let root = tree
+                .as_ref()
+                .map_or_else(|| workdir.clone(), |t| t.workdir.clone());
+            let progress = Arc::new(StepProgress::default());
+            let job = StepJob {
+                step: step.clone(),
+                prompt: prompts.remove(&i).unwrap_or_default(),
+                root,
+                transcript: run_dir
+                    .join("steps")
+                    .join(&step.id)
+                    .join("transcript.jsonl"),
+                progress: progress.clone(),
+            };
+            record.step_mut(&step.id).status = StepStatus::Running;
+            record.save(&run_dir);
+            reporter.step_started(&step, progress.clone());
+            running.insert(
+                i,
+                Running {
+                    progress,
+                    started: Instant::now(),
+                    worktree: tree,
+                },
+            );
+            let future = executor.run(job);
+            let cancelled = cancel.clone();
+            let timeout = step.timeout;
+            tasks.spawn(async move {
+                // Dropping the step's future on timeout or cancel aborts its HTTP request and
+                // kills its bash process groups.
+                let ended = tokio::select! {
+                    result = tokio::time::timeout(timeout, future) => match result {
+                        Ok(outcome) => Ended::Done(outcome),
+                        Err(_) => Ended::TimedOut(timeout),
+                    },
+                    () = cancelled.cancelled() => Ended::Cancelled,
+                };
+                (i, ended)
             });
-        record.step_mut(&step.id).status = StepStatus::Running;
-        record.save(&run_dir);
-        reporter.step_started(step);
-        let step_started = Instant::now();
-        let mut transcript = Transcript::create(
-            &run_dir
-                .join("steps")
-                .join(&step.id)
-                .join("transcript.jsonl"),
-        );
-        let tools = ToolBox {
-            workspace: workspace.clone(),
-            allowed: step.tools.clone(),
-            scrub: scrub.clone(),
-        };
-        let outcome = session::run_step(StepInput {
-            model: &step.model.model,
-            system_prompt: session::system_prompt(&step.system_prompt, workspace.root().as_str()),
-            prompt,
-            max_turns: step.max_turns,
-            max_tokens: step.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
-            retries: step.retries,
-            client,
-            tools: &tools,
-            transcript: &mut transcript,
-        })
-        .await;
-        let entry = record.step_mut(&step.id);
-        entry.status = if outcome.succeeded {
-            StepStatus::Succeeded
-        } else {
-            StepStatus::Failed
-        };
-        entry.summary = outcome.summary;
-        entry.error = outcome.error.or(transcript.error);
-        entry.turns = outcome.turns;
-        entry.tool_calls = outcome.tool_calls;
-        entry.input_tokens = outcome.usage.input_tokens;
-        entry.output_tokens = outcome.usage.output_tokens;
-        entry.cache_creation_input_tokens = outcome.usage.cache_creation_input_tokens;
-        entry.cache_read_input_tokens = outcome.usage.cache_read_input_tokens;
-        entry.duration_ms = step_started.elapsed().as_millis() as u64;
-        reporter.step_finished(step, entry);
-        record.save(&run_dir);
+        }
+        if tasks.is_empty() {
+            if ready.is_empty() {
+                break;
+            }
+            continue;
+        }
+        tokio::select! {
+            joined = tasks.join_next() => {
+                let Some(joined) = joined else { continue };
+                let (i, ended) = match joined {
+                    Ok(pair) => pair,
+                    // A step task that panicked: find which by elimination is not possible here,
+                    // so the run stops rather than guess.
+                    Err(err) => return Err(Problem::error(format!("a step crashed: {err}"))),
+                };
+                let step = steps[i].clone();
+                let Some(run) = running.remove(&i) else { continue };
+                let failed = finish_started(&mut record, &step, run, ended, repo.as_ref(), reporter);
+                record.save(&run_dir);
+                if failed && options.fail_fast && !step.continue_on_error && !stopping {
+                    stopping = true;
+                    cancel.cancel();
+                }
+                ready.extend(walker.complete(i));
+            }
+            () = options.interrupt.cancelled(), if !interrupted => {
+                interrupted = true;
+                stopping = true;
+                cancel.cancel();
+            }
+        }
     }
-    record.finish(started.elapsed());
+    record.finish(started.elapsed(), interrupted, plan);
     record.save(&run_dir);
     Ok(record)
+}
+
+enum Prepared {
+    Skip(String),
+    Fail(String),
+    Reuse(Box<StepRecord>),
+    Run { prompt: String, fingerprint: String },
+}
+
+/// What to do with a step whose needs are all done.
+fn prepare(
+    step: &PlannedStep,
+    plan: &Plan,
+    record: &RunRecord,
+    options: &RunOptions,
+    env: &minijinja::Environment<'static>,
+) -> Prepared {
+    let previous = options
+        .resume
+        .as_ref()
+        .and_then(|r| r.steps.get(&step.id))
+        .filter(|s| s.status == StepStatus::Succeeded);
+    let reused = |previous: &StepRecord| {
+        let mut reused = previous.clone();
+        if reused.reused_from.is_none() {
+            reused.reused_from = options.resume.as_ref().map(|r| r.run_id.clone());
+        }
+        Prepared::Reuse(Box::new(reused))
+    };
+    if !options.only.is_empty() && !options.only.contains(&step.id) {
+        return match previous {
+            Some(previous) => reused(previous),
+            None => Prepared::Skip("not selected by --only".into()),
+        };
+    }
+    if let Err(reason) = decide(step, record, plan, env) {
+        return Prepared::Skip(reason);
+    }
+    let prompt = match template::render(env, &step.prompt_template, context(plan, record)) {
+        Ok(prompt) => prompt,
+        Err(err) => {
+            return Prepared::Fail(format!(
+                "the prompt does not render: {}",
+                template::describe_error(&err)
+            ));
+        }
+    };
+    let fingerprint = state::fingerprint(step, &prompt);
+    if options.only.is_empty()
+        && let Some(previous) = previous
+        && previous.fingerprint == fingerprint
+    {
+        return reused(previous);
+    }
+    Prepared::Run {
+        prompt,
+        fingerprint,
+    }
+}
+
+fn finish_unstarted(
+    record: &mut RunRecord,
+    step: &PlannedStep,
+    status: StepStatus,
+    reason: &str,
+    reporter: &mut dyn Reporter,
+    run_dir: &Utf8Path,
+) {
+    let entry = record.step_mut(&step.id);
+    entry.status = status;
+    entry.error = Some(reason.to_owned());
+    reporter.step_finished(step, entry);
+    record.save(run_dir);
+}
+
+/// Records how a started step ended and settles its worktree. Returns whether it failed.
+fn finish_started(
+    record: &mut RunRecord,
+    step: &PlannedStep,
+    run: Running,
+    ended: Ended,
+    repo: Option<&Repo>,
+    reporter: &mut dyn Reporter,
+) -> bool {
+    let entry = record.step_mut(&step.id);
+    let usage = run.progress.usage();
+    entry.turns = run.progress.turns();
+    entry.tool_calls = run.progress.tool_calls();
+    entry.input_tokens = usage.input_tokens;
+    entry.output_tokens = usage.output_tokens;
+    entry.cache_creation_input_tokens = usage.cache_creation_input_tokens;
+    entry.cache_read_input_tokens = usage.cache_read_input_tokens;
+    entry.duration_ms = run.started.elapsed().as_millis() as u64;
+    let cancelled = matches!(ended, Ended::Cancelled);
+    match ended {
+        Ended::Done(outcome) => {
+            entry.status = if outcome.succeeded {
+                StepStatus::Succeeded
+            } else {
+                StepStatus::Failed
+            };
+            entry.summary = outcome.summary;
+            entry.output = outcome.output;
+            entry.error = outcome.error;
+        }
+        Ended::TimedOut(after) => {
+            entry.status = StepStatus::Failed;
+            entry.error = Some(format!(
+                "timed out after {}",
+                crate::workflow::duration::format_duration(after)
+            ));
+        }
+        Ended::Cancelled => {
+            entry.status = StepStatus::Cancelled;
+            entry.error = Some("cancelled".into());
+        }
+    }
+    if let (Some(repo), Some(tree)) = (repo, &run.worktree) {
+        match repo.finish(tree, &step.id, cancelled) {
+            Ok(done) => {
+                entry.branch = done.branch;
+                entry.diff = Some(done.diff);
+            }
+            Err(err) => {
+                entry.status = StepStatus::Failed;
+                entry.error = Some(format!("cannot record the worktree's changes: {err}"));
+            }
+        }
+    }
+    reporter.step_finished(step, entry);
+    entry.status == StepStatus::Failed
 }
 
 /// Whether a step runs (SPEC §5): a failed need skips it (unless that need has
@@ -204,7 +552,7 @@ fn decide(
     record: &RunRecord,
     plan: &Plan,
     env: &minijinja::Environment<'static>,
-) -> Result<(), Option<String>> {
+) -> Result<(), String> {
     let status_of = |id: &str| record.steps.get(id).map(|r| r.status);
     let tolerates = |id: &str| plan.steps.iter().any(|s| s.id == id && s.continue_on_error);
     let failed: Vec<&str> = step
@@ -218,22 +566,22 @@ fn decide(
         })
         .collect();
     if !failed.is_empty() {
-        return Err(Some(format!("{} did not succeed", failed.join(", "))));
+        return Err(format!("{} did not succeed", failed.join(", ")));
     }
     if let Some(condition) = &step.condition {
-        let expr = env.compile_expression(condition).map_err(|err| {
-            Some(format!(
-                "`if` does not compile: {}",
-                template::describe_error(&err)
-            ))
-        })?;
-        let value = expr
-            .eval(context(plan, record))
-            .map_err(|err| Some(format!("`if` failed: {}", template::describe_error(&err))))?;
+        let value = env
+            .compile_expression(condition)
+            .and_then(|expr| expr.eval(context(plan, record)))
+            .map_err(|err| {
+                format!(
+                    "`if` could not be evaluated: {}",
+                    template::describe_error(&err)
+                )
+            })?;
         return if value.is_true() {
             Ok(())
         } else {
-            Err(Some(format!("`if` is false: {condition}")))
+            Err(format!("`if` is false: {condition}"))
         };
     }
     let skipped: Vec<&str> = step
@@ -245,7 +593,7 @@ fn decide(
     if skipped.is_empty() {
         Ok(())
     } else {
-        Err(Some(format!("{} was skipped", skipped.join(", "))))
+        Err(format!("{} was skipped", skipped.join(", ")))
     }
 }
 

@@ -8,7 +8,37 @@ use camino::Utf8Path;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::plan::Plan;
+use sha2::{Digest, Sha256};
+
+use crate::plan::{Plan, PlannedStep};
+
+/// What defines a step for `--resume`: agent, model, tools and the rendered prompt (plus the
+/// system prompt and output schema, which change what the agent does).
+pub fn fingerprint(step: &PlannedStep, prompt: &str) -> String {
+    let mut hash = Sha256::new();
+    for part in [
+        step.agent.as_str(),
+        &step.model.to_string(),
+        &step
+            .tools
+            .iter()
+            .map(|t| t.as_str())
+            .collect::<Vec<_>>()
+            .join(","),
+        &step.system_prompt,
+        &step
+            .output_schema
+            .as_ref()
+            .map(|s| s.to_string())
+            .unwrap_or_default(),
+        step.isolation.as_str(),
+        prompt,
+    ] {
+        hash.update(part.len().to_le_bytes());
+        hash.update(part.as_bytes());
+    }
+    hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -63,9 +93,16 @@ pub struct StepRecord {
     pub duration_ms: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub branch: Option<String>,
-    /// Kept for templates; not written to run.json (the branch holds the change).
-    #[serde(skip)]
+    /// Unified diff of a worktree step against its base.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diff: Option<String>,
+    /// Hash of what defines the step (agent, model, tools, rendered prompt); `--resume` reuses a
+    /// success only when it is unchanged.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub fingerprint: String,
+    /// The run this result was taken from, when `--resume` reused it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reused_from: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -107,6 +144,8 @@ impl RunRecord {
                         duration_ms: 0,
                         branch: None,
                         diff: None,
+                        fingerprint: String::new(),
+                        reused_from: None,
                     },
                 )
             })
@@ -130,10 +169,22 @@ impl RunRecord {
             .expect("every planned step has a record")
     }
 
-    pub fn finish(&mut self, elapsed: Duration) {
+    /// Settles the run's status: interrupted, failed (a step failed without
+    /// `continue_on_error`, or was cancelled by `--fail-fast`), or succeeded.
+    pub fn finish(&mut self, elapsed: Duration, interrupted: bool, plan: &Plan) {
         self.duration_ms = elapsed.as_millis() as u64;
-        let failed = self.steps.values().any(|s| s.status == StepStatus::Failed);
-        self.status = if failed {
+        for step in self.steps.values_mut() {
+            if !step.status.is_finished() {
+                step.status = StepStatus::Cancelled;
+            }
+        }
+        let tolerated = |id: &str| plan.steps.iter().any(|s| s.id == id && s.continue_on_error);
+        let failed = self.steps.iter().any(|(id, s)| {
+            (s.status == StepStatus::Failed && !tolerated(id)) || s.status == StepStatus::Cancelled
+        });
+        self.status = if interrupted {
+            RunStatus::Interrupted
+        } else if failed {
             RunStatus::Failed
         } else {
             RunStatus::Succeeded

@@ -215,17 +215,25 @@ mod tests {
         assert!(out.is_error);
         assert!(out.text.contains("timed out after 0.5s"), "{}", out.text);
         let pid = std::fs::read_to_string(ws.root().join("bg.pid")).unwrap();
-        let stat =
-            std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).unwrap_or_default();
-        // Gone, or a zombie waiting for init to reap it: either way not running.
-        let state = stat
-            .rsplit(')')
-            .next()
-            .and_then(|s| s.split_whitespace().next());
-        assert!(
-            matches!(state, None | Some("Z") | Some("X")),
-            "background sleep still alive: {stat}"
-        );
+        // SIGKILL is delivered asynchronously: wait (bounded) for the kernel to finish the
+        // process off. Without the group kill it would sleep for 300 s and this would fail.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let dead = loop {
+            let stat =
+                std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).unwrap_or_default();
+            let state = stat
+                .rsplit(')')
+                .next()
+                .and_then(|s| s.split_whitespace().next());
+            if matches!(state, None | Some("Z") | Some("X")) {
+                break true;
+            }
+            if std::time::Instant::now() > deadline {
+                break false;
+            }
+            std::thread::yield_now();
+        };
+        assert!(dead, "the background sleep is still alive");
     }
 
     #[tokio::test]

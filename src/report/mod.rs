@@ -1,0 +1,79 @@
+//! Run events to sinks: live progress (indicatif) or plain lines on stderr, the final table, and
+//! the JUnit file. Only this layer knows how things look; the library reports through
+//! [`crate::run::Reporter`].
+
+pub mod junit;
+pub mod progress;
+
+use std::fmt::Write as _;
+
+use crate::plan::Plan;
+use crate::run::{RunRecord, RunStatus, StepRecord};
+
+pub fn seconds(ms: u64) -> String {
+    format!("{:.1}s", ms as f64 / 1000.0)
+}
+
+pub fn tokens(n: u64) -> String {
+    if n >= 1000 {
+        format!("{:.1}k", n as f64 / 1000.0)
+    } else {
+        n.to_string()
+    }
+}
+
+/// Every token the step sent and received, cached or not.
+pub fn total_tokens(r: &StepRecord) -> u64 {
+    r.input_tokens + r.cache_creation_input_tokens + r.cache_read_input_tokens + r.output_tokens
+}
+
+/// The final table: status, turns, tool calls, tokens and time of every step.
+pub fn summary_table(plan: &Plan, record: &RunRecord) -> String {
+    let mut rows =
+        vec![["STEP", "STATUS", "TURNS", "TOOLS", "TOKENS IN/OUT", "TIME"].map(String::from)];
+    for step in &plan.steps {
+        let Some(r) = record.steps.get(&step.id) else {
+            continue;
+        };
+        let input = r.input_tokens + r.cache_creation_input_tokens + r.cache_read_input_tokens;
+        let status = match &r.reused_from {
+            Some(run) => format!("{} (reused from {run})", r.status.as_str()),
+            None => r.status.as_str().to_owned(),
+        };
+        rows.push([
+            step.id.clone(),
+            status,
+            r.turns.to_string(),
+            r.tool_calls.to_string(),
+            format!("{}/{}", tokens(input), tokens(r.output_tokens)),
+            seconds(r.duration_ms),
+        ]);
+    }
+    let widths: Vec<usize> = (0..6)
+        .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::from("\n");
+    for row in &rows {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    let _ = writeln!(
+        out,
+        "run {} {} in {} ({})",
+        record.run_id,
+        match record.status {
+            RunStatus::Succeeded => "succeeded",
+            RunStatus::Failed => "failed",
+            RunStatus::Interrupted => "was interrupted",
+            RunStatus::Running => "is still running",
+        },
+        seconds(record.duration_ms),
+        plan.name
+    );
+    out
+}

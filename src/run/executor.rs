@@ -1,0 +1,89 @@
+//! What runs one step. The scheduler walks the same way whatever runs the steps: the model
+//! executor for real runs, others for tests and benchmarks.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use camino::Utf8PathBuf;
+use futures_util::future::BoxFuture;
+
+use crate::plan::PlannedStep;
+use crate::provider::client::ModelClient;
+use crate::session::transcript::Transcript;
+use crate::session::{self, DEFAULT_MAX_TOKENS, StepInput, StepOutcome, StepProgress};
+use crate::tools::confine::Workspace;
+use crate::tools::registry::ToolBox;
+
+/// One step, ready to run: its prompt rendered, its directory chosen.
+pub struct StepJob {
+    pub step: Arc<PlannedStep>,
+    pub prompt: String,
+    /// Where its tools work: the working directory, or its worktree.
+    pub root: Utf8PathBuf,
+    pub transcript: Utf8PathBuf,
+    pub progress: Arc<StepProgress>,
+}
+
+pub trait Executor: Send + Sync + 'static {
+    fn run(&self, job: StepJob) -> BoxFuture<'static, StepOutcome>;
+}
+
+/// Runs steps as subagents against their models.
+pub struct ModelExecutor {
+    /// One client per provider, by provider name.
+    pub clients: Arc<BTreeMap<String, ModelClient>>,
+    /// Environment variables removed from `bash`.
+    pub scrub: Arc<Vec<String>>,
+}
+
+impl Executor for ModelExecutor {
+    fn run(&self, job: StepJob) -> BoxFuture<'static, StepOutcome> {
+        let clients = self.clients.clone();
+        let scrub = self.scrub.clone();
+        Box::pin(async move {
+            let step = &job.step;
+            let Some(client) = clients.get(&step.model.provider) else {
+                return StepOutcome::failed(format!(
+                    "no client for provider `{}`",
+                    step.model.provider
+                ));
+            };
+            let workspace = match Workspace::new(&job.root) {
+                Ok(ws) => Arc::new(ws),
+                Err(err) => {
+                    return StepOutcome::failed(format!("cannot use `{}`: {err}", job.root));
+                }
+            };
+            let tools = ToolBox {
+                workspace: workspace.clone(),
+                allowed: step.tools.clone(),
+                scrub,
+            };
+            let mut transcript = Transcript::create(&job.transcript);
+            let mut outcome = session::run_step(StepInput {
+                model: &step.model.model,
+                system_prompt: session::system_prompt(
+                    &step.system_prompt,
+                    workspace.root().as_str(),
+                    step.output_schema.as_ref(),
+                ),
+                prompt: job.prompt,
+                max_turns: step.max_turns,
+                max_tokens: step.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+                retries: step.retries,
+                output_schema: step.output_schema.as_ref(),
+                client,
+                tools: &tools,
+                transcript: &mut transcript,
+                progress: &job.progress,
+            })
+            .await;
+            if outcome.error.is_none()
+                && let Some(error) = transcript.error
+            {
+                outcome.error = Some(error);
+            }
+            outcome
+        })
+    }
+}
