@@ -196,8 +196,9 @@ pub fn main() -> Exit {
     let args: Vec<OsString> = std::env::args_os().collect();
     let color = std::io::stderr().is_terminal()
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    let mut out = std::io::stdout().lock();
-    let mut err = std::io::stderr().lock();
+    // Unlocked handles: progress threads and the signal task write to stderr too.
+    let mut out = std::io::stdout();
+    let mut err = std::io::stderr();
     run_cli(
         args,
         &mut Io {
@@ -333,6 +334,11 @@ fn plan_options(
         models,
         max_parallel,
         require_inputs,
+        workdir: Some(
+            args.workdir
+                .clone()
+                .unwrap_or_else(|| Utf8PathBuf::from(".")),
+        ),
     })
 }
 
@@ -449,7 +455,7 @@ fn cmd_run(args: RunArgs, io: &mut Io<'_>) -> Exit {
         }
     };
     let interrupt = CancellationToken::new();
-    runtime.spawn(watch_signals(interrupt.clone()));
+    watch_signals(&runtime, interrupt.clone());
     let configured: Vec<String> = plan
         .providers
         .values()
@@ -517,29 +523,39 @@ fn cmd_run(args: RunArgs, io: &mut Io<'_>) -> Exit {
 }
 
 /// The first SIGINT/SIGTERM stops the run (running steps are cancelled, `run.json` says
-/// `interrupted`); a second exits at once.
-async fn watch_signals(interrupt: CancellationToken) {
+/// `interrupted`); a second exits at once. The handlers are installed before the run starts, so
+/// a signal cannot slip in between.
+fn watch_signals(runtime: &tokio::runtime::Runtime, interrupt: CancellationToken) {
     use tokio::signal::unix::{SignalKind, signal};
+    let _entered = runtime.enter();
     let (Ok(mut int), Ok(mut term)) = (
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),
     ) else {
         return;
     };
-    tokio::select! {
-        _ = int.recv() => {}
-        _ = term.recv() => {}
-    }
-    let _ = writeln!(
-        std::io::stderr(),
-        "interrupted: stopping running steps (again to exit at once)"
-    );
-    interrupt.cancel();
-    tokio::select! {
-        _ = int.recv() => {}
-        _ = term.recv() => {}
-    }
-    std::process::exit(Exit::Interrupted as i32);
+    runtime.spawn(async move {
+        // `None` means the runtime is shutting down: no signal came.
+        let first = tokio::select! {
+            got = int.recv() => got,
+            got = term.recv() => got,
+        };
+        if first.is_none() {
+            return;
+        }
+        let _ = writeln!(
+            std::io::stderr(),
+            "interrupted: stopping running steps (again to exit at once)"
+        );
+        interrupt.cancel();
+        let second = tokio::select! {
+            got = int.recv() => got,
+            got = term.recv() => got,
+        };
+        if second.is_some() {
+            std::process::exit(Exit::Interrupted as i32);
+        }
+    });
 }
 
 fn cmd_validate(args: ValidateArgs, io: &mut Io<'_>) -> Exit {

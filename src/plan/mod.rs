@@ -41,6 +41,8 @@ pub struct PlanOptions {
     /// When false (`validate` without inputs), missing required inputs are not errors and
     /// render as placeholders.
     pub require_inputs: bool,
+    /// The working directory; worktree steps need it inside a git repository.
+    pub workdir: Option<Utf8PathBuf>,
 }
 
 /// A sealed plan: everything a run needs, with nothing left to resolve.
@@ -157,6 +159,12 @@ pub fn build_plan(
     }
 
     b.note_alias_users();
+    if let Some(workdir) = &options.workdir {
+        b.check_worktrees(workdir);
+    }
+    if cycles.is_empty() {
+        b.warn_concurrent_writers(&graph, &ids, catalog);
+    }
     let problems = b.problems;
     if problems.iter().any(Problem::is_error) {
         return (None, problems);
@@ -688,6 +696,102 @@ impl Builder<'_> {
             .insert(text.to_owned(), (self.problems.len(), Vec::new()));
         self.problems.push(problem);
         None
+    }
+
+    /// `isolation = "worktree"` needs the working directory inside a git repository.
+    fn check_worktrees(&mut self, workdir: &Utf8Path) {
+        let worktree_steps: Vec<&String> = self
+            .loaded
+            .def
+            .steps
+            .iter()
+            .filter(|(_, s)| s.isolation == Isolation::Worktree)
+            .map(|(id, _)| id)
+            .collect();
+        if worktree_steps.is_empty() || crate::run::worktree::Repo::discover(workdir).is_some() {
+            return;
+        }
+        for id in worktree_steps {
+            let span = self.span(&path!["steps", id.as_str(), "isolation"]);
+            self.error(
+                format!("step `{id}` runs in a git worktree, but `{workdir}` is not in a git repository with a commit"),
+                span,
+                "needs git",
+                Some("run inside a git checkout (or pass --workdir), or remove `isolation`".into()),
+            );
+        }
+    }
+
+    /// Two steps that can change files, in the same directory, with nothing ordering them, may
+    /// overwrite each other's work: worth a warning.
+    fn warn_concurrent_writers(
+        &mut self,
+        graph: &StepGraph,
+        ids: &[&String],
+        catalog: &AgentCatalog,
+    ) {
+        let writes = |step: &Step| -> bool {
+            if step.isolation == Isolation::Worktree {
+                return false;
+            }
+            let Some(agent) = catalog.get(&step.agent) else {
+                return false;
+            };
+            let step_tools = step.tools.as_ref().map(|list| {
+                let entries: Vec<ToolEntry> = list.iter().map(|n| tools::parse_entry(n)).collect();
+                if entries.contains(&ToolEntry::All) {
+                    return ToolSet::All;
+                }
+                ToolSet::Some(
+                    entries
+                        .into_iter()
+                        .filter_map(|e| match e {
+                            ToolEntry::Tool(t) => Some(t),
+                            _ => None,
+                        })
+                        .collect(),
+                )
+            });
+            let disallowed = step
+                .disallowed_tools
+                .iter()
+                .filter_map(|t| ToolName::parse(t));
+            let tools = tools::resolve(
+                &agent.tools,
+                step_tools.as_ref(),
+                agent.disallowed.iter().copied().chain(disallowed),
+            );
+            tools
+                .iter()
+                .any(|t| matches!(t, ToolName::WriteFile | ToolName::EditFile | ToolName::Bash))
+        };
+        let writers: Vec<usize> = ids
+            .iter()
+            .enumerate()
+            .filter(|(_, id)| writes(&self.loaded.def.steps[id.as_str()]))
+            .map(|(i, _)| i)
+            .collect();
+        let mut warned = 0;
+        for (n, &a) in writers.iter().enumerate() {
+            for &b in &writers[n + 1..] {
+                if warned >= 5 || graph.is_ancestor(a, b) || graph.is_ancestor(b, a) {
+                    continue;
+                }
+                warned += 1;
+                let span = self.key_span(&path!["steps", ids[b].as_str()]);
+                self.problems.push(
+                    Problem::warning(format!(
+                        "steps `{}` and `{}` can change files and may run at the same time in the same directory",
+                        ids[a], ids[b]
+                    ))
+                    .at(self.file, span, "may overlap")
+                    .help(format!(
+                        "set `isolation = \"worktree\"` on one of them, or order them with `needs = [\"{}\"]`",
+                        ids[a]
+                    )),
+                );
+            }
+        }
     }
 
     /// Adds to each undefined-alias problem the other steps that need the alias.

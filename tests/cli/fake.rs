@@ -19,6 +19,36 @@ impl Respond for Script {
     }
 }
 
+/// Answers by the step: the first user message (the step's prompt) picks a script by marker, so
+/// steps running at the same time each get their own conversation.
+struct Routed(Vec<(String, Mutex<VecDeque<ResponseTemplate>>)>);
+
+impl Respond for Routed {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        let body: Value = serde_json::from_slice(&request.body).unwrap_or_default();
+        let first = &body["messages"][0];
+        let prompt = first["content"][0]["text"]
+            .as_str()
+            .or(first["content"].as_str())
+            .unwrap_or_default();
+        // OpenAI puts the system prompt first.
+        let prompt = if first["role"] == "system" {
+            body["messages"][1]["content"].as_str().unwrap_or_default()
+        } else {
+            prompt
+        };
+        for (marker, script) in &self.0 {
+            if prompt.contains(marker.as_str()) {
+                return script.lock().unwrap().pop_front().unwrap_or_else(|| {
+                    ResponseTemplate::new(500)
+                        .set_body_string(format!("no more responses for {marker}"))
+                });
+            }
+        }
+        ResponseTemplate::new(500).set_body_string(format!("no script for prompt: {prompt}"))
+    }
+}
+
 pub struct Fake {
     pub server: MockServer,
 }
@@ -32,6 +62,35 @@ impl Fake {
             .mount(&server)
             .await;
         Self { server }
+    }
+
+    /// An Anthropic API whose answers depend on which step asks (see [`Routed`]).
+    pub async fn anthropic_routed(routes: Vec<(&str, Vec<ResponseTemplate>)>) -> Self {
+        let server = MockServer::start().await;
+        let routes = routes
+            .into_iter()
+            .map(|(marker, script)| (marker.to_owned(), Mutex::new(script.into())))
+            .collect();
+        Mock::given(method("POST"))
+            .and(path("/v1/messages"))
+            .respond_with(Routed(routes))
+            .mount(&server)
+            .await;
+        Self { server }
+    }
+
+    /// How many requests carried `marker` in their first message.
+    pub async fn count(&self, marker: &str) -> usize {
+        self.bodies()
+            .await
+            .iter()
+            .filter(|b| {
+                b["messages"][0]["content"][0]["text"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains(marker)
+            })
+            .count()
     }
 
     pub async fn anthropic(script: Vec<ResponseTemplate>) -> Self {

@@ -7,5 +7,7 @@ mod live;
 mod no_panic;
 mod plan;
 mod run;
+mod scheduler;
 mod schema;
 mod support;
+mod workflows;

@@ -1,0 +1,531 @@
+//! Whole workflows through the real binary against the fake model API: structured output, step
+//! timeouts, interrupts, resume and --only, JUnit, worktrees, and the shipped example end to end.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use wiremock::ResponseTemplate;
+
+use crate::fake::{Fake, anthropic_text, anthropic_tool};
+use crate::support::{Output, REPO, Test};
+
+const KEY: &str = "sk-test-key-0000";
+const MODELS: &str = "[models]\ndefault = \"anthropic/claude-test\"\n";
+
+fn with_fake(test: Test, fake: &Fake, args: &[&str]) -> Test {
+    test.env("ANTHROPIC_BASE_URL", &fake.uri())
+        .env("ANTHROPIC_API_KEY", KEY)
+        .args(args)
+}
+
+fn json_of(out: &Output) -> Value {
+    serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}\n{}", out.transcript()))
+}
+
+fn git(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn init_repo(dir: &std::path::Path) {
+    git(dir, &["init", "--quiet", "-b", "main"]);
+    git(dir, &["add", "-A"]);
+    git(
+        dir,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "--quiet",
+            "-m",
+            "init",
+        ],
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn structured_output_is_fixed_validated_and_passed_on() {
+    let fake = Fake::anthropic_routed(vec![
+        (
+            "MARK-scan",
+            vec![
+                anthropic_text("I found two files."),
+                anthropic_text("```json\n{\"files\": [\"x.rs\", \"y.rs\"]}\n```"),
+            ],
+        ),
+        ("MARK-use", vec![anthropic_text("used")]),
+    ])
+    .await;
+    let workflow = format!(
+        "name = \"t\"\n{MODELS}[steps.scan]\nagent = \"explore\"\nprompt = \"MARK-scan\"\noutput_schema = {{ type = \"object\", required = [\"files\"], properties = {{ files = {{ type = \"array\", items = {{ type = \"string\" }} }} }} }}\n[steps.use]\nagent = \"plan\"\nneeds = [\"scan\"]\nprompt = \"MARK-use {{{{ steps.scan.output.files | join(',') }}}}\"\n"
+    );
+    let (out, _) = with_fake(
+        Test::new().file("w.toml", &workflow),
+        &fake,
+        &["run", "w.toml", "--format", "json"],
+    )
+    .run_async()
+    .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let run = json_of(&out);
+    assert_eq!(
+        run["steps"]["scan"]["output"],
+        json!({"files": ["x.rs", "y.rs"]})
+    );
+    assert_eq!(run["steps"]["scan"]["turns"], 2);
+    let bodies = fake.bodies().await;
+    let fix = bodies
+        .iter()
+        .find(|b| b["messages"].as_array().unwrap().len() == 3)
+        .expect("a fix request");
+    assert!(
+        fix["messages"][2]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("does not match the required JSON Schema")
+    );
+    assert!(
+        fix["system"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("\"files\"")
+    );
+    let used = bodies
+        .iter()
+        .find(|b| {
+            b["messages"][0]["content"][0]["text"]
+                .as_str()
+                .unwrap()
+                .starts_with("MARK-use")
+        })
+        .unwrap();
+    assert_eq!(
+        used["messages"][0]["content"][0]["text"],
+        "MARK-use x.rs,y.rs"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn structured_output_that_never_validates_fails_the_step() {
+    let fake = Fake::anthropic(vec![
+        anthropic_text("nope"),
+        anthropic_text("still no"),
+        anthropic_text("{\"n\": \"x\"}"),
+    ])
+    .await;
+    let workflow = format!(
+        "name = \"t\"\n{MODELS}[steps.s]\nagent = \"explore\"\nprompt = \"go\"\noutput_schema = {{ type = \"object\", properties = {{ n = {{ type = \"integer\" }} }} }}\n"
+    );
+    let (out, _) = with_fake(
+        Test::new().file("w.toml", &workflow),
+        &fake,
+        &["run", "w.toml", "--format", "json"],
+    )
+    .run_async()
+    .await;
+    assert_eq!(out.status, 1);
+    let error = json_of(&out)["steps"]["s"]["error"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        error.contains("does not match `output_schema` after 2 more tries"),
+        "{error}"
+    );
+    assert_eq!(fake.requests().await.len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_step_timeout_cancels_the_request_and_fails_the_step() {
+    let fake = Fake::anthropic(vec![
+        anthropic_text("too late").set_delay(Duration::from_secs(60)),
+    ])
+    .await;
+    let workflow = format!(
+        "name = \"t\"\n{MODELS}[steps.slow]\nagent = \"explore\"\nprompt = \"go\"\ntimeout = \"1s\"\n[steps.after]\nagent = \"plan\"\nneeds = [\"slow\"]\nprompt = \"x\"\n"
+    );
+    let (out, _) = with_fake(
+        Test::new().file("w.toml", &workflow),
+        &fake,
+        &["run", "w.toml", "--format", "json"],
+    )
+    .run_async()
+    .await;
+    assert_eq!(out.status, 1, "{}", out.transcript());
+    let run = json_of(&out);
+    assert_eq!(run["steps"]["slow"]["status"], "failed");
+    assert_eq!(run["steps"]["slow"]["error"], "timed out after 1s");
+    assert_eq!(run["steps"]["after"]["status"], "skipped");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigint_stops_the_run_and_records_it() {
+    let fake = Fake::anthropic(vec![
+        anthropic_text("never").set_delay(Duration::from_secs(120)),
+    ])
+    .await;
+    let test = Test::new().file(
+        "w.toml",
+        &format!("name = \"t\"\n{MODELS}[steps.s]\nagent = \"explore\"\nprompt = \"go\"\n"),
+    );
+    let dir = test.path().to_owned();
+    let uri = fake.uri();
+    let (status, stderr) = tokio::task::spawn_blocking(move || {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_runner"))
+            .args(["run", "w.toml"])
+            .current_dir(&dir)
+            .env("ANTHROPIC_BASE_URL", &uri)
+            .env("ANTHROPIC_API_KEY", KEY)
+            .env("NO_COLOR", "1")
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut reader = BufReader::new(child.stderr.take().unwrap());
+        let mut seen = String::new();
+        // Readiness: the step has started once its progress line is out.
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap() == 0 {
+                break;
+            }
+            seen.push_str(&line);
+            if line.contains("[explore] s started") {
+                nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(child.id() as i32),
+                    nix::sys::signal::Signal::SIGINT,
+                )
+                .unwrap();
+                break;
+            }
+        }
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut reader, &mut rest).unwrap();
+        (child.wait().unwrap(), seen + &rest)
+    })
+    .await
+    .unwrap();
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    let runs = test.path().join(".runner/runs");
+    let run_dir = std::fs::read_dir(&runs)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let run: Value =
+        serde_json::from_str(&std::fs::read_to_string(run_dir.join("run.json")).unwrap()).unwrap();
+    assert_eq!(run["status"], "interrupted");
+    assert_eq!(run["steps"]["s"]["status"], "cancelled");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn resume_reruns_only_what_failed_or_changed_and_only_picks_steps() {
+    let fake = Fake::anthropic_routed(vec![
+        ("MARK-a", vec![anthropic_text("A1"), anthropic_text("A2")]),
+        (
+            "MARK-b",
+            vec![
+                ResponseTemplate::new(400).set_body_json(json!({"type": "error", "error": {"type": "invalid_request_error", "message": "bad"}})),
+                anthropic_text("B1"),
+                anthropic_text("B2"),
+                anthropic_text("B3"),
+            ],
+        ),
+    ])
+    .await;
+    let workflow = |a_prompt: &str| {
+        format!(
+            "name = \"t\"\n{MODELS}[steps.a]\nagent = \"explore\"\nprompt = \"{a_prompt}\"\n[steps.b]\nagent = \"plan\"\nneeds = [\"a\"]\nprompt = \"MARK-b {{{{ steps.a.summary }}}}\"\n"
+        )
+    };
+    let test = Test::new().file("w.toml", &workflow("MARK-a"));
+    let dir = test.path().to_owned();
+    let run = |args: Vec<String>| {
+        let fake_uri = fake.uri();
+        let dir = dir.clone();
+        async move {
+            let mut t = Test::new()
+                .env("ANTHROPIC_BASE_URL", &fake_uri)
+                .env("ANTHROPIC_API_KEY", KEY);
+            t = t.args(&[
+                "run",
+                dir.join("w.toml").to_str().unwrap(),
+                "--workdir",
+                dir.to_str().unwrap(),
+                "--format",
+                "json",
+            ]);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            t.args(&args).run_async().await.0
+        }
+    };
+    let junit = dir.join("report.xml");
+
+    // 1: a succeeds, b fails.
+    let first = run(vec!["--junit".into(), junit.to_str().unwrap().into()]).await;
+    assert_eq!(first.status, 1, "{}", first.transcript());
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert!(xml.contains("<testcase name=\"a\""));
+    assert!(xml.contains("<failure message=\"model request failed: the model API answered 400: invalid_request_error: bad\""), "{xml}");
+    assert!(xml.contains("tests=\"2\" failures=\"1\" skipped=\"0\""));
+
+    // 2: resume: a is reused, b runs again.
+    let second = run(vec!["--resume".into(), "latest".into()]).await;
+    assert_eq!(second.status, 0, "{}", second.transcript());
+    let record = json_of(&second);
+    assert_eq!(
+        record["steps"]["a"]["reused_from"],
+        json_of(&first)["run_id"]
+    );
+    assert_eq!(record["steps"]["b"]["summary"], "B1");
+    assert_eq!(fake.count("MARK-a").await, 1);
+    assert!(second.stderr.contains("[explore] a reused from run"));
+
+    // 3: --only b reruns b alone, taking a from the resumed run.
+    let third = run(vec![
+        "--resume".into(),
+        "latest".into(),
+        "--only".into(),
+        "b".into(),
+    ])
+    .await;
+    assert_eq!(third.status, 0, "{}", third.transcript());
+    assert_eq!(json_of(&third)["steps"]["b"]["summary"], "B2");
+    assert_eq!(fake.count("MARK-a").await, 1);
+
+    // 4: a's definition changed: it runs again, and so does b (its prompt changed with a's summary).
+    std::fs::write(dir.join("w.toml"), workflow("MARK-a, now with more detail")).unwrap();
+    let fourth = run(vec!["--resume".into(), "latest".into()]).await;
+    assert_eq!(fourth.status, 0, "{}", fourth.transcript());
+    let record = json_of(&fourth);
+    assert!(record["steps"]["a"].get("reused_from").is_none());
+    assert_eq!(record["steps"]["a"]["summary"], "A2");
+    assert_eq!(record["steps"]["b"]["summary"], "B3");
+
+    // --only with a need that has no result is a usage error.
+    let bad = Test::new()
+        .file("w.toml", &workflow("MARK-a"))
+        .env("ANTHROPIC_API_KEY", KEY)
+        .args(&["run", "w.toml", "--only", "b"])
+        .run();
+    assert_eq!(bad.status, 2);
+    assert!(
+        bad.stderr
+            .contains("--only b: its need `a` has no result to reuse"),
+        "{}",
+        bad.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worktree_step_commits_on_its_branch_and_leaves_the_main_tree_clean() {
+    let fake = Fake::anthropic_routed(vec![
+        (
+            "MARK-impl",
+            vec![
+                anthropic_tool(
+                    "t1",
+                    "write_file",
+                    json!({"path": "hello.txt", "content": "hello\n"}),
+                ),
+                anthropic_tool(
+                    "t2",
+                    "edit_file",
+                    json!({"path": "app.txt", "old_string": "v1", "new_string": "v2"}),
+                ),
+                anthropic_text("Added hello.txt, bumped app."),
+            ],
+        ),
+        ("MARK-review", vec![anthropic_text("Looks fine.")]),
+    ])
+    .await;
+    let workflow = format!(
+        "name = \"t\"\n{MODELS}[steps.impl]\nagent = \"code\"\nisolation = \"worktree\"\nprompt = \"MARK-impl\"\n[steps.review]\nagent = \"explore\"\nneeds = [\"impl\"]\nprompt = \"MARK-review {{{{ steps.impl.branch }}}}\\n{{{{ steps.impl.diff }}}}\"\n"
+    );
+    let test = Test::new()
+        .file("w.toml", &workflow)
+        .file("app.txt", "version v1\n")
+        .file(".gitignore", ".runner/\n");
+    init_repo(test.path());
+    let (out, test) = with_fake(test, &fake, &["run", "w.toml", "--format", "json"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let run = json_of(&out);
+    let branch = format!("runner/{}/impl", run["run_id"].as_str().unwrap());
+    assert_eq!(run["steps"]["impl"]["branch"], branch.as_str());
+    assert_eq!(
+        git(test.path(), &["show", &format!("{branch}:hello.txt")]),
+        "hello\n"
+    );
+    assert_eq!(
+        git(test.path(), &["show", &format!("{branch}:app.txt")]),
+        "version v2\n"
+    );
+    // The main tree is untouched and clean; no worktree is left.
+    assert_eq!(git(test.path(), &["status", "--porcelain"]), "");
+    assert_eq!(
+        std::fs::read_to_string(test.path().join("app.txt")).unwrap(),
+        "version v1\n"
+    );
+    assert!(!test.path().join("hello.txt").exists());
+    assert_eq!(git(test.path(), &["worktree", "list"]).lines().count(), 1);
+    // The reviewer got the branch and the diff.
+    let review = fake
+        .bodies()
+        .await
+        .into_iter()
+        .find(|b| {
+            b["messages"][0]["content"][0]["text"]
+                .as_str()
+                .unwrap()
+                .starts_with("MARK-review")
+        })
+        .unwrap();
+    let prompt = review["messages"][0]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(prompt.contains(&branch));
+    assert!(
+        prompt.contains("+hello")
+            && prompt.contains("-version v1")
+            && prompt.contains("+version v2"),
+        "{prompt}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worktree_step_outside_git_is_a_validation_error() {
+    let workflow = format!(
+        "name = \"t\"\n{MODELS}[steps.impl]\nagent = \"code\"\nisolation = \"worktree\"\nprompt = \"x\"\n"
+    );
+    let out = Test::new()
+        .file("w.toml", &workflow)
+        .args(&["validate", "w.toml"])
+        .run();
+    assert_eq!(out.status, 2);
+    assert!(
+        out.stderr
+            .contains("runs in a git worktree, but `.` is not in a git repository"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn validate_warns_about_concurrent_writers() {
+    let workflow = format!(
+        "name = \"t\"\n{MODELS}[steps.a]\nagent = \"code\"\nprompt = \"x\"\n[steps.b]\nagent = \"code\"\nprompt = \"y\"\n[steps.c]\nagent = \"code\"\nneeds = [\"a\", \"b\"]\nprompt = \"z\"\n"
+    );
+    let out = Test::new()
+        .file("w.toml", &workflow)
+        .args(&["validate", "w.toml"])
+        .run();
+    assert_eq!(out.status, 0, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("steps `a` and `b` can change files and may run at the same time"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        !out.stderr.contains("`c`"),
+        "c is ordered after both: {}",
+        out.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_jwt_migration_example_runs_end_to_end() {
+    let fake = Fake::anthropic_routed(vec![
+        ("authenticates users", vec![anthropic_tool("f1", "grep", json!({"pattern": "login"})), anthropic_text("Auth: src/auth.py:1 login()")]),
+        ("sessions are created", vec![anthropic_text("Sessions: src/session.py keeps them in a dict")]),
+        ("Design a migration", vec![anthropic_text("1. Add jwt.py\n2. Switch login to JWT")]),
+        (
+            "Implement this plan",
+            vec![
+                anthropic_tool("i1", "write_file", json!({"path": "src/jwt.py", "content": "def issue(user):\n    return 'token'\n"})),
+                anthropic_tool("i2", "bash", json!({"command": "ls src"})),
+                anthropic_text("Added src/jwt.py"),
+            ],
+        ),
+        ("Review the JWT migration", vec![anthropic_text("No findings.")]),
+    ])
+    .await;
+    let workflow = std::fs::read_to_string(format!("{REPO}/workflows/jwt-migration.toml")).unwrap();
+    let agent = std::fs::read_to_string(format!("{REPO}/agents/security-reviewer.md")).unwrap();
+    let test = Test::new()
+        .file("workflows/jwt-migration.toml", &workflow)
+        .file("agents/security-reviewer.md", &agent)
+        .file(
+            "src/auth.py",
+            "def login(user, password):\n    return True\n",
+        )
+        .file("src/session.py", "SESSIONS = {}\n")
+        .file(".gitignore", ".runner/\n");
+    init_repo(test.path());
+    let (out, test) = with_fake(
+        test,
+        &fake,
+        &["run", "workflows/jwt-migration.toml", "--format", "json"],
+    )
+    .run_async()
+    .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let run = json_of(&out);
+    for step in ["find_auth", "find_sessions", "plan", "implement", "review"] {
+        assert_eq!(run["steps"][step]["status"], "succeeded", "{step}");
+    }
+    assert_eq!(run["steps"]["review"]["summary"], "No findings.");
+    let bodies = fake.bodies().await;
+    let text = |b: &Value| {
+        b["messages"][0]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let plan = bodies
+        .iter()
+        .find(|b| text(b).contains("Design a migration"))
+        .unwrap();
+    assert!(
+        text(plan).contains("Auth: src/auth.py:1 login()")
+            && text(plan).contains("Sessions: src/session.py")
+    );
+    assert_eq!(plan["model"], "claude-opus-4-1");
+    let review = bodies
+        .iter()
+        .find(|b| text(b).contains("Review the JWT migration"))
+        .unwrap();
+    assert!(
+        text(review).contains("+def issue(user):"),
+        "{}",
+        text(review)
+    );
+    assert!(
+        review["system"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("You are a security reviewer")
+    );
+    let branch = run["steps"]["implement"]["branch"].as_str().unwrap();
+    assert!(git(test.path(), &["show", &format!("{branch}:src/jwt.py")]).contains("def issue"));
+    assert_eq!(git(test.path(), &["status", "--porcelain"]), "");
+    assert!(out.stderr.contains("run ") && out.stderr.contains(" succeeded in "));
+}
