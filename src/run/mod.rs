@@ -24,7 +24,7 @@ use crate::provider::client::Secret;
 use crate::session::{StepOutcome, StepProgress};
 use crate::template;
 use executor::{Executor, StepJob};
-pub use state::{RunRecord, RunStatus, StepRecord, StepStatus};
+pub use state::{RunRecord, RunStatus, Saver, StepRecord, StepStatus};
 use walker::Walker;
 use worktree::{Repo, Worktree};
 
@@ -204,7 +204,8 @@ pub async fn execute(
         let _ = std::fs::write(&ignore, "*\n");
     }
     let started = Instant::now();
-    record.save(&run_dir);
+    let mut saver = Saver::new(&run_dir);
+    saver.flush(&record);
 
     let index: BTreeMap<&str, usize> = plan
         .steps
@@ -246,7 +247,7 @@ pub async fn execute(
                     StepStatus::Cancelled,
                     "the run was stopped",
                     reporter,
-                    &run_dir,
+                    &mut saver,
                 );
                 ready.extend(walker.complete(i));
                 continue;
@@ -259,7 +260,7 @@ pub async fn execute(
                         StepStatus::Skipped,
                         &reason,
                         reporter,
-                        &run_dir,
+                        &mut saver,
                     );
                     ready.extend(walker.complete(i));
                 }
@@ -270,7 +271,7 @@ pub async fn execute(
                         StepStatus::Failed,
                         &error,
                         reporter,
-                        &run_dir,
+                        &mut saver,
                     );
                     if options.fail_fast && !step.continue_on_error {
                         stopping = true;
@@ -282,7 +283,7 @@ pub async fn execute(
                     *record.step_mut(&step.id) = *previous;
                     let entry = record.step_mut(&step.id);
                     reporter.step_finished(step, entry);
-                    record.save(&run_dir);
+                    saver.changed(&record);
                     ready.extend(walker.complete(i));
                 }
                 Prepared::Run {
@@ -303,7 +304,7 @@ pub async fn execute(
                     StepStatus::Cancelled,
                     "the run was stopped",
                     reporter,
-                    &run_dir,
+                    &mut saver,
                 );
                 ready.extend(walker.complete(i));
             }
@@ -326,7 +327,7 @@ pub async fn execute(
                                 StepStatus::Failed,
                                 &err,
                                 reporter,
-                                &run_dir,
+                                &mut saver,
                             );
                             ready.extend(walker.complete(i));
                             continue;
@@ -350,7 +351,7 @@ pub async fn execute(
                 progress: progress.clone(),
             };
             record.step_mut(&step.id).status = StepStatus::Running;
-            record.save(&run_dir);
+            saver.changed(&record);
             reporter.step_started(&step, progress.clone());
             running.insert(
                 i,
@@ -382,7 +383,11 @@ pub async fn execute(
             }
             continue;
         }
+        let flush_at = saver.deadline().map(tokio::time::Instant::from_std);
         tokio::select! {
+            () = async { if let Some(at) = flush_at { tokio::time::sleep_until(at).await } }, if flush_at.is_some() => {
+                saver.flush(&record);
+            }
             joined = tasks.join_next() => {
                 let Some(joined) = joined else { continue };
                 let (i, ended) = match joined {
@@ -394,7 +399,7 @@ pub async fn execute(
                 let step = steps[i].clone();
                 let Some(run) = running.remove(&i) else { continue };
                 let failed = finish_started(&mut record, &step, run, ended, repo.as_ref(), reporter);
-                record.save(&run_dir);
+                saver.changed(&record);
                 if failed && options.fail_fast && !step.continue_on_error && !stopping {
                     stopping = true;
                     cancel.cancel();
@@ -409,7 +414,7 @@ pub async fn execute(
         }
     }
     record.finish(started.elapsed(), interrupted, plan);
-    record.save(&run_dir);
+    saver.flush(&record);
     Ok(record)
 }
 
@@ -477,13 +482,13 @@ fn finish_unstarted(
     status: StepStatus,
     reason: &str,
     reporter: &mut dyn Reporter,
-    run_dir: &Utf8Path,
+    saver: &mut Saver,
 ) {
     let entry = record.step_mut(&step.id);
     entry.status = status;
     entry.error = Some(reason.to_owned());
     reporter.step_finished(step, entry);
-    record.save(run_dir);
+    saver.changed(record);
 }
 
 /// Records how a started step ended and settles its worktree. Returns whether it failed.

@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use camino::Utf8Path;
+use std::time::Instant;
+
+use camino::{Utf8Path, Utf8PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -202,5 +204,51 @@ impl RunRecord {
         if std::fs::write(&tmp, self.to_json()).is_ok() {
             let _ = std::fs::rename(&tmp, run_dir.join("run.json"));
         }
+    }
+}
+
+/// How often `run.json` is rewritten at most while steps finish in quick succession.
+pub const SAVE_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Writes `run.json` after changes, at most every [`SAVE_INTERVAL`]: a change inside the interval
+/// is written when it ends (the scheduler waits on [`Saver::deadline`]), so the file is never
+/// more than that behind, and a thousand quick steps do not cost a thousand rewrites.
+#[derive(Debug)]
+pub struct Saver {
+    dir: Utf8PathBuf,
+    last: Option<Instant>,
+    dirty: bool,
+}
+
+impl Saver {
+    pub fn new(dir: &Utf8Path) -> Self {
+        Self {
+            dir: dir.to_owned(),
+            last: None,
+            dirty: false,
+        }
+    }
+
+    /// Notes a change; writes at once when the last write is old enough.
+    pub fn changed(&mut self, record: &RunRecord) {
+        self.dirty = true;
+        if self.last.is_none_or(|t| t.elapsed() >= SAVE_INTERVAL) {
+            self.flush(record);
+        }
+    }
+
+    /// When a pending change must be written.
+    pub fn deadline(&self) -> Option<Instant> {
+        match (self.dirty, self.last) {
+            (true, Some(last)) => Some(last + SAVE_INTERVAL),
+            (true, None) => Some(Instant::now()),
+            _ => None,
+        }
+    }
+
+    pub fn flush(&mut self, record: &RunRecord) {
+        record.save(&self.dir);
+        self.last = Some(Instant::now());
+        self.dirty = false;
     }
 }
