@@ -1,0 +1,178 @@
+//! Scheduler benchmarks.
+//!
+//! 1. A grid of 8 parallel x 3 dependent steps through the real binary against a fake model API
+//!    answering every request after 400 ms: the critical path is 3 x 400 ms = 1.2 s, and the run
+//!    should take within 1.1x of that plus process start.
+//! 2. The scheduler's own cost per step: 1,000 steps (a 50-wide, 20-deep layered DAG) run with an
+//!    executor that finishes each step at once, so only the walk, the decisions, prompt rendering
+//!    and run.json writing are measured.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use camino::Utf8PathBuf;
+use futures_util::future::BoxFuture;
+use runner::agent::AgentCatalog;
+use runner::plan::{PlanOptions, PlannedStep, build_plan};
+use runner::run::executor::{Executor, StepJob};
+use runner::run::{self, Reporter, RunOptions, StepRecord};
+use runner::session::{StepOutcome, StepProgress};
+use runner::workflow::load_workflow;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+const LATENCY: Duration = Duration::from_millis(400);
+
+fn grid_workflow() -> String {
+    let mut text = String::from("name = \"grid\"\nmax_parallel = 8\n[models]\ndefault = \"anthropic/bench\"\n");
+    for row in 0..3 {
+        for col in 0..8 {
+            text.push_str(&format!("[steps.r{row}c{col}]\nagent = \"explore\"\nprompt = \"cell {row} {col}\"\n"));
+            if row > 0 {
+                text.push_str(&format!("needs = [\"r{}c{col}\"]\n", row - 1));
+            }
+        }
+    }
+    text
+}
+
+fn median(mut times: Vec<Duration>) -> Duration {
+    times.sort();
+    times[times.len() / 2]
+}
+
+fn grid(runtime: &tokio::runtime::Runtime) {
+    let server = runtime.block_on(async {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .and(path("/v1/messages"))
+            .respond_with(
+                ResponseTemplate::new(200)
+                    .set_body_json(json!({
+                        "content": [{"type": "text", "text": "ok"}],
+                        "stop_reason": "end_turn",
+                        "usage": {"input_tokens": 10, "output_tokens": 2}
+                    }))
+                    .set_delay(LATENCY),
+            )
+            .mount(&server)
+            .await;
+        server
+    });
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("w.toml"), grid_workflow()).expect("write");
+    let binary = env!("CARGO_BIN_EXE_runner");
+    let time = |args: &[&str]| {
+        let started = Instant::now();
+        let out = Command::new(binary)
+            .args(args)
+            .current_dir(dir.path())
+            .env("ANTHROPIC_BASE_URL", server.uri())
+            .env("ANTHROPIC_API_KEY", "bench")
+            .output()
+            .expect("run runner");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        started.elapsed()
+    };
+    let start = median((0..10).map(|_| time(&["--version"])).collect());
+    let runs: Vec<Duration> = (0..5).map(|_| time(&["run", "w.toml", "--no-progress"])).collect();
+    let run = median(runs.clone());
+    let critical = LATENCY * 3;
+    println!("grid 8 x 3 at {} ms per model call", LATENCY.as_millis());
+    println!("  process start (runner --version), median of 10: {:.1} ms", start.as_secs_f64() * 1e3);
+    println!(
+        "  run, median of 5: {:.3} s (runs: {})",
+        run.as_secs_f64(),
+        runs.iter().map(|d| format!("{:.3}", d.as_secs_f64())).collect::<Vec<_>>().join(", ")
+    );
+    println!(
+        "  critical path {:.1} s; run / critical path = {:.3}; budget 1.1 x critical path + start = {:.3} s: {}",
+        critical.as_secs_f64(),
+        run.as_secs_f64() / critical.as_secs_f64(),
+        (critical.mul_f64(1.1) + start).as_secs_f64(),
+        if run <= critical.mul_f64(1.1) + start { "within" } else { "OVER" }
+    );
+}
+
+/// Finishes every step at once.
+struct Instantly;
+
+impl Executor for Instantly {
+    fn run(&self, job: StepJob) -> BoxFuture<'static, StepOutcome> {
+        Box::pin(async move {
+            StepOutcome {
+                succeeded: true,
+                summary: format!("{} done", job.step.id),
+                ..StepOutcome::default()
+            }
+        })
+    }
+}
+
+struct Quiet;
+
+impl Reporter for Quiet {
+    fn step_started(&mut self, _: &PlannedStep, _: Arc<StepProgress>) {}
+    fn step_finished(&mut self, _: &PlannedStep, _: &StepRecord) {}
+}
+
+fn overhead(runtime: &tokio::runtime::Runtime) {
+    let (width, depth) = (50, 20);
+    let mut text = String::from("name = \"wide\"\nmax_parallel = 16\n[models]\ndefault = \"anthropic/bench\"\n");
+    for row in 0..depth {
+        for col in 0..width {
+            text.push_str(&format!("[steps.r{row}c{col}]\nagent = \"explore\"\n"));
+            if row > 0 {
+                text.push_str(&format!(
+                    "needs = [\"r{}c{col}\"]\nprompt = \"after {{{{ steps.r{}c{col}.summary }}}}\"\n",
+                    row - 1,
+                    row - 1
+                ));
+            } else {
+                text.push_str("prompt = \"start\"\n");
+            }
+        }
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = Utf8PathBuf::from_path_buf(dir.path().to_owned()).expect("utf-8");
+    std::fs::write(root.join("w.toml"), text).expect("write");
+    let loaded = load_workflow(&root.join("w.toml")).expect("load");
+    let (plan, problems) = build_plan(&loaded, &AgentCatalog::load(&[]), &PlanOptions::default());
+    let plan = plan.unwrap_or_else(|| panic!("{problems:?}"));
+    let steps = plan.steps.len();
+    let mut times = Vec::new();
+    for _ in 0..5 {
+        let options = RunOptions {
+            workdir: root.clone(),
+            state_dir: root.join(".runner"),
+            fail_fast: false,
+            resume: None,
+            only: BTreeSet::new(),
+            interrupt: CancellationToken::new(),
+        };
+        let started = Instant::now();
+        let record = runtime
+            .block_on(run::execute(&plan, Arc::new(Instantly), &options, &mut Quiet))
+            .expect("run");
+        times.push(started.elapsed());
+        assert_eq!(record.status, run::RunStatus::Succeeded);
+    }
+    let run = median(times);
+    println!("scheduler overhead, {steps} steps ({width} wide x {depth} deep), instant executor");
+    println!(
+        "  run, median of 5: {:.1} ms = {:.3} ms per step",
+        run.as_secs_f64() * 1e3,
+        run.as_secs_f64() * 1e3 / steps as f64
+    );
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    // `cargo bench` passes `--bench`; `cargo test --benches` would pass nothing: run either way.
+    grid(&runtime);
+    overhead(&runtime);
+}
