@@ -28,10 +28,14 @@ use wiremock::{Mock, MockServer, ResponseTemplate};
 const LATENCY: Duration = Duration::from_millis(400);
 
 fn grid_workflow() -> String {
-    let mut text = String::from("name = \"grid\"\nmax_parallel = 8\n[models]\ndefault = \"anthropic/bench\"\n");
+    let mut text = String::from(
+        "name = \"grid\"\nmax_parallel = 8\n[models]\ndefault = \"anthropic/bench\"\n",
+    );
     for row in 0..3 {
         for col in 0..8 {
-            text.push_str(&format!("[steps.r{row}c{col}]\nagent = \"explore\"\nprompt = \"cell {row} {col}\"\n"));
+            text.push_str(&format!(
+                "[steps.r{row}c{col}]\nagent = \"explore\"\nprompt = \"cell {row} {col}\"\n"
+            ));
             if row > 0 {
                 text.push_str(&format!("needs = [\"r{}c{col}\"]\n", row - 1));
             }
@@ -75,26 +79,42 @@ fn grid(runtime: &tokio::runtime::Runtime) {
             .env("ANTHROPIC_API_KEY", "bench")
             .output()
             .expect("run runner");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         started.elapsed()
     };
     let start = median((0..10).map(|_| time(&["--version"])).collect());
-    let runs: Vec<Duration> = (0..5).map(|_| time(&["run", "w.toml", "--no-progress"])).collect();
+    let runs: Vec<Duration> = (0..5)
+        .map(|_| time(&["run", "w.toml", "--no-progress"]))
+        .collect();
     let run = median(runs.clone());
     let critical = LATENCY * 3;
     println!("grid 8 x 3 at {} ms per model call", LATENCY.as_millis());
-    println!("  process start (runner --version), median of 10: {:.1} ms", start.as_secs_f64() * 1e3);
+    println!(
+        "  process start (runner --version), median of 10: {:.1} ms",
+        start.as_secs_f64() * 1e3
+    );
     println!(
         "  run, median of 5: {:.3} s (runs: {})",
         run.as_secs_f64(),
-        runs.iter().map(|d| format!("{:.3}", d.as_secs_f64())).collect::<Vec<_>>().join(", ")
+        runs.iter()
+            .map(|d| format!("{:.3}", d.as_secs_f64()))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     println!(
         "  critical path {:.1} s; run / critical path = {:.3}; budget 1.1 x critical path + start = {:.3} s: {}",
         critical.as_secs_f64(),
         run.as_secs_f64() / critical.as_secs_f64(),
         (critical.mul_f64(1.1) + start).as_secs_f64(),
-        if run <= critical.mul_f64(1.1) + start { "within" } else { "OVER" }
+        if run <= critical.mul_f64(1.1) + start {
+            "within"
+        } else {
+            "OVER"
+        }
     );
 }
 
@@ -122,7 +142,9 @@ impl Reporter for Quiet {
 
 fn overhead(runtime: &tokio::runtime::Runtime) {
     let (width, depth) = (50, 20);
-    let mut text = String::from("name = \"wide\"\nmax_parallel = 16\n[models]\ndefault = \"anthropic/bench\"\n");
+    let mut text = String::from(
+        "name = \"wide\"\nmax_parallel = 16\n[models]\ndefault = \"anthropic/bench\"\n",
+    );
     for row in 0..depth {
         for col in 0..width {
             text.push_str(&format!("[steps.r{row}c{col}]\nagent = \"explore\"\n"));
@@ -156,7 +178,12 @@ fn overhead(runtime: &tokio::runtime::Runtime) {
         };
         let started = Instant::now();
         let record = runtime
-            .block_on(run::execute(&plan, Arc::new(Instantly), &options, &mut Quiet))
+            .block_on(run::execute(
+                &plan,
+                Arc::new(Instantly),
+                &options,
+                &mut Quiet,
+            ))
             .expect("run");
         times.push(started.elapsed());
         assert_eq!(record.status, run::RunStatus::Succeeded);
@@ -171,7 +198,10 @@ fn overhead(runtime: &tokio::runtime::Runtime) {
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     // `cargo bench` passes `--bench`; `cargo test --benches` would pass nothing: run either way.
     grid(&runtime);
     overhead(&runtime);
