@@ -44,6 +44,18 @@ impl Message {
     }
 }
 
+/// The text blocks of a message, joined by newlines.
+pub fn text_of(blocks: &[Block]) -> String {
+    let parts: Vec<&str> = blocks
+        .iter()
+        .filter_map(|b| match b {
+            Block::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    parts.join("\n")
+}
+
 /// A tool as the model sees it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ToolDef {
@@ -112,14 +124,6 @@ impl ChatResponse {
     }
 
     pub fn text(&self) -> String {
-        let parts: Vec<&str> = self
-            .content
-            .iter()
-            .filter_map(|b| match b {
-                Block::Text { text } => Some(text.as_str()),
-                _ => None,
-            })
-            .collect();
-        parts.join("\n")
+        text_of(&self.content)
     }
 }

@@ -138,6 +138,15 @@ struct Harness {
 }
 
 fn start(steps: &str, max_parallel: u32, fail_fast: bool) -> Harness {
+    start_with(steps, max_parallel, fail_fast, CancellationToken::new())
+}
+
+fn start_with(
+    steps: &str,
+    max_parallel: u32,
+    fail_fast: bool,
+    interrupt: CancellationToken,
+) -> Harness {
     let dir = tempfile::tempdir().unwrap();
     let plan = plan(&dir, steps, max_parallel);
     let (tx, events) = mpsc::unbounded_channel();
@@ -155,7 +164,7 @@ fn start(steps: &str, max_parallel: u32, fail_fast: bool) -> Harness {
         fail_fast,
         resume: None,
         only: BTreeSet::new(),
-        interrupt: CancellationToken::new(),
+        interrupt,
     };
     let executor: Arc<dyn Executor> = Arc::new(channels.clone());
     let run = tokio::spawn(async move {
@@ -354,42 +363,25 @@ async fn conditions_skip_and_skips_propagate_unless_a_step_has_its_own_if() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_interrupt_cancels_running_steps() {
-    let dir = tempfile::tempdir().unwrap();
-    let plan = plan(
-        &dir,
+    let interrupt = CancellationToken::new();
+    let mut h = start_with(
         &[step("a", &[], ""), step("b", &["a"], "")].concat(),
         2,
+        false,
+        interrupt.clone(),
     );
-    let (tx, mut events) = mpsc::unbounded_channel();
-    let channels = Channels {
-        events: tx,
-        log: Arc::default(),
-        waiting: Arc::default(),
-        in_flight: Arc::default(),
-        max_in_flight: Arc::default(),
-    };
-    let root = Utf8PathBuf::from_path_buf(dir.path().to_owned()).unwrap();
-    let interrupt = CancellationToken::new();
-    let options = RunOptions {
-        workdir: root.clone(),
-        state_dir: root.join(".runner"),
-        fail_fast: false,
-        resume: None,
-        only: BTreeSet::new(),
-        interrupt: interrupt.clone(),
-    };
-    let executor: Arc<dyn Executor> = Arc::new(channels.clone());
-    let run = tokio::spawn(async move {
-        run::execute(&plan, executor, &options, &mut Quiet)
-            .await
-            .unwrap()
-    });
-    assert_eq!(events.recv().await, Some(Event::Started("a".into())));
+    h.expect_started(&["a"]).await;
     interrupt.cancel();
+    assert_eq!(h.next().await, Event::Dropped("a".into()));
+    let log = h.channels.log.clone();
+    let Harness { run, _dir: dir, .. } = h;
     let record = run.await.unwrap();
+    let root = dir.path().to_owned();
+    let log = log.lock().unwrap().clone();
     assert_eq!(record.status, run::RunStatus::Interrupted);
     assert_eq!(record.steps["a"].status, StepStatus::Cancelled);
     assert_eq!(record.steps["b"].status, StepStatus::Cancelled);
+    assert!(!log.contains(&Event::Started("b".into())));
     let saved =
         std::fs::read_to_string(root.join(format!(".runner/runs/{}/run.json", record.run_id)))
             .unwrap();

@@ -20,6 +20,18 @@ fn with_fake(test: Test, fake: &Fake, args: &[&str]) -> Test {
         .args(args)
 }
 
+/// Runs `workflow` as `w.toml` in a fresh directory against `fake`, with `--format json`.
+async fn run_one(fake: &Fake, workflow: &str) -> Output {
+    with_fake(
+        Test::new().file("w.toml", workflow),
+        fake,
+        &["run", "w.toml", "--format", "json"],
+    )
+    .run_async()
+    .await
+    .0
+}
+
 fn json_of(out: &Output) -> Value {
     serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}\n{}", out.transcript()))
 }
@@ -72,13 +84,7 @@ async fn structured_output_is_fixed_validated_and_passed_on() {
     let workflow = format!(
         "name = \"t\"\n{MODELS}[steps.scan]\nagent = \"explore\"\nprompt = \"MARK-scan\"\noutput_schema = {{ type = \"object\", required = [\"files\"], properties = {{ files = {{ type = \"array\", items = {{ type = \"string\" }} }} }} }}\n[steps.use]\nagent = \"plan\"\nneeds = [\"scan\"]\nprompt = \"MARK-use {{{{ steps.scan.output.files | join(',') }}}}\"\n"
     );
-    let (out, _) = with_fake(
-        Test::new().file("w.toml", &workflow),
-        &fake,
-        &["run", "w.toml", "--format", "json"],
-    )
-    .run_async()
-    .await;
+    let out = run_one(&fake, &workflow).await;
     assert_eq!(out.status, 0, "{}", out.transcript());
     let run = json_of(&out);
     assert_eq!(
@@ -129,13 +135,7 @@ async fn structured_output_that_never_validates_fails_the_step() {
     let workflow = format!(
         "name = \"t\"\n{MODELS}[steps.s]\nagent = \"explore\"\nprompt = \"go\"\noutput_schema = {{ type = \"object\", properties = {{ n = {{ type = \"integer\" }} }} }}\n"
     );
-    let (out, _) = with_fake(
-        Test::new().file("w.toml", &workflow),
-        &fake,
-        &["run", "w.toml", "--format", "json"],
-    )
-    .run_async()
-    .await;
+    let out = run_one(&fake, &workflow).await;
     assert_eq!(out.status, 1);
     let error = json_of(&out)["steps"]["s"]["error"]
         .as_str()
@@ -157,13 +157,7 @@ async fn a_step_timeout_cancels_the_request_and_fails_the_step() {
     let workflow = format!(
         "name = \"t\"\n{MODELS}[steps.slow]\nagent = \"explore\"\nprompt = \"go\"\ntimeout = \"1s\"\n[steps.after]\nagent = \"plan\"\nneeds = [\"slow\"]\nprompt = \"x\"\n"
     );
-    let (out, _) = with_fake(
-        Test::new().file("w.toml", &workflow),
-        &fake,
-        &["run", "w.toml", "--format", "json"],
-    )
-    .run_async()
-    .await;
+    let out = run_one(&fake, &workflow).await;
     assert_eq!(out.status, 1, "{}", out.transcript());
     let run = json_of(&out);
     assert_eq!(run["steps"]["slow"]["status"], "failed");

@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde_json::{Value, json};
 
 use super::FormatError;
-use crate::provider::message::{Block, ChatRequest, ChatResponse, Role, StopReason, Usage};
+use crate::provider::message::{
+    Block, ChatRequest, ChatResponse, Role, StopReason, Usage, text_of,
+};
 
 /// Ids for tool calls that came without one; unique within the process.
 static SYNTHETIC_IDS: AtomicU64 = AtomicU64::new(1);
@@ -16,14 +18,7 @@ pub fn request_body(req: &ChatRequest) -> Value {
     for message in &req.messages {
         match message.role {
             Role::Assistant => {
-                let text: Vec<&str> = message
-                    .content
-                    .iter()
-                    .filter_map(|b| match b {
-                        Block::Text { text } => Some(text.as_str()),
-                        _ => None,
-                    })
-                    .collect();
+                let text = text_of(&message.content);
                 let calls: Vec<Value> = message
                     .content
                     .iter()
@@ -36,7 +31,7 @@ pub fn request_body(req: &ChatRequest) -> Value {
                         _ => None,
                     })
                     .collect();
-                let mut m = json!({"role": "assistant", "content": if text.is_empty() { Value::Null } else { Value::String(text.join("\n")) }});
+                let mut m = json!({"role": "assistant", "content": if text.is_empty() { Value::Null } else { Value::String(text) }});
                 if !calls.is_empty() {
                     m["tool_calls"] = Value::Array(calls);
                 }
