@@ -230,6 +230,7 @@ pub async fn execute(
     let mut prompts: BTreeMap<usize, String> = BTreeMap::new();
     let mut running: BTreeMap<usize, Running> = BTreeMap::new();
     let mut tasks: JoinSet<(usize, Ended)> = JoinSet::new();
+    let mut task_steps: BTreeMap<tokio::task::Id, usize> = BTreeMap::new();
     let cancel = CancellationToken::new();
     let mut stopping = false;
     let mut interrupted = false;
@@ -364,7 +365,7 @@ pub async fn execute(
             let future = executor.run(job);
             let cancelled = cancel.clone();
             let timeout = step.timeout;
-            tasks.spawn(async move {
+            let handle = tasks.spawn(async move {
                 // Dropping the step's future on timeout or cancel aborts its HTTP request and
                 // kills its bash process groups.
                 let ended = tokio::select! {
@@ -376,6 +377,7 @@ pub async fn execute(
                 };
                 (i, ended)
             });
+            task_steps.insert(handle.id(), i);
         }
         if tasks.is_empty() {
             if ready.is_empty() {
@@ -392,9 +394,11 @@ pub async fn execute(
                 let Some(joined) = joined else { continue };
                 let (i, ended) = match joined {
                     Ok(pair) => pair,
-                    // A step task that panicked: find which by elimination is not possible here,
-                    // so the run stops rather than guess.
-                    Err(err) => return Err(Problem::error(format!("a step crashed: {err}"))),
+                    // A step that panicked fails alone; the run and its record go on.
+                    Err(err) => match task_steps.get(&err.id()) {
+                        Some(&i) => (i, Ended::Done(StepOutcome::failed(format!("the step crashed: {err}")))),
+                        None => continue,
+                    },
                 };
                 let step = steps[i].clone();
                 let Some(run) = running.remove(&i) else { continue };

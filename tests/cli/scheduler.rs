@@ -387,3 +387,55 @@ async fn an_interrupt_cancels_running_steps() {
             .unwrap();
     assert!(saved.contains("\"status\": \"interrupted\""));
 }
+
+/// Panics in the step named `boom`, finishes the others at once.
+struct Panics;
+
+impl Executor for Panics {
+    fn run(&self, job: StepJob) -> BoxFuture<'static, StepOutcome> {
+        Box::pin(async move {
+            assert!(job.step.id != "boom", "the executor blew up");
+            StepOutcome {
+                succeeded: true,
+                ..StepOutcome::default()
+            }
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_step_that_panics_fails_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = plan(
+        &dir,
+        &[
+            step("boom", &[], ""),
+            step("fine", &[], ""),
+            step("after", &["boom"], ""),
+        ]
+        .concat(),
+        2,
+    );
+    let root = Utf8PathBuf::from_path_buf(dir.path().to_owned()).unwrap();
+    let options = RunOptions {
+        workdir: root.clone(),
+        state_dir: root.join(".runner"),
+        fail_fast: false,
+        resume: None,
+        only: BTreeSet::new(),
+        interrupt: CancellationToken::new(),
+    };
+    let record = run::execute(&plan, Arc::new(Panics), &options, &mut Quiet)
+        .await
+        .unwrap();
+    assert_eq!(record.steps["boom"].status, StepStatus::Failed);
+    assert!(
+        record.steps["boom"]
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("the step crashed")
+    );
+    assert_eq!(record.steps["fine"].status, StepStatus::Succeeded);
+    assert_eq!(record.steps["after"].status, StepStatus::Skipped);
+}
