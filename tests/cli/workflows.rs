@@ -523,3 +523,189 @@ async fn the_jwt_migration_example_runs_end_to_end() {
     assert_eq!(git(test.path(), &["status", "--porcelain"]), "");
     assert!(out.stderr.contains("run ") && out.stderr.contains(" succeeded in "));
 }
+
+/// Two independent steps meet through two FIFOs in their bash commands: each blocks until the
+/// other is running, so they can only both finish if they overlap.
+fn rendezvous_fake_routes() -> Vec<(&'static str, Vec<ResponseTemplate>)> {
+    vec![
+        (
+            "MARK-left",
+            vec![
+                anthropic_tool(
+                    "l1",
+                    "bash",
+                    json!({"command": "echo left > p1; read x < p2; echo got $x", "timeout": 3}),
+                ),
+                anthropic_text("left done"),
+            ],
+        ),
+        (
+            "MARK-right",
+            vec![
+                anthropic_tool(
+                    "r1",
+                    "bash",
+                    json!({"command": "read y < p1; echo right > p2; echo got $y", "timeout": 3}),
+                ),
+                anthropic_text("right done"),
+            ],
+        ),
+    ]
+}
+
+async fn rendezvous(max_parallel: &str) -> (Vec<Value>, Output) {
+    let fake = Fake::anthropic_routed(rendezvous_fake_routes()).await;
+    let workflow = format!(
+        "name = \"t\"\n{MODELS}[steps.left]\nagent = \"code\"\nprompt = \"MARK-left\"\n[steps.right]\nagent = \"code\"\nprompt = \"MARK-right\"\n"
+    );
+    let test = Test::new().file("w.toml", &workflow);
+    for fifo in ["p1", "p2"] {
+        let made = Command::new("mkfifo")
+            .arg(test.path().join(fifo))
+            .status()
+            .unwrap();
+        assert!(made.success());
+    }
+    let (out, _) = with_fake(
+        test,
+        &fake,
+        &[
+            "run",
+            "w.toml",
+            "--format",
+            "json",
+            "--max-parallel",
+            max_parallel,
+        ],
+    )
+    .run_async()
+    .await;
+    let results = fake
+        .bodies()
+        .await
+        .into_iter()
+        .flat_map(|b| crate::fake::anthropic_results(&b))
+        .map(|(id, text, _)| json!({"id": id, "text": text}))
+        .collect();
+    (results, out)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn independent_steps_overlap() {
+    let (results, out) = rendezvous("2").await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let text = |id: &str| {
+        results.iter().find(|r| r["id"] == id).unwrap()["text"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert!(text("l1").contains("got right"), "{}", text("l1"));
+    assert!(text("r1").contains("got left"), "{}", text("r1"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn max_parallel_one_never_overlaps() {
+    let (results, out) = rendezvous("1").await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    // Alone, each side waits for a partner that is not running, until its bash timeout.
+    for r in &results {
+        assert!(
+            r["text"].as_str().unwrap().contains("timed out after 3s"),
+            "{r}"
+        );
+    }
+    assert_eq!(results.len(), 2);
+}
+
+fn bad_request() -> ResponseTemplate {
+    ResponseTemplate::new(400).set_body_json(
+        json!({"type": "error", "error": {"type": "invalid_request_error", "message": "bad"}}),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn fail_fast_through_the_binary_cancels_the_slow_step() {
+    let fake = Fake::anthropic_routed(vec![
+        ("MARK-bad", vec![bad_request()]),
+        (
+            "MARK-slow",
+            vec![anthropic_text("late").set_delay(Duration::from_secs(60))],
+        ),
+        ("MARK-next", vec![anthropic_text("never")]),
+    ])
+    .await;
+    let workflow = format!(
+        "name = \"t\"\n{MODELS}[steps.bad]\nagent = \"explore\"\nprompt = \"MARK-bad\"\n[steps.slow]\nagent = \"explore\"\nprompt = \"MARK-slow\"\n[steps.next]\nagent = \"plan\"\nneeds = [\"slow\"]\nprompt = \"MARK-next\"\n"
+    );
+    let test = Test::new().file("w.toml", &workflow);
+    let (out, test) = with_fake(
+        test,
+        &fake,
+        &[
+            "run",
+            "w.toml",
+            "--format",
+            "json",
+            "--fail-fast",
+            "--junit",
+            "j.xml",
+        ],
+    )
+    .run_async()
+    .await;
+    assert_eq!(out.status, 1, "{}", out.transcript());
+    let run = json_of(&out);
+    assert_eq!(run["steps"]["bad"]["status"], "failed");
+    assert_eq!(run["steps"]["slow"]["status"], "cancelled");
+    assert_eq!(run["steps"]["next"]["status"], "cancelled");
+    assert_eq!(fake.count("MARK-next").await, 0);
+    let xml = std::fs::read_to_string(test.path().join("j.xml")).unwrap();
+    assert!(
+        xml.contains("tests=\"3\" failures=\"1\" skipped=\"2\""),
+        "{xml}"
+    );
+    assert!(
+        xml.contains("<skipped message=\"cancelled: cancelled\"/>"),
+        "{xml}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn continue_on_error_and_conditions_through_the_binary() {
+    let fake = Fake::anthropic_routed(vec![
+        ("MARK-flaky", vec![bad_request()]),
+        ("MARK-after", vec![anthropic_text("after ran")]),
+        ("MARK-fallback", vec![anthropic_text("fallback ran")]),
+        ("MARK-never", vec![anthropic_text("never")]),
+    ])
+    .await;
+    let workflow = format!(
+        "name = \"t\"\n{MODELS}[steps.flaky]\nagent = \"explore\"\nprompt = \"MARK-flaky\"\ncontinue_on_error = true\n[steps.after]\nagent = \"plan\"\nneeds = [\"flaky\"]\nprompt = \"MARK-after {{{{ steps.flaky.status }}}}\"\n[steps.gate]\nagent = \"plan\"\nneeds = [\"after\"]\nif = \"steps.flaky.status == 'succeeded'\"\nprompt = \"MARK-never\"\n[steps.fallback]\nagent = \"plan\"\nneeds = [\"gate\"]\nif = \"steps.gate.status == 'skipped'\"\nprompt = \"MARK-fallback\"\n[steps.tail]\nagent = \"plan\"\nneeds = [\"gate\"]\nprompt = \"MARK-never\"\n"
+    );
+    let out = run_one(&fake, &workflow).await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let run = json_of(&out);
+    assert_eq!(run["status"], "succeeded");
+    assert_eq!(run["steps"]["flaky"]["status"], "failed");
+    assert_eq!(run["steps"]["after"]["summary"], "after ran");
+    assert_eq!(run["steps"]["gate"]["status"], "skipped");
+    assert_eq!(run["steps"]["fallback"]["summary"], "fallback ran");
+    assert_eq!(run["steps"]["tail"]["status"], "skipped");
+    assert_eq!(fake.count("MARK-never").await, 0);
+    let after = fake
+        .bodies()
+        .await
+        .into_iter()
+        .find(|b| {
+            b["messages"][0]["content"][0]["text"]
+                .as_str()
+                .unwrap()
+                .starts_with("MARK-after")
+        })
+        .unwrap();
+    assert_eq!(
+        after["messages"][0]["content"][0]["text"],
+        "MARK-after failed"
+    );
+}
