@@ -215,10 +215,14 @@ mod tests {
         assert!(out.is_error);
         assert!(out.text.contains("timed out after 0.5s"), "{}", out.text);
         let pid = std::fs::read_to_string(ws.root().join("bg.pid")).unwrap();
-        // SIGKILL is delivered asynchronously: wait (bounded) for the kernel to finish the
-        // process off. Without the group kill it would sleep for 300 s and this would fail.
+        // Without the group kill it would sleep for 300 s.
+        assert!(wait_dead(&pid), "the background sleep is still alive");
+    }
+
+    /// Waits (bounded) until `pid` is gone or a zombie; SIGKILL lands asynchronously.
+    fn wait_dead(pid: &str) -> bool {
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        let dead = loop {
+        loop {
             let stat =
                 std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).unwrap_or_default();
             let state = stat
@@ -226,14 +230,45 @@ mod tests {
                 .next()
                 .and_then(|s| s.split_whitespace().next());
             if matches!(state, None | Some("Z") | Some("X")) {
-                break true;
+                return true;
             }
             if std::time::Instant::now() > deadline {
-                break false;
+                return false;
             }
             std::thread::yield_now();
-        };
-        assert!(dead, "the background sleep is still alive");
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn cancelling_the_call_kills_the_whole_group() {
+        let (_d, ws) = workspace();
+        let fifo = ws.root().join("ready");
+        assert!(
+            std::process::Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .unwrap()
+                .success()
+        );
+        let ws2 = ws.clone();
+        let call = tokio::spawn(async move {
+            bash(
+                &ws2,
+                &json!({"command": "sleep 300 & echo $! > ready; wait"}),
+                &[],
+            )
+            .await
+        });
+        // Readiness: the command writes the background pid into the FIFO.
+        let pid = tokio::task::spawn_blocking(move || std::fs::read_to_string(fifo).unwrap())
+            .await
+            .unwrap();
+        call.abort();
+        assert!(call.await.unwrap_err().is_cancelled());
+        assert!(
+            wait_dead(&pid),
+            "the background sleep outlived the cancelled call"
+        );
     }
 
     #[tokio::test]
