@@ -1,14 +1,18 @@
 //! The command line: clap definitions and dispatch. Output goes to the writers passed in so the
 //! whole CLI can be driven in-process (the no-panic test does that).
 
+use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
+use std::sync::Arc;
+use std::time::Duration;
 
 use camino::{Utf8Path, Utf8PathBuf};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use tokio_util::sync::CancellationToken;
 
 use crate::agent::{AgentCatalog, AgentSource, agent_schema, lookup_dirs};
-use crate::error::{Exit, Problem, Reporter, count_summary};
+use crate::error::{Exit, Problem, Renderer, count_summary};
 use crate::plan::{Plan, PlanOptions, build_plan, render};
 use crate::provider::client::ModelClient;
 use crate::report::junit::to_junit;
@@ -19,10 +23,6 @@ use crate::run::{self, RunOptions, RunStatus};
 use crate::tools::ToolSet;
 use crate::tools::bash::scrubbed_vars;
 use crate::workflow::{load_workflow, workflow_schema};
-use std::collections::BTreeSet;
-use std::sync::Arc;
-use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -260,7 +260,7 @@ fn report(io: &mut Io<'_>, problems: &[Problem]) {
     if problems.is_empty() {
         return;
     }
-    let text = Reporter::new(io.color).render(problems);
+    let text = Renderer::new(io.color).render(problems);
     let _ = write!(io.err, "{text}");
 }
 

@@ -226,11 +226,11 @@ impl Diagnostic for Rendered<'_> {
 
 /// Renders problems as miette reports: sorted by file and position, errors before warnings at
 /// the same place.
-pub struct Reporter {
+pub struct Renderer {
     handler: GraphicalReportHandler,
 }
 
-impl Reporter {
+impl Renderer {
     pub fn new(color: bool) -> Self {
         let theme = if color {
             GraphicalTheme::unicode()
