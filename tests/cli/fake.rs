@@ -84,13 +84,17 @@ impl Fake {
         self.bodies()
             .await
             .iter()
-            .filter(|b| {
-                b["messages"][0]["content"][0]["text"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .contains(marker)
-            })
+            .filter(|b| prompt_of(b).contains(marker))
             .count()
+    }
+
+    /// The first request whose first message (the step's prompt) contains `marker`.
+    pub async fn body_for(&self, marker: &str) -> Value {
+        self.bodies()
+            .await
+            .into_iter()
+            .find(|b| prompt_of(b).contains(marker))
+            .unwrap_or_else(|| panic!("no request for {marker}"))
     }
 
     pub async fn anthropic(script: Vec<ResponseTemplate>) -> Self {
@@ -147,6 +151,14 @@ pub fn openai_text(text: &str) -> ResponseTemplate {
         "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 40, "completion_tokens": 12}
     }))
+}
+
+/// The first message's text of an Anthropic request: the step's rendered prompt.
+pub fn prompt_of(body: &Value) -> String {
+    body["messages"][0]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 /// The tool results a request carries back (Anthropic), by tool_use_id.

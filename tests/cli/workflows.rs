@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use wiremock::ResponseTemplate;
 
-use crate::fake::{Fake, anthropic_text, anthropic_tool};
+use crate::fake::{Fake, anthropic_text, anthropic_tool, prompt_of};
 use crate::support::{Output, REPO, Test};
 
 const KEY: &str = "sk-test-key-0000";
@@ -109,17 +109,8 @@ async fn structured_output_is_fixed_validated_and_passed_on() {
             .unwrap()
             .contains("\"files\"")
     );
-    let used = bodies
-        .iter()
-        .find(|b| {
-            b["messages"][0]["content"][0]["text"]
-                .as_str()
-                .unwrap()
-                .starts_with("MARK-use")
-        })
-        .unwrap();
     assert_eq!(
-        used["messages"][0]["content"][0]["text"],
+        prompt_of(&fake.body_for("MARK-use").await),
         "MARK-use x.rs,y.rs"
     );
 }
@@ -380,21 +371,7 @@ async fn a_worktree_step_commits_on_its_branch_and_leaves_the_main_tree_clean() 
     assert!(!test.path().join("hello.txt").exists());
     assert_eq!(git(test.path(), &["worktree", "list"]).lines().count(), 1);
     // The reviewer got the branch and the diff.
-    let review = fake
-        .bodies()
-        .await
-        .into_iter()
-        .find(|b| {
-            b["messages"][0]["content"][0]["text"]
-                .as_str()
-                .unwrap()
-                .starts_with("MARK-review")
-        })
-        .unwrap();
-    let prompt = review["messages"][0]["content"][0]["text"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let prompt = prompt_of(&fake.body_for("MARK-review").await);
     assert!(prompt.contains(&branch));
     assert!(
         prompt.contains("+hello")
@@ -487,26 +464,14 @@ async fn the_jwt_migration_example_runs_end_to_end() {
         assert_eq!(run["steps"][step]["status"], "succeeded", "{step}");
     }
     assert_eq!(run["steps"]["review"]["summary"], "No findings.");
-    let bodies = fake.bodies().await;
-    let text = |b: &Value| {
-        b["messages"][0]["content"][0]["text"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned()
-    };
-    let plan = bodies
-        .iter()
-        .find(|b| text(b).contains("Design a migration"))
-        .unwrap();
+    let text = prompt_of;
+    let plan = &fake.body_for("Design a migration").await;
     assert!(
         text(plan).contains("Auth: src/auth.py:1 login()")
             && text(plan).contains("Sessions: src/session.py")
     );
     assert_eq!(plan["model"], "claude-opus-4-1");
-    let review = bodies
-        .iter()
-        .find(|b| text(b).contains("Review the JWT migration"))
-        .unwrap();
+    let review = &fake.body_for("Review the JWT migration").await;
     assert!(
         text(review).contains("+def issue(user):"),
         "{}",
@@ -693,19 +658,8 @@ async fn continue_on_error_and_conditions_through_the_binary() {
     assert_eq!(run["steps"]["fallback"]["summary"], "fallback ran");
     assert_eq!(run["steps"]["tail"]["status"], "skipped");
     assert_eq!(fake.count("MARK-never").await, 0);
-    let after = fake
-        .bodies()
-        .await
-        .into_iter()
-        .find(|b| {
-            b["messages"][0]["content"][0]["text"]
-                .as_str()
-                .unwrap()
-                .starts_with("MARK-after")
-        })
-        .unwrap();
     assert_eq!(
-        after["messages"][0]["content"][0]["text"],
+        prompt_of(&fake.body_for("MARK-after").await),
         "MARK-after failed"
     );
 }
