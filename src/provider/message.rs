@@ -127,3 +127,37 @@ impl ChatResponse {
         text_of(&self.content)
     }
 }
+
+/// A conversation with one tool round, for the wire-format tests of both APIs.
+#[cfg(test)]
+pub fn one_tool_round(tool: &str, input: Value, result: &str, is_error: bool) -> ChatRequest {
+    ChatRequest {
+        model: "m".into(),
+        system: "sys".into(),
+        messages: vec![
+            Message::user_text("hi"),
+            Message {
+                role: Role::Assistant,
+                content: vec![Block::ToolUse {
+                    id: "t1".into(),
+                    name: tool.into(),
+                    input,
+                }],
+            },
+            Message {
+                role: Role::User,
+                content: vec![Block::ToolResult {
+                    tool_use_id: "t1".into(),
+                    content: result.into(),
+                    is_error,
+                }],
+            },
+        ],
+        tools: vec![ToolDef {
+            name: tool.into(),
+            description: "d".into(),
+            input_schema: serde_json::json!({"type": "object"}),
+        }],
+        max_tokens: 100,
+    }
+}

@@ -39,6 +39,24 @@ impl ToolOutput {
     }
 }
 
+/// One line per item, at most `limit` of `total`, then `note` when some were left out.
+pub(crate) fn capped_lines(
+    items: impl IntoIterator<Item = String>,
+    limit: usize,
+    total: usize,
+    note: &str,
+) -> ToolOutput {
+    let mut out: String = items
+        .into_iter()
+        .take(limit)
+        .map(|line| format!("{line}\n"))
+        .collect();
+    if total > limit {
+        out.push_str(&format!("[showing {limit} of {total}; {note}]\n"));
+    }
+    ToolOutput::ok(out)
+}
+
 pub(crate) fn parse_input<T: for<'de> Deserialize<'de>>(
     tool: &str,
     input: &Value,
@@ -180,17 +198,7 @@ pub fn list_dir(ws: &Workspace, input: &Value) -> ToolOutput {
         return ToolOutput::ok(format!("`{shown}` is empty"));
     }
     let total = names.len();
-    let mut out: String = names
-        .iter()
-        .take(MAX_DIR_ENTRIES)
-        .map(|n| format!("{n}\n"))
-        .collect();
-    if total > MAX_DIR_ENTRIES {
-        out.push_str(&format!(
-            "[showing {MAX_DIR_ENTRIES} of {total} entries; use glob to narrow]\n"
-        ));
-    }
-    ToolOutput::ok(out)
+    capped_lines(names, MAX_DIR_ENTRIES, total, "use glob to narrow")
 }
 
 #[derive(Deserialize)]

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::confine::Workspace;
-use super::fs::{ToolOutput, parse_input};
+use super::fs::{ToolOutput, capped_lines, parse_input};
 
 /// Paths `glob` returns at most.
 pub const MAX_GLOB_RESULTS: usize = 1000;
@@ -93,17 +93,12 @@ pub fn glob(ws: &Workspace, input: &Value) -> ToolOutput {
     if found.is_empty() {
         return ToolOutput::ok(format!("no files match `{}`", input.pattern));
     }
-    let mut out: String = found
-        .iter()
-        .take(MAX_GLOB_RESULTS)
-        .map(|p| format!("{p}\n"))
-        .collect();
-    if total > MAX_GLOB_RESULTS {
-        out.push_str(&format!(
-            "[showing {MAX_GLOB_RESULTS} of {total} paths; narrow the pattern or the path]\n"
-        ));
-    }
-    ToolOutput::ok(out)
+    capped_lines(
+        found,
+        MAX_GLOB_RESULTS,
+        total,
+        "narrow the pattern or the path",
+    )
 }
 
 #[derive(Deserialize)]
@@ -208,17 +203,15 @@ pub fn grep(ws: &Workspace, input: &Value) -> ToolOutput {
     }
     hits.sort();
     let total = hits.len();
-    let mut out: String = hits
-        .iter()
-        .take(limit)
-        .map(|(path, line, text)| format!("{path}:{line}:{text}\n"))
-        .collect();
-    if total > limit {
-        out.push_str(&format!(
-            "[showing {limit} matching lines; there are more: narrow the pattern, path or glob, or raise max_results]\n"
-        ));
-    }
-    ToolOutput::ok(out)
+    let lines = hits
+        .into_iter()
+        .map(|(path, line, text)| format!("{path}:{line}:{text}"));
+    capped_lines(
+        lines,
+        limit,
+        total,
+        "there may be more: narrow the pattern, path or glob, or raise max_results",
+    )
 }
 
 #[cfg(test)]
@@ -270,7 +263,7 @@ mod tests {
         assert!(
             capped
                 .text
-                .starts_with("notes.md:1:login flow\n[showing 1 matching lines")
+                .starts_with("notes.md:1:login flow\n[showing 1 of 3; there may be more")
         );
         assert!(grep(&ws, &json!({"pattern": "("})).is_error);
         assert!(grep(&ws, &json!({"pattern": "x", "path": "../"})).is_error);

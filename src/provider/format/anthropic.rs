@@ -149,38 +149,10 @@ pub fn error_message(body: &Value) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::message::ToolDef;
+    use crate::provider::message::one_tool_round;
 
     fn request() -> ChatRequest {
-        ChatRequest {
-            model: "claude-x".into(),
-            system: "sys".into(),
-            messages: vec![
-                Message::user_text("hi"),
-                Message {
-                    role: Role::Assistant,
-                    content: vec![Block::ToolUse {
-                        id: "t1".into(),
-                        name: "read_file".into(),
-                        input: json!({"path": "a"}),
-                    }],
-                },
-                Message {
-                    role: Role::User,
-                    content: vec![Block::ToolResult {
-                        tool_use_id: "t1".into(),
-                        content: "no".into(),
-                        is_error: true,
-                    }],
-                },
-            ],
-            tools: vec![ToolDef {
-                name: "read_file".into(),
-                description: "d".into(),
-                input_schema: json!({"type": "object"}),
-            }],
-            max_tokens: 100,
-        }
+        one_tool_round("read_file", json!({"path": "a"}), "no", true)
     }
 
     #[test]

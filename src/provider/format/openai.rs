@@ -179,39 +179,11 @@ pub fn error_message(body: &Value) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::message::{Message, ToolDef};
+    use crate::provider::message::one_tool_round;
 
     #[test]
     fn request_maps_tool_calls_and_results() {
-        let req = ChatRequest {
-            model: "gpt".into(),
-            system: "sys".into(),
-            messages: vec![
-                Message::user_text("hi"),
-                Message {
-                    role: Role::Assistant,
-                    content: vec![Block::ToolUse {
-                        id: "c1".into(),
-                        name: "glob".into(),
-                        input: json!({"pattern": "*.rs"}),
-                    }],
-                },
-                Message {
-                    role: Role::User,
-                    content: vec![Block::ToolResult {
-                        tool_use_id: "c1".into(),
-                        content: "a.rs".into(),
-                        is_error: false,
-                    }],
-                },
-            ],
-            tools: vec![ToolDef {
-                name: "glob".into(),
-                description: "d".into(),
-                input_schema: json!({"type": "object"}),
-            }],
-            max_tokens: 50,
-        };
+        let req = one_tool_round("glob", json!({"pattern": "*.rs"}), "a.rs", false);
         let body = request_body(&req);
         let m = body["messages"].as_array().unwrap();
         assert_eq!(m[0], json!({"role": "system", "content": "sys"}));
@@ -223,7 +195,7 @@ mod tests {
         );
         assert_eq!(
             m[3],
-            json!({"role": "tool", "tool_call_id": "c1", "content": "a.rs"})
+            json!({"role": "tool", "tool_call_id": "t1", "content": "a.rs"})
         );
         assert_eq!(body["tools"][0]["type"], "function");
         assert_eq!(body["tools"][0]["function"]["parameters"]["type"], "object");
