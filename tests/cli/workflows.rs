@@ -32,6 +32,13 @@ async fn run_one(fake: &Fake, workflow: &str) -> Output {
     .0
 }
 
+/// [`run_one`] for a run that must succeed: its run.json.
+async fn run_ok(fake: &Fake, workflow: &str) -> Value {
+    let out = run_one(fake, workflow).await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    json_of(&out)
+}
+
 fn json_of(out: &Output) -> Value {
     serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}\n{}", out.transcript()))
 }
@@ -84,9 +91,7 @@ async fn structured_output_is_fixed_validated_and_passed_on() {
     let workflow = format!(
         "name = \"t\"\n{MODELS}[steps.scan]\nagent = \"explore\"\nprompt = \"MARK-scan\"\noutput_schema = {{ type = \"object\", required = [\"files\"], properties = {{ files = {{ type = \"array\", items = {{ type = \"string\" }} }} }} }}\n[steps.use]\nagent = \"plan\"\nneeds = [\"scan\"]\nprompt = \"MARK-use {{{{ steps.scan.output.files | join(',') }}}}\"\n"
     );
-    let out = run_one(&fake, &workflow).await;
-    assert_eq!(out.status, 0, "{}", out.transcript());
-    let run = json_of(&out);
+    let run = run_ok(&fake, &workflow).await;
     assert_eq!(
         run["steps"]["scan"]["output"],
         json!({"files": ["x.rs", "y.rs"]})
@@ -648,9 +653,7 @@ async fn continue_on_error_and_conditions_through_the_binary() {
     let workflow = format!(
         "name = \"t\"\n{MODELS}[steps.flaky]\nagent = \"explore\"\nprompt = \"MARK-flaky\"\ncontinue_on_error = true\n[steps.after]\nagent = \"plan\"\nneeds = [\"flaky\"]\nprompt = \"MARK-after {{{{ steps.flaky.status }}}}\"\n[steps.gate]\nagent = \"plan\"\nneeds = [\"after\"]\nif = \"steps.flaky.status == 'succeeded'\"\nprompt = \"MARK-never\"\n[steps.fallback]\nagent = \"plan\"\nneeds = [\"gate\"]\nif = \"steps.gate.status == 'skipped'\"\nprompt = \"MARK-fallback\"\n[steps.tail]\nagent = \"plan\"\nneeds = [\"gate\"]\nprompt = \"MARK-never\"\n"
     );
-    let out = run_one(&fake, &workflow).await;
-    assert_eq!(out.status, 0, "{}", out.transcript());
-    let run = json_of(&out);
+    let run = run_ok(&fake, &workflow).await;
     assert_eq!(run["status"], "succeeded");
     assert_eq!(run["steps"]["flaky"]["status"], "failed");
     assert_eq!(run["steps"]["after"]["summary"], "after ran");
