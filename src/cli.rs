@@ -20,8 +20,9 @@ use crate::report::progress::{LiveProgress, NoProgress, PlainProgress};
 use crate::report::summary_table;
 use crate::run::executor::ModelExecutor;
 use crate::run::{self, RunOptions, RunStatus};
-use crate::tools::ToolSet;
+use crate::sandbox::Support;
 use crate::tools::bash::scrubbed_vars;
+use crate::tools::{ToolName, ToolSet};
 use crate::workflow::{load_workflow, workflow_schema};
 
 #[derive(Debug, Parser)]
@@ -70,6 +71,16 @@ struct ResolveArgs {
     /// The directory steps work in [default: current directory]
     #[arg(long, value_name = "DIR")]
     workdir: Option<Utf8PathBuf>,
+    /// `off` runs bash without its kernel sandbox (Landlock, no network), on purpose
+    #[arg(long, value_enum, default_value_t, value_name = "on|off")]
+    sandbox: SandboxSetting,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, Default, PartialEq, Eq)]
+enum SandboxSetting {
+    #[default]
+    On,
+    Off,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, Default, PartialEq, Eq)]
@@ -193,6 +204,10 @@ pub struct Io<'a> {
 
 /// Entry point of the binary.
 pub fn main() -> Exit {
+    crate::secrets::harden_process();
+    // SAFETY: this is the start of the binary's main thread; no other thread exists yet, and none
+    // is started before the command line is handled.
+    unsafe { crate::secrets::take_keys_from_env() };
     let args: Vec<OsString> = std::env::args_os().collect();
     let color = std::io::stderr().is_terminal()
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
@@ -304,7 +319,10 @@ fn plan_options(
             continue;
         };
         let value = match value.strip_prefix('@') {
-            Some(path) => match std::fs::read_to_string(path) {
+            Some(path) => match crate::limits::read_text(
+                Utf8Path::new(path),
+                crate::limits::MAX_INPUT_FILE_BYTES,
+            ) {
                 Ok(text) => text,
                 Err(err) => {
                     problems.push(Problem::error(format!(
@@ -339,6 +357,7 @@ fn plan_options(
                 .clone()
                 .unwrap_or_else(|| Utf8PathBuf::from(".")),
         ),
+        sandbox_off: args.sandbox == SandboxSetting::Off,
     })
 }
 
@@ -417,7 +436,12 @@ fn cmd_run(args: RunArgs, io: &mut Io<'_>) -> Exit {
         .unwrap_or_else(|| run::default_state_dir(&workdir));
     let resume = match &args.resume {
         Some(which) => match run::load_resume(&state_dir, which) {
-            Ok(record) => Some(record),
+            Ok(record) => {
+                for note in run::clean_up_after(&workdir, &record) {
+                    let _ = writeln!(io.err, "note: {note}");
+                }
+                Some(record)
+            }
             Err(problem) => {
                 report(io, &[problem]);
                 return Exit::Invalid;
@@ -473,9 +497,20 @@ fn cmd_run(args: RunArgs, io: &mut Io<'_>) -> Exit {
             )
         })
         .collect();
+    let support = Support::probe();
+    let bash_modes = plan
+        .steps
+        .iter()
+        .filter(|s| s.tools.contains(&ToolName::Bash))
+        .map(|s| s.sandbox);
+    if let Some(warning) = support.warning(bash_modes) {
+        let _ = writeln!(io.err, "warning: {warning}");
+    }
     let executor = Arc::new(ModelExecutor {
         clients: Arc::new(clients),
         scrub: Arc::new(scrubbed_vars(&configured)),
+        state_dir: state_dir.clone(),
+        support,
     });
     let options = RunOptions {
         workdir,
@@ -498,9 +533,13 @@ fn cmd_run(args: RunArgs, io: &mut Io<'_>) -> Exit {
     runtime.shutdown_timeout(Duration::from_millis(500));
     let record = match result {
         Ok(record) => record,
-        Err(problem) => {
+        Err(run::RunError::Invalid(problem)) => {
             report(io, &[problem]);
             return Exit::Invalid;
+        }
+        Err(run::RunError::Storage(error)) => {
+            let _ = writeln!(io.err, "error: {error}");
+            return Exit::StepFailed;
         }
     };
     let _ = write!(io.err, "{}", summary_table(&plan, &record));

@@ -120,6 +120,14 @@ pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
     (line, before[line_start..].chars().count() + 1)
 }
 
+/// Length in bytes of the line holding `offset`.
+fn line_len(text: &str, offset: usize) -> usize {
+    let offset = floor_char_boundary(text, offset);
+    let start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
+    let end = text[offset..].find('\n').map_or(text.len(), |i| offset + i);
+    end - start
+}
+
 fn floor_char_boundary(text: &str, mut offset: usize) -> usize {
     offset = offset.min(text.len());
     while !text.is_char_boundary(offset) {
@@ -161,9 +169,14 @@ impl SourceCode for FileSource {
     }
 }
 
+/// Lines longer than this are not quoted under a diagnostic (a minified or generated file would
+/// flood the terminal); the location goes in the headline instead.
+const MAX_QUOTED_LINE: usize = 400;
+
 /// A [`Problem`] as miette sees it; built only to render.
 struct Rendered<'a> {
     problem: &'a Problem,
+    /// `None` when the problem has no caret, or its line is too long to quote.
     source: Option<FileSource>,
 }
 
@@ -175,7 +188,7 @@ impl fmt::Debug for Rendered<'_> {
 
 impl fmt::Display for Rendered<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (&self.problem.file, &self.problem.span) {
+        match (&self.problem.file, &self.source) {
             // Without a caret diagram the location goes in the headline.
             (Some(_), None) => write!(
                 f,
@@ -249,9 +262,13 @@ impl Renderer {
         sorted.sort_by_key(|p| p.sort_key());
         let mut out = String::new();
         for problem in sorted {
+            let quotable = match (&problem.file, &problem.span) {
+                (Some(file), Some(span)) => line_len(&file.text, span.start) <= MAX_QUOTED_LINE,
+                _ => false,
+            };
             let rendered = Rendered {
                 problem,
-                source: problem.file.clone().map(FileSource),
+                source: problem.file.clone().filter(|_| quotable).map(FileSource),
             };
             let mut one = String::new();
             if self.handler.render_report(&mut one, &rendered).is_err() {

@@ -4,10 +4,13 @@
 pub mod agent;
 pub mod cli;
 pub mod error;
+pub mod limits;
 pub mod plan;
 pub mod provider;
 pub mod report;
 pub mod run;
+pub mod sandbox;
+pub mod secrets;
 pub mod session;
 pub mod template;
 pub mod tools;

@@ -6,17 +6,93 @@ use std::fmt;
 use std::sync::Arc;
 
 use minijinja::value::{Enumerator, Object, ObjectRepr, Value};
-use minijinja::{Environment, Error, UndefinedBehavior};
+use minijinja::{Environment, Error, ErrorKind, UndefinedBehavior};
 
 /// The fields of `steps.<id>` a template may read.
 pub const STEP_FIELDS: [&str; 5] = ["summary", "output", "status", "branch", "diff"];
 
+/// Operators, filters, attribute lookups and calls one tag of a template may chain. minijinja
+/// nests a chain such as `1 + 1 + 1 ...` one level per operator and walks it recursively, so a
+/// long chain would overflow the stack; nothing a prompt needs comes near this.
+pub const MAX_CHAIN: usize = 1000;
+
 /// The environment every prompt and condition is rendered in: strict (an unknown name is an
-/// error), no HTML escaping.
+/// error), no HTML escaping, and fuel so that a hostile template cannot spin or allocate without
+/// bound.
 pub fn environment() -> Environment<'static> {
     let mut env = Environment::new();
     env.set_undefined_behavior(UndefinedBehavior::Strict);
+    env.set_fuel(Some(crate::limits::TEMPLATE_FUEL));
     env
+}
+
+/// Refuses templates minijinja cannot parse safely: too long, or with a chain of operators longer
+/// than [`MAX_CHAIN`] in one tag. `expression` is true for `if` conditions, which are one tag.
+pub fn guard(source: &str, expression: bool) -> Result<(), Error> {
+    let limit = crate::limits::MAX_TEMPLATE_BYTES;
+    if source.len() > limit {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!(
+                "the template is {} bytes; the limit is {}",
+                source.len(),
+                crate::limits::bytes(limit as u64)
+            ),
+        ));
+    }
+    let tags: Vec<&str> = if expression {
+        vec![source]
+    } else {
+        tag_bodies(source)
+    };
+    for tag in tags {
+        let chained = tag
+            .bytes()
+            .filter(|b| b"+-*/%~|.[(<>=!".contains(b))
+            .count()
+            + tag
+                .split(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+                .filter(|w| matches!(*w, "and" | "or" | "not" | "is" | "in"))
+                .count();
+        if chained > MAX_CHAIN {
+            return Err(Error::new(
+                ErrorKind::InvalidOperation,
+                format!(
+                    "an expression chains more than {MAX_CHAIN} operators, filters or lookups; split it up"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The insides of `{{ ... }}` and `{% ... %}` tags.
+fn tag_bodies(source: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = source;
+    while let Some(start) = rest.find(['{']) {
+        let after = &rest[start + 1..];
+        let close = match after.as_bytes().first() {
+            Some(b'{') => "}}",
+            Some(b'%') => "%}",
+            _ => {
+                rest = after;
+                continue;
+            }
+        };
+        let body = &after[1..];
+        match body.find(close) {
+            Some(end) => {
+                out.push(&body[..end]);
+                rest = &body[end + close.len()..];
+            }
+            None => {
+                out.push(body);
+                break;
+            }
+        }
+    }
+    out
 }
 
 /// Names a template (or `if` expression) reads from its context, as dotted paths
@@ -37,18 +113,27 @@ pub fn referenced_names(
 
 /// Compiles a template and returns the names it reads.
 pub fn template_names(env: &Environment<'_>, source: &str) -> Result<BTreeSet<String>, Error> {
+    guard(source, false)?;
     let template = env.template_from_str(source)?;
     Ok(referenced_names(env, template.undeclared_variables(true)))
 }
 
 /// Compiles an expression (`if`) and returns the names it reads.
 pub fn expression_names(env: &Environment<'_>, source: &str) -> Result<BTreeSet<String>, Error> {
+    guard(source, true)?;
     let expr = env.compile_expression(source)?;
     Ok(referenced_names(env, expr.undeclared_variables(true)))
 }
 
 pub fn render(env: &Environment<'_>, source: &str, context: Value) -> Result<String, Error> {
+    guard(source, false)?;
     env.render_str(source, context)
+}
+
+/// Evaluates an `if` condition.
+pub fn evaluate(env: &Environment<'_>, source: &str, context: Value) -> Result<bool, Error> {
+    guard(source, true)?;
+    Ok(env.compile_expression(source)?.eval(context)?.is_true())
 }
 
 /// A value not known until a step runs. It renders as `<steps.x.summary>`, and any attribute or
@@ -91,9 +176,16 @@ impl Object for Placeholder {
 /// A short, one-line description of a template error (its kind and detail, without minijinja's
 /// debug dump).
 pub fn describe_error(err: &Error) -> String {
-    let mut text = err
-        .detail()
-        .map_or_else(|| err.kind().to_string(), str::to_owned);
+    let mut text = match err.kind() {
+        ErrorKind::OutOfFuel => format!(
+            "the template does too much work (more than {} steps, or about {} MB of text)",
+            crate::limits::TEMPLATE_FUEL,
+            crate::limits::TEMPLATE_FUEL * 64 / 1_000_000
+        ),
+        _ => err
+            .detail()
+            .map_or_else(|| err.kind().to_string(), str::to_owned),
+    };
     if let Some(line) = err.line() {
         text.push_str(&format!(" (template line {line})"));
     }

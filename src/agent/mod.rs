@@ -166,7 +166,7 @@ pub struct AgentFile {
 }
 
 pub fn agent_schema() -> Value {
-    schemars::schema_for!(AgentFile).to_value()
+    crate::workflow::bound_integers(schemars::schema_for!(AgentFile).to_value())
 }
 
 static AGENT_SCHEMA: LazyLock<Value> = LazyLock::new(agent_schema);

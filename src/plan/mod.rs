@@ -43,6 +43,8 @@ pub struct PlanOptions {
     pub require_inputs: bool,
     /// The working directory; worktree steps need it inside a git repository.
     pub workdir: Option<Utf8PathBuf>,
+    /// `--sandbox off`: bash runs unconfined.
+    pub sandbox_off: bool,
 }
 
 /// A sealed plan: everything a run needs, with nothing left to resolve.
@@ -81,6 +83,10 @@ pub struct PlannedStep {
     pub output_schema: Option<Value>,
     pub continue_on_error: bool,
     pub isolation: Isolation,
+    /// What the step's `bash` may write, from its tools (or `--sandbox off`).
+    pub sandbox: crate::sandbox::Mode,
+    /// Whether the step's `bash` may open network connections.
+    pub network: bool,
     pub wave: usize,
 }
 
@@ -92,6 +98,7 @@ pub fn build_plan(
 ) -> (Option<Plan>, Vec<Problem>) {
     let mut b = Builder {
         loaded,
+        sandbox_off: options.sandbox_off,
         file: &loaded.file,
         problems: loaded.problems.clone(),
         missing_aliases: BTreeMap::new(),
@@ -206,6 +213,7 @@ pub fn build_plan(
 
 struct Builder<'a> {
     loaded: &'a LoadedWorkflow,
+    sandbox_off: bool,
     file: &'a Arc<SourceFile>,
     problems: Vec<Problem>,
     /// Undefined model aliases, reported once: the problem's index and the other steps.
@@ -540,6 +548,14 @@ impl Builder<'_> {
             return None;
         }
         let agent = agent?;
+        let tools = tools?;
+        let sandbox = if self.sandbox_off {
+            crate::sandbox::Mode::Off
+        } else if tools.iter().any(|t| t.writes()) {
+            crate::sandbox::Mode::Workdir
+        } else {
+            crate::sandbox::Mode::ReadOnly
+        };
         Some(PlannedStep {
             id: id.to_owned(),
             description: step.description.clone(),
@@ -547,7 +563,7 @@ impl Builder<'_> {
             agent_source: agent.source.clone(),
             system_prompt,
             model: model?,
-            tools: tools?,
+            tools,
             needs: step.needs.clone(),
             prompt_template: step.prompt.clone(),
             prompt: prompt?,
@@ -559,6 +575,8 @@ impl Builder<'_> {
             output_schema,
             continue_on_error: step.continue_on_error,
             isolation: step.isolation,
+            sandbox,
+            network: step.network.or(defaults.network).unwrap_or(false),
             wave: 0,
         })
     }
@@ -761,9 +779,9 @@ impl Builder<'_> {
                 step_tools.as_ref(),
                 agent.disallowed.iter().copied().chain(disallowed),
             );
-            tools
-                .iter()
-                .any(|t| matches!(t, ToolName::WriteFile | ToolName::EditFile | ToolName::Bash))
+            // Bash writes only in steps that have a write tool (otherwise its sandbox is
+            // read-only).
+            tools.iter().any(|t| t.writes())
         };
         let writers: Vec<usize> = ids
             .iter()
@@ -918,7 +936,7 @@ impl Builder<'_> {
             Value::String(rel) => {
                 let base = self.file.name.parent().unwrap_or(Utf8Path::new(""));
                 let path = base.join(rel);
-                let text = match std::fs::read_to_string(&path) {
+                let text = match crate::limits::read_text(&path, crate::limits::MAX_SCHEMA_BYTES) {
                     Ok(text) => text,
                     Err(err) => {
                         self.error(

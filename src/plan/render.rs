@@ -5,6 +5,8 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::{Plan, PlannedStep};
+use crate::sandbox::Mode;
+use crate::tools::ToolName;
 use crate::workflow::Isolation;
 use crate::workflow::duration::format_duration;
 
@@ -27,6 +29,9 @@ struct JsonStep<'a> {
     timeout_secs: u64,
     isolation: &'static str,
     condition: Option<&'a str>,
+    /// What the step's bash may write: `read-only`, `workdir` or `off`.
+    sandbox: &'static str,
+    network: bool,
 }
 
 pub fn to_json(plan: &Plan) -> String {
@@ -48,6 +53,8 @@ pub fn to_json(plan: &Plan) -> String {
                 timeout_secs: s.timeout.as_secs(),
                 isolation: s.isolation.as_str(),
                 condition: s.condition.as_deref(),
+                sandbox: s.sandbox.as_str(),
+                network: s.network,
             })
             .collect(),
     };
@@ -82,9 +89,10 @@ pub fn to_text(plan: &Plan) -> String {
         let _ = writeln!(out, "inputs: {}", inputs.join(", "));
     }
     let width = plan.steps.iter().map(|s| s.id.len()).max().unwrap_or(0);
-    for (w, wave) in plan.waves.iter().enumerate() {
+    for w in 0..plan.waves.len() {
         let _ = writeln!(out, "\nwave {}", w + 1);
-        for step in plan.steps.iter().filter(|s| wave.contains(&s.id)) {
+        // Steps are stored wave by wave, so this is one pass over them in all.
+        for step in plan.steps.iter().filter(|s| s.wave == w) {
             step_text(&mut out, step, width);
         }
     }
@@ -108,6 +116,21 @@ fn step_text(out: &mut String, step: &PlannedStep, width: usize) {
     }
     let tools: Vec<&str> = step.tools.iter().map(|t| t.as_str()).collect();
     let _ = writeln!(out, "    {:<9}{}", "tools", tools.join(", "));
+    if step.tools.contains(&ToolName::Bash) {
+        let sandbox = match step.sandbox {
+            Mode::Off => "off (bash is not confined)".to_owned(),
+            mode => format!(
+                "{}, {}",
+                mode.as_str(),
+                if step.network {
+                    "network"
+                } else {
+                    "no network"
+                }
+            ),
+        };
+        let _ = writeln!(out, "    {:<9}{}", "sandbox", sandbox);
+    }
     let mut limits = vec![
         format!("{} turns", step.max_turns),
         format!("timeout {}", format_duration(step.timeout)),

@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use super::format::{self, FormatError};
 use super::message::{ChatRequest, ChatResponse};
+use crate::limits::MAX_RESPONSE_BYTES;
 use crate::workflow::ProviderKind;
 
 /// An API key. Never printed: Debug and Display show `[hidden]`.
@@ -204,12 +205,7 @@ impl ModelClient {
             })?;
         let status = response.status();
         let headers = response.headers().clone();
-        let text = response
-            .text()
-            .await
-            .map_err(|err| ProviderError::Transport {
-                message: describe_reqwest(&err),
-            })?;
+        let text = read_body(response).await?;
         let parsed: Result<Value, _> = serde_json::from_str(&text);
         if !status.is_success() {
             let message = parsed
@@ -273,6 +269,37 @@ impl ModelClient {
     }
 }
 
+/// The body as text, refused past [`MAX_RESPONSE_BYTES`]: an endless or huge body from a broken or
+/// hostile server fails the request instead of growing memory until the step times out.
+async fn read_body(mut response: reqwest::Response) -> Result<String, ProviderError> {
+    let too_large = || {
+        ProviderError::Decode(FormatError(format!(
+            "the response body is larger than {}",
+            crate::limits::bytes(MAX_RESPONSE_BYTES as u64)
+        )))
+    };
+    if response
+        .content_length()
+        .is_some_and(|n| n > MAX_RESPONSE_BYTES as u64)
+    {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|err| ProviderError::Transport {
+            message: describe_reqwest(&err),
+        })?
+    {
+        if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(String::from_utf8_lossy(&body).into_owned())
+}
+
 /// `retry-after-ms` (milliseconds), else `retry-after` (seconds, or an HTTP date).
 fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     let get = |name: &str| {
@@ -281,15 +308,16 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
             .and_then(|v| v.to_str().ok())
             .map(str::trim)
     };
+    // A hostile or broken server may send any number: `try_from` refuses what does not fit a
+    // Duration instead of panicking, and [`RetryPolicy::delay`] ignores waits over a minute.
     if let Some(ms) = get("retry-after-ms").and_then(|v| v.parse::<f64>().ok())
-        && ms.is_finite()
-        && ms >= 0.0
+        && let Ok(wait) = Duration::try_from_secs_f64(ms / 1000.0)
     {
-        return Some(Duration::from_secs_f64(ms / 1000.0));
+        return Some(wait);
     }
     let value = get("retry-after")?;
     if let Ok(secs) = value.parse::<f64>() {
-        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
+        return Duration::try_from_secs_f64(secs).ok();
     }
     let when = httpdate::parse_http_date(value).ok()?;
     Some(

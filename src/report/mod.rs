@@ -4,11 +4,12 @@
 
 pub mod junit;
 pub mod progress;
+pub mod terminal;
 
 use std::fmt::Write as _;
 
 use crate::plan::Plan;
-use crate::run::{RunRecord, RunStatus, StepRecord};
+use crate::run::{RunRecord, RunStatus, StepRecord, StepStatus};
 
 pub fn seconds(ms: u64) -> String {
     format!("{:.1}s", ms as f64 / 1000.0)
@@ -61,6 +62,34 @@ pub fn summary_table(plan: &Plan, record: &RunRecord) -> String {
             .collect();
         out.push_str(cells.join("  ").trim_end());
         out.push('\n');
+    }
+    // Why each failed step failed, so that a CI log without progress lines still says it.
+    for step in &plan.steps {
+        let Some(r) = record.steps.get(&step.id) else {
+            continue;
+        };
+        if r.status != StepStatus::Failed {
+            continue;
+        }
+        let reason = r.error.as_deref().unwrap_or("no reason was recorded");
+        let reason = terminal::clean(reason);
+        let mut lines = reason.trim_end().lines();
+        let _ = writeln!(
+            out,
+            "failed: {}: {}",
+            step.id,
+            lines.next().unwrap_or_default()
+        );
+        for line in lines {
+            let _ = writeln!(out, "    {line}");
+        }
+    }
+    if let Some(error) = &record.storage_error {
+        let _ = writeln!(
+            out,
+            "error: {}; the run was stopped",
+            terminal::clean(error)
+        );
     }
     let _ = writeln!(
         out,

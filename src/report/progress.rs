@@ -20,7 +20,7 @@ pub fn finish_line(step: &PlannedStep, record: &StepRecord) -> String {
     match record.status {
         StepStatus::Skipped => format!(
             "{label} skipped ({})",
-            record.error.as_deref().unwrap_or("condition")
+            super::terminal::clean(record.error.as_deref().unwrap_or("condition"))
         ),
         StepStatus::Succeeded if record.reused_from.is_some() => format!(
             "{label} reused from run {}",
@@ -41,7 +41,8 @@ pub fn finish_line(step: &PlannedStep, record: &StepRecord) -> String {
             if status != StepStatus::Succeeded
                 && let Some(error) = &record.error
             {
-                line.push_str(&format!(": {error}"));
+                // Server and model text: no escape sequences reach the terminal.
+                line.push_str(&format!(": {}", super::terminal::clean(error)));
             }
             line
         }

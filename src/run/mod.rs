@@ -60,8 +60,10 @@ pub fn provider_keys(plan: &Plan) -> Result<BTreeMap<String, Option<Secret>>, Ve
             keys.insert(spec.name.clone(), None);
             continue;
         };
-        match std::env::var(var) {
-            Ok(value) if !value.trim().is_empty() => {
+        let value = crate::secrets::var(var);
+        crate::secrets::seal(var);
+        match value {
+            Some(value) if !value.trim().is_empty() => {
                 keys.insert(spec.name.clone(), Some(Secret::new(value.trim())));
             }
             _ => missing.entry(var.clone()).or_default().push(&step.id),
@@ -91,35 +93,96 @@ pub fn provider_keys(plan: &Plan) -> Result<BTreeMap<String, Option<Secret>>, Ve
 }
 
 /// Loads the run to resume: a run id, or `latest`.
+///
+/// Only run directories runner could have written are trusted: a well-formed id, a `run.json`
+/// that is a regular file within its size limit, names that same id, and started no later than
+/// now. (Tools cannot write the state directory at all; this keeps a forged or stray directory,
+/// such as `99999999T999999-ffff`, from becoming "latest".)
 pub fn load_resume(state_dir: &Utf8Path, which: &str) -> Result<RunRecord, Problem> {
     let runs = state_dir.join("runs");
-    let id = if which == "latest" {
-        let mut ids: Vec<String> = runs
-            .read_dir_utf8()
-            .map(|entries| {
-                entries
-                    .filter_map(Result::ok)
-                    .filter(|e| e.path().join("run.json").is_file())
-                    .map(|e| e.file_name().to_owned())
-                    .collect()
-            })
-            .unwrap_or_default();
-        // Run ids start with their UTC start time, so the largest is the newest.
-        ids.sort();
-        ids.pop().ok_or_else(|| {
-            Problem::error(format!("--resume latest: there are no runs in `{runs}`"))
-        })?
-    } else {
-        which.to_owned()
+    if which != "latest" {
+        if !is_run_id(which) {
+            return Err(Problem::error(format!(
+                "--resume {which}: not a run id (run ids look like `20260101T120000123-ab12`)"
+            )));
+        }
+        return read_record(&runs, which)
+            .map_err(|why| Problem::error(format!("--resume {which}: {why}")));
+    }
+    let now = jiff::Timestamp::now();
+    let mut best: Option<(jiff::Timestamp, String, RunRecord)> = None;
+    for entry in runs.read_dir_utf8().into_iter().flatten().flatten() {
+        let id = entry.file_name().to_owned();
+        if !is_run_id(&id) || !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let Ok(record) = read_record(&runs, &id) else {
+            continue;
+        };
+        let Ok(started) = record.started_at.parse::<jiff::Timestamp>() else {
+            continue;
+        };
+        // A clock a little ahead elsewhere is fine; a run from the future is not.
+        if started > now + jiff::SignedDuration::from_mins(5) {
+            continue;
+        }
+        if best
+            .as_ref()
+            .is_none_or(|(t, best_id, _)| (started, &id) > (*t, best_id))
+        {
+            best = Some((started, id, record));
+        }
+    }
+    best.map(|(_, _, record)| record)
+        .ok_or_else(|| Problem::error(format!("--resume latest: there are no runs in `{runs}`")))
+}
+
+/// Whether `id` could be a run id runner made: letters, digits, `.`, `_`, `-`.
+pub fn is_run_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 64
+        && !id.starts_with('.')
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+fn read_record(runs: &Utf8Path, id: &str) -> Result<RunRecord, String> {
+    let path = runs.join(id).join("run.json");
+    match path.symlink_metadata() {
+        Ok(meta) if meta.is_file() => {}
+        Ok(_) => return Err(format!("`{path}` is not a regular file")),
+        Err(err) => return Err(format!("cannot read `{path}`: {err}")),
+    }
+    let text = crate::limits::read_text(&path, crate::limits::MAX_RUN_RECORD_BYTES)
+        .map_err(|err| format!("cannot read `{path}`: {err}"))?;
+    let record: RunRecord = serde_json::from_str(&text)
+        .map_err(|err| format!("`{path}` is not a run record: {err}"))?;
+    if record.run_id != id {
+        return Err(format!(
+            "`{path}` belongs to run `{}`, not `{id}`",
+            record.run_id
+        ));
+    }
+    Ok(record)
+}
+
+/// Removes the worktrees and empty branches a killed run left (its steps that did not succeed).
+/// Returns notes for the user.
+pub fn clean_up_after(workdir: &Utf8Path, resumed: &RunRecord) -> Vec<String> {
+    let Some(repo) = Repo::discover(workdir) else {
+        return Vec::new();
     };
-    let path = runs.join(&id).join("run.json");
-    let text = std::fs::read_to_string(&path)
-        .map_err(|err| Problem::error(format!("--resume {which}: cannot read `{path}`: {err}")))?;
-    serde_json::from_str(&text).map_err(|err| {
-        Problem::error(format!(
-            "--resume {which}: `{path}` is not a run record: {err}"
-        ))
-    })
+    let succeeded: Vec<String> = resumed
+        .steps
+        .iter()
+        .filter(|(_, s)| s.status == StepStatus::Succeeded)
+        .map(|(id, _)| id.clone())
+        .collect();
+    repo.clean_up_run(&resumed.run_id, &succeeded)
+        .into_iter()
+        .map(|what| format!("removed the {what} left by run {}", resumed.run_id))
+        .collect()
 }
 
 /// Checks `--only` against the plan and the resumed run: every selected step exists and its
@@ -169,18 +232,27 @@ struct Running {
     worktree: Option<Worktree>,
 }
 
+/// Why a run could not start.
+#[derive(Debug)]
+pub enum RunError {
+    /// Something about the workflow or the flags (exit 2).
+    Invalid(Problem),
+    /// The state directory cannot be written (exit 1).
+    Storage(String),
+}
+
 /// Runs the plan and returns the finished record (also written to disk as it goes).
 pub async fn execute(
     plan: &Plan,
     executor: Arc<dyn Executor>,
     options: &RunOptions,
     reporter: &mut dyn Reporter,
-) -> Result<RunRecord, Problem> {
+) -> Result<RunRecord, RunError> {
     let workdir = options.workdir.canonicalize_utf8().map_err(|err| {
-        Problem::error(format!(
+        RunError::Invalid(Problem::error(format!(
             "cannot use `{}` as the working directory: {err}",
             options.workdir
-        ))
+        )))
     })?;
     let needs_git = plan
         .steps
@@ -188,24 +260,25 @@ pub async fn execute(
         .any(|s| s.isolation == crate::workflow::Isolation::Worktree);
     let repo = match (needs_git, Repo::discover(&workdir)) {
         (true, None) => {
-            return Err(Problem::error(format!(
+            return Err(RunError::Invalid(Problem::error(format!(
                 "`{workdir}` is not inside a git repository with a commit, which `isolation = \"worktree\"` needs"
-            )));
+            ))));
         }
         (_, repo) => repo,
     };
     let mut record = RunRecord::new(plan);
     let run_dir = options.state_dir.join("runs").join(&record.run_id);
     std::fs::create_dir_all(&run_dir)
-        .map_err(|err| Problem::error(format!("cannot create `{run_dir}`: {err}")))?;
+        .map_err(|err| RunError::Storage(format!("cannot create `{run_dir}`: {err}")))?;
     // Keep run records out of the user's `git status`.
     let ignore = options.state_dir.join(".gitignore");
     if !ignore.exists() {
-        let _ = std::fs::write(&ignore, "*\n");
+        std::fs::write(&ignore, "*\n")
+            .map_err(|err| RunError::Storage(format!("cannot write `{ignore}`: {err}")))?;
     }
     let started = Instant::now();
     let mut saver = Saver::new(&run_dir);
-    saver.flush(&record);
+    saver.flush(&mut record);
 
     let index: BTreeMap<&str, usize> = plan
         .steps
@@ -238,6 +311,11 @@ pub async fn execute(
     let max_parallel = plan.max_parallel.max(1) as usize;
 
     loop {
+        // A state directory that cannot be written loses the run's record: stop at once.
+        if record.storage_error.is_some() && !stopping {
+            stopping = true;
+            cancel.cancel();
+        }
         // Decide every ready step: skip, reuse, or queue to start.
         while let Some(i) = ready.pop_first() {
             let step = &steps[i];
@@ -284,7 +362,7 @@ pub async fn execute(
                     *record.step_mut(&step.id) = *previous;
                     let entry = record.step_mut(&step.id);
                     reporter.step_finished(step, entry);
-                    saver.changed(&record);
+                    saver.changed(&mut record);
                     ready.extend(walker.complete(i));
                 }
                 Prepared::Run {
@@ -352,7 +430,7 @@ pub async fn execute(
                 progress: progress.clone(),
             };
             record.step_mut(&step.id).status = StepStatus::Running;
-            saver.changed(&record);
+            saver.changed(&mut record);
             reporter.step_started(&step, progress.clone());
             running.insert(
                 i,
@@ -388,7 +466,7 @@ pub async fn execute(
         let flush_at = saver.deadline().map(tokio::time::Instant::from_std);
         tokio::select! {
             () = async { if let Some(at) = flush_at { tokio::time::sleep_until(at).await } }, if flush_at.is_some() => {
-                saver.flush(&record);
+                saver.flush(&mut record);
             }
             joined = tasks.join_next() => {
                 let Some(joined) = joined else { continue };
@@ -403,7 +481,7 @@ pub async fn execute(
                 let step = steps[i].clone();
                 let Some(run) = running.remove(&i) else { continue };
                 let failed = finish_started(&mut record, &step, run, ended, repo.as_ref(), reporter);
-                saver.changed(&record);
+                saver.changed(&mut record);
                 if failed && options.fail_fast && !step.continue_on_error && !stopping {
                     stopping = true;
                     cancel.cancel();
@@ -418,7 +496,7 @@ pub async fn execute(
         }
     }
     record.finish(started.elapsed(), interrupted, plan);
-    saver.flush(&record);
+    saver.flush(&mut record);
     Ok(record)
 }
 
@@ -504,6 +582,11 @@ fn finish_started(
     repo: Option<&Repo>,
     reporter: &mut dyn Reporter,
 ) -> bool {
+    if let Ended::Done(outcome) = &ended
+        && record.storage_error.is_none()
+    {
+        record.storage_error.clone_from(&outcome.storage_error);
+    }
     let entry = record.step_mut(&step.id);
     let usage = run.progress.usage();
     entry.turns = run.progress.turns();
@@ -521,9 +604,10 @@ fn finish_started(
             } else {
                 StepStatus::Failed
             };
-            entry.summary = outcome.summary;
+            // Text from the model and the server: a key echoed back must not spread further.
+            entry.summary = crate::secrets::redact_owned(outcome.summary);
             entry.output = outcome.output;
-            entry.error = outcome.error;
+            entry.error = outcome.error.map(crate::secrets::redact_owned);
         }
         Ended::TimedOut(after) => {
             entry.status = StepStatus::Failed;
@@ -578,16 +662,13 @@ fn decide(
         return Err(format!("{} did not succeed", failed.join(", ")));
     }
     if let Some(condition) = &step.condition {
-        let value = env
-            .compile_expression(condition)
-            .and_then(|expr| expr.eval(context(plan, record)))
-            .map_err(|err| {
-                format!(
-                    "`if` could not be evaluated: {}",
-                    template::describe_error(&err)
-                )
-            })?;
-        return if value.is_true() {
+        let value = template::evaluate(env, condition, context(plan, record)).map_err(|err| {
+            format!(
+                "`if` could not be evaluated: {}",
+                template::describe_error(&err)
+            )
+        })?;
+        return if value {
             Ok(())
         } else {
             Err(format!("`if` is false: {condition}"))

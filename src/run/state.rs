@@ -115,14 +115,20 @@ pub struct RunRecord {
     pub started_at: String,
     pub duration_ms: u64,
     pub steps: BTreeMap<String, StepRecord>,
+    /// The first failure to write the state directory (`run.json`, a transcript). It stops the
+    /// run and fails it; it cannot be in the file it failed to write, so it is not serialized.
+    #[serde(skip)]
+    pub storage_error: Option<String>,
 }
 
 impl RunRecord {
     pub fn new(plan: &Plan) -> Self {
-        let now = jiff::ZonedDateTime::now();
+        // UTC to the millisecond, so ids sort by start time (two runs in one second included).
+        let now = jiff::Timestamp::now();
         let run_id = format!(
-            "{}-{:04x}",
+            "{}{:03}-{:04x}",
             now.strftime("%Y%m%dT%H%M%S"),
+            now.subsec_millisecond(),
             rand::random::<u16>()
         );
         let steps = plan
@@ -156,9 +162,10 @@ impl RunRecord {
             run_id,
             workflow: plan.name.clone(),
             status: RunStatus::Running,
-            started_at: now.timestamp().to_string(),
+            started_at: now.to_string(),
             duration_ms: 0,
             steps,
+            storage_error: None,
         }
     }
 
@@ -186,24 +193,25 @@ impl RunRecord {
         });
         self.status = if interrupted {
             RunStatus::Interrupted
-        } else if failed {
+        } else if failed || self.storage_error.is_some() {
             RunStatus::Failed
         } else {
             RunStatus::Succeeded
         };
     }
 
+    /// The record as JSON, every known secret hidden.
     pub fn to_json(&self) -> String {
-        serde_json::to_string_pretty(self).unwrap_or_default()
+        crate::secrets::redact_owned(serde_json::to_string_pretty(self).unwrap_or_default())
     }
 
-    /// Writes `run.json` atomically (a temp file renamed over it). A write failure is not fatal:
-    /// the run goes on and the final report still reaches stdout.
-    pub fn save(&self, run_dir: &Utf8Path) {
+    /// Writes `run.json` atomically (a temp file renamed over it).
+    pub fn save(&self, run_dir: &Utf8Path) -> Result<(), String> {
+        let path = run_dir.join("run.json");
         let tmp = run_dir.join("run.json.tmp");
-        if std::fs::write(&tmp, self.to_json()).is_ok() {
-            let _ = std::fs::rename(&tmp, run_dir.join("run.json"));
-        }
+        std::fs::write(&tmp, self.to_json())
+            .and_then(|()| std::fs::rename(&tmp, &path))
+            .map_err(|err| format!("cannot write `{path}`: {err}"))
     }
 }
 
@@ -230,7 +238,7 @@ impl Saver {
     }
 
     /// Notes a change; writes at once when the last write is old enough.
-    pub fn changed(&mut self, record: &RunRecord) {
+    pub fn changed(&mut self, record: &mut RunRecord) {
         self.dirty = true;
         if self.last.is_none_or(|t| t.elapsed() >= SAVE_INTERVAL) {
             self.flush(record);
@@ -246,8 +254,14 @@ impl Saver {
         }
     }
 
-    pub fn flush(&mut self, record: &RunRecord) {
-        record.save(&self.dir);
+    /// Writes now. The first failure is kept in the record (which stops the run); later writes
+    /// are still tried, so a disk that frees up gets the final record.
+    pub fn flush(&mut self, record: &mut RunRecord) {
+        if let Err(err) = record.save(&self.dir)
+            && record.storage_error.is_none()
+        {
+            record.storage_error = Some(err);
+        }
         self.last = Some(Instant::now());
         self.dirty = false;
     }

@@ -1,20 +1,41 @@
 //! `isolation = "worktree"`: a step works in its own `git worktree` on branch
 //! `runner/<run_id>/<step>`, made from HEAD. When it ends its changes are committed on that
 //! branch and the worktree is removed (the branch too, when nothing changed).
+//!
+//! A step may be hostile, so git runs on paths runner resolved itself before the step started
+//! (`--git-dir`/`--work-tree`; a `.git` file the step rewrote is never followed), with hooks,
+//! fsmonitor and external diff drivers off, and without keys or git variables from runner's
+//! environment. A worktree whose `.git` file changed fails its step and is thrown away.
 
 use std::process::Command;
 
 use camino::{Utf8Path, Utf8PathBuf};
+
+/// Configuration that would make git run a program, turned off for every git runner runs.
+const SAFE_CONFIG: &[&str] = &[
+    "core.hooksPath=/dev/null",
+    "core.fsmonitor=false",
+    "core.untrackedCache=false",
+    "diff.external=",
+    "commit.gpgSign=false",
+    "safe.bareRepository=explicit",
+    "user.name=runner",
+    "user.email=runner@localhost",
+];
 
 /// The repository a working directory belongs to.
 #[derive(Debug, Clone)]
 pub struct Repo {
     /// The top of the main checkout.
     pub top: Utf8PathBuf,
+    /// The main checkout's git directory.
+    pub git_dir: Utf8PathBuf,
     /// The working directory, relative to `top` (steps work in the same place in the worktree).
     pub prefix: Utf8PathBuf,
     /// Where runner keeps its worktrees: inside the git directory, out of every checkout.
     pub worktrees: Utf8PathBuf,
+    /// Where git keeps the administrative directory of each linked worktree.
+    admin: Utf8PathBuf,
 }
 
 #[derive(Debug, Clone)]
@@ -25,6 +46,10 @@ pub struct Worktree {
     pub base: String,
     /// Where the step works: `path` plus the working directory's place in the repository.
     pub workdir: Utf8PathBuf,
+    /// The worktree's git directory, read right after git made it.
+    git_dir: Utf8PathBuf,
+    /// What its `.git` file said then.
+    dot_git: String,
 }
 
 /// What a finished worktree step left.
@@ -36,12 +61,33 @@ pub struct Finished {
     pub diff: String,
 }
 
-fn git(dir: &Utf8Path, args: &[&str]) -> Result<String, String> {
-    let out = Command::new("git")
-        .args(args)
+/// Runs git with the safe configuration. `repo` is `(git dir, work tree)`; `None` lets git find
+/// the repository from `dir` (only for [`Repo::discover`], before any step has run).
+fn git(
+    dir: &Utf8Path,
+    repo: Option<(&Utf8Path, &Utf8Path)>,
+    args: &[&str],
+) -> Result<String, String> {
+    let mut command = Command::new("git");
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("GIT_") {
+            command.env_remove(key);
+        }
+    }
+    command
         .current_dir(dir)
-        // The worktree gets no hooks or prompts of the user's.
         .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_OPTIONAL_LOCKS", "0");
+    for setting in SAFE_CONFIG {
+        command.arg("-c").arg(setting);
+    }
+    if let Some((git_dir, work_tree)) = repo {
+        command
+            .arg(format!("--git-dir={git_dir}"))
+            .arg(format!("--work-tree={work_tree}"));
+    }
+    let out = command
+        .args(args)
         .output()
         .map_err(|e| format!("cannot run git: {e}"))?;
     if out.status.success() {
@@ -55,69 +101,110 @@ fn git(dir: &Utf8Path, args: &[&str]) -> Result<String, String> {
     }
 }
 
+fn absolute(base: &Utf8Path, path: &str) -> Utf8PathBuf {
+    let path = Utf8PathBuf::from(path.trim());
+    let path = if path.is_absolute() {
+        path
+    } else {
+        base.join(path)
+    };
+    path.canonicalize_utf8().unwrap_or(path)
+}
+
 impl Repo {
     /// `None` when `workdir` is not inside a git checkout with at least one commit.
     pub fn discover(workdir: &Utf8Path) -> Option<Repo> {
-        let top = Utf8PathBuf::from(git(workdir, &["rev-parse", "--show-toplevel"]).ok()?.trim());
-        git(workdir, &["rev-parse", "--verify", "HEAD"]).ok()?;
-        let common = git(workdir, &["rev-parse", "--git-common-dir"]).ok()?;
-        let common = Utf8PathBuf::from(common.trim());
-        let common = if common.is_absolute() {
-            common
-        } else {
-            workdir.join(common)
-        };
+        let found = git(
+            workdir,
+            None,
+            &[
+                "rev-parse",
+                "--show-toplevel",
+                "--absolute-git-dir",
+                "--git-common-dir",
+            ],
+        )
+        .ok()?;
+        let mut lines = found.lines();
+        let top = absolute(workdir, lines.next()?);
+        let git_dir = absolute(workdir, lines.next()?);
+        let common = absolute(workdir, lines.next()?);
+        git(
+            workdir,
+            Some((&git_dir, &top)),
+            &["rev-parse", "--verify", "HEAD"],
+        )
+        .ok()?;
         let canonical = workdir.canonicalize_utf8().ok()?;
-        let top = top.canonicalize_utf8().unwrap_or(top);
         let prefix = canonical
             .strip_prefix(&top)
             .map(Utf8Path::to_owned)
             .unwrap_or_default();
         Some(Repo {
             top,
+            git_dir,
             prefix,
             worktrees: common.join("runner-worktrees"),
+            admin: common.join("worktrees"),
         })
+    }
+
+    /// git on the main checkout.
+    fn main(&self, args: &[&str]) -> Result<String, String> {
+        git(&self.top, Some((&self.git_dir, &self.top)), args)
     }
 
     pub fn add(&self, run_id: &str, step: &str) -> Result<Worktree, String> {
         let branch = format!("runner/{run_id}/{step}");
         let path = self.worktrees.join(run_id).join(step);
-        let base = git(&self.top, &["rev-parse", "HEAD"])?.trim().to_owned();
-        git(
-            &self.top,
-            &[
-                "worktree",
-                "add",
-                "--quiet",
-                "-b",
-                &branch,
-                path.as_str(),
-                &base,
-            ],
-        )?;
+        let base = self.main(&["rev-parse", "HEAD"])?.trim().to_owned();
+        self.main(&[
+            "worktree",
+            "add",
+            "--quiet",
+            "-b",
+            &branch,
+            path.as_str(),
+            &base,
+        ])?;
+        // Read what git wrote before the step can touch it; from now on this is the truth.
+        let dot_git = std::fs::read_to_string(path.join(".git"))
+            .map_err(|e| format!("cannot read the new worktree's `.git`: {e}"))?;
+        let git_dir = dot_git
+            .strip_prefix("gitdir:")
+            .map(|d| absolute(&path, d))
+            .filter(|d| d.starts_with(&self.admin))
+            .ok_or_else(|| format!("the new worktree's `.git` is unexpected: {dot_git:?}"))?;
         let workdir = path.join(&self.prefix);
         Ok(Worktree {
             path,
             branch,
             base,
             workdir,
+            git_dir,
+            dot_git,
         })
     }
 
     /// Commits what the step changed on its branch and removes the worktree; with no change the
     /// branch goes too. With `keep_changes_only`, a worktree that holds changes is left in place
-    /// uncommitted (an interrupted step's partial work stays for inspection).
+    /// uncommitted (an interrupted step's partial work stays for inspection). A worktree whose
+    /// `.git` file the step changed is discarded, and that is an error.
     pub fn finish(
         &self,
         tree: &Worktree,
         step: &str,
         keep_changes_only: bool,
     ) -> Result<Finished, String> {
-        git(&tree.path, &["add", "-A"])?;
-        let changed = !git(&tree.path, &["status", "--porcelain"])?
-            .trim()
-            .is_empty();
+        if !tree.untouched() {
+            self.discard(tree);
+            return Err(format!(
+                "step `{step}` changed its worktree's `.git` file; its changes were discarded and nothing was committed"
+            ));
+        }
+        let in_tree = |args: &[&str]| git(&tree.path, Some((&tree.git_dir, &tree.path)), args);
+        in_tree(&["add", "-A"])?;
+        let changed = !in_tree(&["status", "--porcelain"])?.trim().is_empty();
         if changed && keep_changes_only {
             return Ok(Finished {
                 branch: Some(tree.branch.clone()),
@@ -130,33 +217,78 @@ impl Repo {
         };
         if changed {
             let message = format!("runner: {step}");
-            git(
-                &tree.path,
-                &[
-                    "-c",
-                    "user.name=runner",
-                    "-c",
-                    "user.email=runner@localhost",
-                    "-c",
-                    "commit.gpgsign=false",
-                    "commit",
-                    "--quiet",
-                    "--no-verify",
-                    "-m",
-                    &message,
-                ],
-            )?;
-            finished.diff = git(&tree.path, &["diff", &tree.base, "HEAD"])?;
+            in_tree(&["commit", "--quiet", "--no-verify", "-m", &message])?;
+            finished.diff =
+                in_tree(&["diff", "--no-ext-diff", "--no-textconv", &tree.base, "HEAD"])?;
             finished.branch = Some(tree.branch.clone());
         }
-        git(
-            &self.top,
-            &["worktree", "remove", "--force", tree.path.as_str()],
-        )?;
+        self.main(&["worktree", "remove", "--force", tree.path.as_str()])?;
         if !changed {
-            git(&self.top, &["branch", "-D", "--quiet", &tree.branch])?;
+            self.main(&["branch", "-D", "--quiet", &tree.branch])?;
         }
         Ok(finished)
+    }
+
+    /// Throws a worktree away without asking git to read anything inside it.
+    fn discard(&self, tree: &Worktree) {
+        // remove_dir_all does not follow symlinks: links the step planted are removed, not
+        // their targets.
+        let _ = std::fs::remove_dir_all(&tree.path);
+        let _ = self.main(&["worktree", "prune"]);
+        let _ = self.main(&["branch", "-D", "--quiet", &tree.branch]);
+    }
+
+    /// Removes what a run that was killed left behind: its worktrees, and its branches that hold
+    /// no commit of their own, except those of steps in `keep` (steps that succeeded). Returns
+    /// what was removed, for the user.
+    pub fn clean_up_run(&self, run_id: &str, keep: &[String]) -> Vec<String> {
+        let mut removed = Vec::new();
+        let dir = self.worktrees.join(run_id);
+        if let Ok(entries) = dir.read_dir_utf8() {
+            for entry in entries.flatten() {
+                if keep.iter().any(|k| k == entry.file_name()) {
+                    continue;
+                }
+                if std::fs::remove_dir_all(entry.path()).is_ok() {
+                    removed.push(format!("worktree of step `{}`", entry.file_name()));
+                }
+            }
+            let _ = std::fs::remove_dir(&dir);
+        }
+        let _ = self.main(&["worktree", "prune"]);
+        let prefix = format!("runner/{run_id}/");
+        let branches = self
+            .main(&[
+                "for-each-ref",
+                "--format=%(refname:short)",
+                &format!("refs/heads/{prefix}"),
+            ])
+            .unwrap_or_default();
+        for branch in branches.lines().map(str::trim).filter(|b| !b.is_empty()) {
+            let step = branch.strip_prefix(&prefix).unwrap_or(branch);
+            if keep.iter().any(|k| k == step) {
+                continue;
+            }
+            let own = self
+                .main(&["rev-list", "--count", &format!("HEAD..{branch}")])
+                .map(|n| n.trim() != "0")
+                .unwrap_or(true);
+            if !own && self.main(&["branch", "-D", "--quiet", branch]).is_ok() {
+                removed.push(format!("branch `{branch}`"));
+            }
+        }
+        removed
+    }
+}
+
+impl Worktree {
+    /// Whether the `.git` file is still the one git wrote (a regular file, same text).
+    fn untouched(&self) -> bool {
+        let dot_git = self.path.join(".git");
+        dot_git
+            .symlink_metadata()
+            .is_ok_and(|m| m.file_type().is_file())
+            && std::fs::read_to_string(&dot_git).is_ok_and(|text| text == self.dot_git)
     }
 }
 
@@ -181,12 +313,13 @@ mod tests {
                 "init",
             ],
         ] {
-            git(&root, &args).unwrap();
+            git(&root, None, &args).unwrap();
         }
         std::fs::write(root.join("a.txt"), "one\n").unwrap();
-        git(&root, &["add", "a.txt"]).unwrap();
+        git(&root, None, &["add", "a.txt"]).unwrap();
         git(
             &root,
+            None,
             &[
                 "-c",
                 "user.name=t",
@@ -213,13 +346,13 @@ mod tests {
         assert_eq!(done.branch.as_deref(), Some("runner/r1/edit"));
         assert!(done.diff.contains("-one\n+two"), "{}", done.diff);
         assert!(!tree.path.exists());
-        assert_eq!(git(&root, &["status", "--porcelain"]).unwrap(), "");
+        assert_eq!(git(&root, None, &["status", "--porcelain"]).unwrap(), "");
         assert_eq!(
             std::fs::read_to_string(root.join("a.txt")).unwrap(),
             "one\n"
         );
         assert_eq!(
-            git(&root, &["show", "runner/r1/edit:a.txt"]).unwrap(),
+            git(&root, None, &["show", "runner/r1/edit:a.txt"]).unwrap(),
             "two\n"
         );
     }
@@ -239,10 +372,94 @@ mod tests {
         );
         assert!(!tree.path.exists());
         assert!(
-            git(&root, &["branch", "--list", "runner/*"])
+            git(&root, None, &["branch", "--list", "runner/*"])
                 .unwrap()
                 .trim()
                 .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_rewritten_dot_git_fails_the_step_and_touches_nothing_of_the_user() {
+        let (_d, root) = repo();
+        let repo = Repo::discover(&root).unwrap();
+        let main_head = git(&root, None, &["rev-parse", "HEAD"]).unwrap();
+        let tree = repo.add("r1", "evil").unwrap();
+        std::fs::write(tree.path.join("a.txt"), "evil\n").unwrap();
+        // Point the worktree at the main repository: a commit through it would land on main.
+        std::fs::write(
+            tree.path.join(".git"),
+            format!("gitdir: {}\n", root.join(".git")),
+        )
+        .unwrap();
+        let err = repo.finish(&tree, "evil", false).unwrap_err();
+        assert!(err.contains("changed its worktree's `.git` file"), "{err}");
+        assert_eq!(git(&root, None, &["rev-parse", "HEAD"]).unwrap(), main_head);
+        assert_eq!(git(&root, None, &["status", "--porcelain"]).unwrap(), "");
+        assert_eq!(
+            std::fs::read_to_string(root.join("a.txt")).unwrap(),
+            "one\n"
+        );
+        assert!(!tree.path.exists());
+        assert!(
+            git(&root, None, &["branch", "--list", "runner/*"])
+                .unwrap()
+                .trim()
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn configured_hooks_and_fsmonitor_never_run() {
+        let (dir, root) = repo();
+        let planted = Utf8PathBuf::from_path_buf(dir.path().join("planted")).unwrap();
+        let hook = format!("#!/bin/sh\ntouch {planted}\n");
+        std::fs::write(root.join(".git/hooks/pre-commit"), &hook).unwrap();
+        std::fs::write(root.join(".git/hooks/post-checkout"), &hook).unwrap();
+        for name in ["pre-commit", "post-checkout"] {
+            let path = root.join(".git/hooks").join(name);
+            std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+                .unwrap();
+        }
+        git(
+            &root,
+            None,
+            &[
+                "config",
+                "core.fsmonitor",
+                &format!("touch {planted}; false"),
+            ],
+        )
+        .unwrap();
+        let repo = Repo::discover(&root).unwrap();
+        let tree = repo.add("r1", "edit").unwrap();
+        std::fs::write(tree.workdir.join("a.txt"), "two\n").unwrap();
+        repo.finish(&tree, "edit", false).unwrap();
+        assert!(!planted.exists(), "git ran a planted command");
+    }
+
+    #[test]
+    fn leftovers_of_a_killed_run_are_cleaned_up() {
+        let (_d, root) = repo();
+        let repo = Repo::discover(&root).unwrap();
+        let kept = repo.add("r9", "done").unwrap();
+        std::fs::write(kept.workdir.join("a.txt"), "two\n").unwrap();
+        repo.finish(&kept, "done", false).unwrap();
+        // A step killed mid-way: its worktree and empty branch stay behind.
+        let left = repo.add("r9", "killed").unwrap();
+        std::fs::write(left.workdir.join("partial.txt"), "x\n").unwrap();
+        let removed = repo.clean_up_run("r9", &["done".to_owned()]);
+        assert_eq!(
+            removed,
+            ["worktree of step `killed`", "branch `runner/r9/killed`"]
+        );
+        assert!(!left.path.exists());
+        let branches = git(&root, None, &["branch", "--list", "runner/*"]).unwrap();
+        assert_eq!(branches.trim(), "runner/r9/done");
+        assert!(
+            !git(&root, None, &["worktree", "list"])
+                .unwrap()
+                .contains("killed")
         );
     }
 

@@ -86,6 +86,8 @@ pub struct StepOutcome {
     /// The parsed final answer, for steps with `output_schema`.
     pub output: Value,
     pub error: Option<String>,
+    /// The step's transcript could not be written: the run stops.
+    pub storage_error: Option<String>,
 }
 
 impl StepOutcome {
@@ -238,7 +240,7 @@ pub async fn run_step(input: StepInput<'_>) -> StepOutcome {
                     succeeded: true,
                     summary: text,
                     output: value,
-                    error: None,
+                    ..StepOutcome::default()
                 };
             }
             Err(problem) if fixes_left > 0 => {

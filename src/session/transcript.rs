@@ -52,7 +52,7 @@ impl Transcript {
                 Value::String(jiff::Timestamp::now().to_string()),
             );
         }
-        let mut line = event.to_string();
+        let mut line = crate::secrets::redact_owned(event.to_string());
         line.push('\n');
         if let Err(err) = file.write_all(line.as_bytes()).and_then(|()| file.flush()) {
             self.error = Some(format!("cannot write `{}`: {err}", self.path));

@@ -1,11 +1,14 @@
-//! `bash`: `bash -c` in the working directory, in its own process group, with a timeout, an output
-//! cap and no provider keys in its environment. When the command ends, times out or the step is
-//! cancelled (the future dropped), the whole group is killed, so nothing it started lives on.
+//! `bash`: `bash -c` in the working directory, under the sandbox supervisor (see
+//! [`crate::sandbox`]), with a timeout, an output cap and no provider keys in its environment.
+//! When the command ends, times out or the step is cancelled (the future dropped), the
+//! supervisor kills every process below it, so nothing the command started lives on.
 
+use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::Mutex;
 use std::time::Duration;
 
-use nix::sys::signal::{Signal, killpg};
+use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use serde::Deserialize;
 use serde_json::Value;
@@ -14,6 +17,7 @@ use tokio::process::Command;
 
 use super::confine::Workspace;
 use super::fs::{ToolOutput, parse_input};
+use crate::sandbox::{self, Mode, Policy, Support};
 
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(600);
@@ -21,6 +25,10 @@ pub const MAX_TIMEOUT: Duration = Duration::from_secs(600);
 const MAX_STREAM_BYTES: usize = 30_000;
 /// Bytes read from each stream at most (the rest is drained and dropped).
 const MAX_READ_BYTES: usize = 4 * 1024 * 1024;
+/// How long the supervisor gets to take its processes down after being asked to stop.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+/// How long output may keep flowing once the command is gone.
+const DRAIN_GRACE: Duration = Duration::from_secs(2);
 
 #[derive(Deserialize)]
 struct BashInput {
@@ -34,7 +42,7 @@ struct BashInput {
 pub fn scrubbed_vars(configured: &[String]) -> Vec<String> {
     let mut names: Vec<String> = std::env::vars_os()
         .filter_map(|(k, _)| k.into_string().ok())
-        .filter(|k| k.ends_with("_API_KEY"))
+        .filter(|k| crate::secrets::is_key_name(k))
         .collect();
     names.extend(configured.iter().cloned());
     names.sort();
@@ -42,15 +50,59 @@ pub fn scrubbed_vars(configured: &[String]) -> Vec<String> {
     names
 }
 
-/// Kills the process group when dropped: on timeout, on cancellation, and after the command
-/// exits (background children it left).
-struct GroupGuard(Option<Pid>);
+/// How one step's `bash` runs: its sandbox, and the private temporary directory all its calls
+/// share (removed when the step ends).
+#[derive(Debug)]
+pub struct BashEnv {
+    /// The runner binary, which is also the supervisor.
+    pub exe: PathBuf,
+    pub mode: Mode,
+    pub network: bool,
+    /// Canonical paths bash never writes: the state directory, the checkout's `.git`.
+    pub protected: Vec<PathBuf>,
+    /// Environment variables removed.
+    pub scrub: Vec<String>,
+    pub support: Support,
+    tmp: Mutex<Option<tempfile::TempDir>>,
+}
 
-impl Drop for GroupGuard {
+impl BashEnv {
+    pub fn new(mode: Mode, network: bool) -> Self {
+        Self {
+            // The kernel's link to the running binary: it works even when the file was replaced
+            // since runner started.
+            exe: PathBuf::from("/proc/self/exe"),
+            mode,
+            network,
+            protected: Vec::new(),
+            scrub: Vec::new(),
+            support: Support::probe(),
+            tmp: Mutex::new(None),
+        }
+    }
+
+    /// The step's temporary directory, made on first use.
+    fn tmp(&self) -> std::io::Result<PathBuf> {
+        let mut tmp = self.tmp.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(dir) = tmp.as_ref() {
+            return Ok(dir.path().to_owned());
+        }
+        let dir = tempfile::Builder::new().prefix("runner-bash-").tempdir()?;
+        let path = dir.path().canonicalize()?;
+        *tmp = Some(dir);
+        Ok(path)
+    }
+}
+
+/// Asks the supervisor to stop when dropped (a timeout, a cancelled step): it kills everything
+/// below it and exits.
+struct Stop(Option<Pid>);
+
+impl Drop for Stop {
     fn drop(&mut self) {
         if let Some(pid) = self.0 {
             // ESRCH (already gone) is the common, harmless case.
-            let _ = killpg(pid, Signal::SIGKILL);
+            let _ = kill(pid, Signal::SIGTERM);
         }
     }
 }
@@ -88,7 +140,7 @@ fn cap(bytes: &[u8], total: usize) -> String {
     while !text.is_char_boundary(tail_start) {
         tail_start += 1;
     }
-    let cut = total - head_end - (text.len() - tail_start);
+    let cut = total.saturating_sub(head_end + (text.len() - tail_start));
     format!(
         "{}\n[… {cut} bytes cut; redirect to a file and read it in parts to see everything …]\n{}",
         &text[..head_end],
@@ -96,19 +148,44 @@ fn cap(bytes: &[u8], total: usize) -> String {
     )
 }
 
-pub async fn bash(ws: &Workspace, input: &Value, scrub: &[String]) -> ToolOutput {
+pub async fn bash(ws: &Workspace, input: &Value, env: &BashEnv) -> ToolOutput {
     let input: BashInput = match parse_input("bash", input) {
         Ok(input) => input,
         Err(err) => return err,
     };
     let timeout = match input.timeout {
+        // Clamped before converting: a huge float would overflow a Duration.
         Some(secs) if secs.is_finite() && secs > 0.0 => {
-            Duration::from_secs_f64(secs).min(MAX_TIMEOUT)
+            Duration::from_secs_f64(secs.min(MAX_TIMEOUT.as_secs_f64()))
         }
         _ => DEFAULT_TIMEOUT,
     };
-    let mut command = Command::new("bash");
+    if env.mode == Mode::ReadOnly && !env.support.landlock() {
+        return ToolOutput::error(
+            "bash is not available in this step: the kernel has no Landlock, so a read-only bash cannot be enforced (runner's `--sandbox off` allows an unconfined one)",
+        );
+    }
+    let tmp = match env.tmp() {
+        Ok(tmp) => tmp,
+        Err(err) => return ToolOutput::error(format!("cannot make a temporary directory: {err}")),
+    };
+    let policy = Policy {
+        mode: env.mode,
+        network: env.network,
+        workdir: ws.root().as_std_path().to_owned(),
+        tmp: tmp.clone(),
+        protected: env.protected.clone(),
+        parent: std::process::id() as i32,
+    };
+    let policy = match serde_json::to_string(&policy) {
+        Ok(policy) => policy,
+        Err(err) => return ToolOutput::error(format!("cannot describe the sandbox: {err}")),
+    };
+    let mut command = Command::new(&env.exe);
     command
+        .arg(sandbox::supervisor::ARG)
+        .arg(policy)
+        .arg("bash")
         .arg("-c")
         .arg(&input.command)
         .current_dir(ws.root())
@@ -116,20 +193,25 @@ pub async fn bash(ws: &Workspace, input: &Value, scrub: &[String]) -> ToolOutput
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
-        .kill_on_drop(true);
-    for name in scrub {
+        .env("TMPDIR", &tmp)
+        .env("TMP", &tmp)
+        .env("TEMP", &tmp);
+    if env.mode != Mode::Off {
+        // Well-behaved tools keep caches where the sandbox lets them write.
+        command.env("XDG_CACHE_HOME", tmp.join("cache"));
+    }
+    for name in &env.scrub {
         command.env_remove(name);
     }
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(err) => return ToolOutput::error(format!("cannot start bash: {err}")),
     };
-    let mut guard = GroupGuard(
-        child
-            .id()
-            .and_then(|id| i32::try_from(id).ok())
-            .map(Pid::from_raw),
-    );
+    let pid = child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .map(Pid::from_raw);
+    let mut stop = Stop(pid);
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
         return ToolOutput::error("cannot capture the command's output");
     };
@@ -138,22 +220,47 @@ pub async fn bash(ws: &Workspace, input: &Value, scrub: &[String]) -> ToolOutput
     let status = match tokio::time::timeout(timeout, child.wait()).await {
         Ok(Ok(status)) => Some(status),
         Ok(Err(err)) => return ToolOutput::error(format!("waiting for the command failed: {err}")),
-        Err(_) => None,
+        Err(_) => {
+            // The supervisor takes its processes down; if it does not, its group goes by force.
+            drop(std::mem::replace(&mut stop, Stop(None)));
+            if tokio::time::timeout(STOP_GRACE, child.wait())
+                .await
+                .is_err()
+                && let Some(pid) = pid
+            {
+                let _ = killpg(pid, Signal::SIGKILL);
+            }
+            None
+        }
     };
-    // Whatever the command left running in the background goes too; then the pipes close.
-    drop(std::mem::replace(&mut guard, GroupGuard(None)));
-    let (stdout, out_total) = out_task.await.unwrap_or_default();
-    let (stderr, err_total) = err_task.await.unwrap_or_default();
+    stop.0 = None;
+    let drained = |task: tokio::task::JoinHandle<(Vec<u8>, usize)>| async move {
+        tokio::time::timeout(DRAIN_GRACE, task)
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default()
+    };
+    let (stdout, out_total) = drained(out_task).await;
+    let (stderr, err_total) = drained(err_task).await;
+    let code = status.and_then(|s| s.code());
+    if code == Some(sandbox::SETUP_FAILED) {
+        let text = String::from_utf8_lossy(&stderr);
+        if let Some(why) = text.strip_prefix(sandbox::SETUP_FAILED_PREFIX) {
+            return ToolOutput::error(format!(
+                "bash could not start in its sandbox: {}",
+                why.trim()
+            ));
+        }
+    }
     let mut text = String::new();
-    match status {
-        None => text.push_str(&format!(
+    match (status, code) {
+        (None, _) => text.push_str(&format!(
             "the command timed out after {}s and was killed, with every process it started\n",
             timeout.as_secs_f64()
         )),
-        Some(status) => match status.code() {
-            Some(code) => text.push_str(&format!("exit code {code}\n")),
-            None => text.push_str("the command was killed by a signal\n"),
-        },
+        (Some(_), Some(code)) => text.push_str(&format!("exit code {code}\n")),
+        (Some(_), None) => text.push_str("the command was killed by a signal\n"),
     }
     if !stdout.is_empty() {
         text.push_str(&cap(&stdout, out_total));
@@ -165,132 +272,9 @@ pub async fn bash(ws: &Workspace, input: &Value, scrub: &[String]) -> ToolOutput
         text.push_str("[stderr]\n");
         text.push_str(&cap(&stderr, err_total));
     }
-    let failed = status.is_none_or(|s| !s.success());
-    if failed {
-        ToolOutput::error(text)
-    } else {
+    if code == Some(0) {
         ToolOutput::ok(text)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use camino::Utf8PathBuf;
-    use serde_json::json;
-
-    fn workspace() -> (tempfile::TempDir, Workspace) {
-        let dir = tempfile::tempdir().unwrap();
-        let root = Utf8PathBuf::from_path_buf(dir.path().to_owned()).unwrap();
-        (dir, Workspace::new(&root).unwrap())
-    }
-
-    #[tokio::test]
-    async fn runs_in_the_workdir_and_reports_exit_codes() {
-        let (_d, ws) = workspace();
-        let out = bash(&ws, &json!({"command": "pwd; echo oops >&2; exit 3"}), &[]).await;
-        assert!(out.is_error);
-        assert!(out.text.starts_with("exit code 3\n"), "{}", out.text);
-        assert!(out.text.contains(ws.root().as_str()));
-        assert!(out.text.contains("[stderr]\noops"));
-        let ok = bash(&ws, &json!({"command": "echo hi"}), &[]).await;
-        assert_eq!(ok, ToolOutput::ok("exit code 0\nhi\n"));
-    }
-
-    #[tokio::test]
-    async fn long_output_keeps_head_and_tail() {
-        let (_d, ws) = workspace();
-        let out = bash(&ws, &json!({"command": "seq 1 100000"}), &[]).await;
-        assert!(out.text.contains("\n1\n2\n3\n"));
-        assert!(out.text.contains("100000\n"));
-        assert!(out.text.contains("bytes cut"));
-        assert!(out.text.len() < 40_000);
-    }
-
-    #[tokio::test]
-    async fn timeout_kills_the_whole_group() {
-        let (_d, ws) = workspace();
-        let cmd = "sleep 300 & echo $! > bg.pid; sleep 300";
-        let out = bash(&ws, &json!({"command": cmd, "timeout": 0.5}), &[]).await;
-        assert!(out.is_error);
-        assert!(out.text.contains("timed out after 0.5s"), "{}", out.text);
-        let pid = std::fs::read_to_string(ws.root().join("bg.pid")).unwrap();
-        // Without the group kill it would sleep for 300 s.
-        assert!(wait_dead(&pid), "the background sleep is still alive");
-    }
-
-    /// Waits (bounded) until `pid` is gone or a zombie; SIGKILL lands asynchronously.
-    fn wait_dead(pid: &str) -> bool {
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        loop {
-            let stat =
-                std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).unwrap_or_default();
-            let state = stat
-                .rsplit(')')
-                .next()
-                .and_then(|s| s.split_whitespace().next());
-            if matches!(state, None | Some("Z") | Some("X")) {
-                return true;
-            }
-            if std::time::Instant::now() > deadline {
-                return false;
-            }
-            std::thread::yield_now();
-        }
-    }
-
-    #[tokio::test(flavor = "multi_thread")]
-    async fn cancelling_the_call_kills_the_whole_group() {
-        let (_d, ws) = workspace();
-        let fifo = ws.root().join("ready");
-        assert!(
-            std::process::Command::new("mkfifo")
-                .arg(&fifo)
-                .status()
-                .unwrap()
-                .success()
-        );
-        let ws2 = ws.clone();
-        let call = tokio::spawn(async move {
-            bash(
-                &ws2,
-                &json!({"command": "sleep 300 & echo $! > ready; wait"}),
-                &[],
-            )
-            .await
-        });
-        // Readiness: the command writes the background pid into the FIFO.
-        let pid = tokio::task::spawn_blocking(move || std::fs::read_to_string(fifo).unwrap())
-            .await
-            .unwrap();
-        call.abort();
-        assert!(call.await.unwrap_err().is_cancelled());
-        assert!(
-            wait_dead(&pid),
-            "the background sleep outlived the cancelled call"
-        );
-    }
-
-    #[tokio::test]
-    async fn scrubbed_variables_are_absent() {
-        let (_d, ws) = workspace();
-        let out = bash(
-            &ws,
-            &json!({"command": "echo ${HOME-unset}"}),
-            &["HOME".into()],
-        )
-        .await;
-        assert_eq!(out.text, "exit code 0\nunset\n");
-    }
-
-    #[test]
-    fn scrub_list_covers_api_keys_and_configured_names() {
-        let names = scrubbed_vars(&["LOCAL_TOKEN".into()]);
-        assert!(names.contains(&"LOCAL_TOKEN".to_owned()));
-        assert!(
-            names
-                .iter()
-                .all(|n| n.ends_with("_API_KEY") || n == "LOCAL_TOKEN")
-        );
+    } else {
+        ToolOutput::error(text)
     }
 }

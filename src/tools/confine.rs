@@ -1,83 +1,229 @@
 //! Path confinement: every path a tool touches must resolve, symlinks followed, inside the step's
 //! working directory.
+//!
+//! Paths are opened through a handle on the working directory with `cap-std`, which resolves
+//! them beneath it (`openat2` with `RESOLVE_BENEATH` where the kernel has it, a careful walk
+//! otherwise) in the same step as opening them: a directory swapped for a symlink while a tool
+//! runs cannot lead outside. What was opened is then checked by its real path (read back from the
+//! open descriptor, so it is the file actually opened): nothing may be written inside a `.git`
+//! (of any checkout) and nothing read or written inside runner's state directory.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
 
 use camino::{Utf8Component, Utf8Path, Utf8PathBuf};
+use cap_std::ambient_authority;
+use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt};
 
-/// The directory a step works in, canonicalized once.
-#[derive(Debug, Clone)]
+/// The directory a step works in.
+#[derive(Debug)]
 pub struct Workspace {
+    /// Canonical.
     root: Utf8PathBuf,
+    /// The root as the user named it, for absolute paths the model copies from there.
+    given: Utf8PathBuf,
+    dir: Dir,
+    /// runner's state directory (canonical, or as given when it does not exist yet).
+    state_dir: Option<Utf8PathBuf>,
+}
+
+/// What a tool means to do with a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Read,
+    Write,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfineError {
     #[error("`{0}` is outside the working directory")]
     Outside(String),
-    #[error("cannot resolve `{path}`: {reason}")]
-    Unresolvable { path: String, reason: String },
+    #[error("`{0}` is inside `.git`, which tools may not change")]
+    Git(String),
+    #[error("`{0}` is inside runner's state directory, which tools may not touch")]
+    State(String),
+    #[error("`{0}` does not exist")]
+    NotFound(String),
+    #[error("cannot open `{path}`: {reason}")]
+    Io { path: String, reason: String },
 }
 
 impl Workspace {
-    pub fn new(root: &Utf8Path) -> std::io::Result<Self> {
+    pub fn new(root: &Utf8Path) -> io::Result<Self> {
+        let canonical = root.canonicalize_utf8()?;
+        let dir = Dir::open_ambient_dir(&canonical, ambient_authority())?;
         Ok(Self {
-            root: root.canonicalize_utf8()?,
+            root: canonical,
+            given: root.to_owned(),
+            dir,
+            state_dir: None,
         })
+    }
+
+    /// Keeps tools out of runner's state directory.
+    pub fn with_state_dir(mut self, state_dir: &Utf8Path) -> Self {
+        self.state_dir = Some(
+            state_dir
+                .canonicalize_utf8()
+                .unwrap_or_else(|_| state_dir.to_owned()),
+        );
+        self
     }
 
     pub fn root(&self) -> &Utf8Path {
         &self.root
     }
 
-    /// Resolves `path` (relative to the root, or absolute) to a real path inside the root. The
-    /// part that exists is canonicalized (following symlinks); the part that does not yet exist
-    /// (a file about to be written) may not climb with `..`.
-    pub fn resolve(&self, path: &str) -> Result<Utf8PathBuf, ConfineError> {
+    /// The handle everything is opened through.
+    pub fn dir(&self) -> &Dir {
+        &self.dir
+    }
+
+    /// The model's path relative to the root: relative paths as given, absolute ones only when
+    /// they start with the root. Nothing is resolved here; opening does that, beneath the root.
+    pub fn relative(&self, path: &str) -> Result<Utf8PathBuf, ConfineError> {
         let given = Utf8Path::new(path);
-        let joined = if given.is_absolute() {
-            given.to_owned()
+        let rel = if given.is_absolute() {
+            given
+                .strip_prefix(&self.root)
+                .or_else(|_| given.strip_prefix(&self.given))
+                .map_err(|_| ConfineError::Outside(path.to_owned()))?
         } else {
-            self.root.join(given)
+            given
         };
-        // Walk down from the full path to the deepest ancestor that exists.
-        let mut existing = joined.as_path();
-        let mut rest: Vec<&str> = Vec::new();
-        let real = loop {
-            match existing.canonicalize_utf8() {
-                Ok(real) => break real,
-                Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-                    // A dangling symlink: writing through it would create its target, wherever
-                    // that is.
-                    if existing.symlink_metadata().is_ok() {
-                        return Err(ConfineError::Outside(path.to_owned()));
+        // cap-std would refuse a climb out as well; saying so plainly gives a better message.
+        let mut depth: i64 = 0;
+        for part in rel.components() {
+            match part {
+                Utf8Component::ParentDir => depth -= 1,
+                Utf8Component::Normal(_) => depth += 1,
+                _ => {}
+            }
+            if depth < 0 {
+                return Err(ConfineError::Outside(path.to_owned()));
+            }
+        }
+        Ok(if rel.as_str().is_empty() {
+            Utf8PathBuf::from(".")
+        } else {
+            rel.to_owned()
+        })
+    }
+
+    /// Opens a file to read it. FIFOs and devices are opened without blocking, so that the
+    /// caller can refuse them by their type.
+    pub fn open_read(&self, path: &str) -> Result<(File, Utf8PathBuf), ConfineError> {
+        let rel = self.relative(path)?;
+        let mut options = OpenOptions::new();
+        options.read(true).custom_flags(nix::libc::O_NONBLOCK);
+        let file = self
+            .dir
+            .open_with(&rel, &options)
+            .map_err(|e| classify(path, e))?
+            .into_std();
+        let real = self.check(path, &file, Access::Read)?;
+        Ok((file, real))
+    }
+
+    /// Opens a directory to list or search it.
+    pub fn open_dir(&self, path: &str) -> Result<(Dir, Utf8PathBuf), ConfineError> {
+        let rel = self.relative(path)?;
+        let dir = self.dir.open_dir(&rel).map_err(|e| classify(path, e))?;
+        let real = self.check(path, &dir, Access::Read)?;
+        Ok((dir, real))
+    }
+
+    /// Opens a file to write it, creating it and its folders when missing. The file is not
+    /// truncated here: the caller does that once the path has passed every check (truncating on
+    /// open would empty a protected file a symlink pointed to before the check could refuse it).
+    /// Returns the file, its real path, and whether it existed.
+    pub fn open_write(
+        &self,
+        path: &str,
+        create: bool,
+    ) -> Result<(File, Utf8PathBuf, bool), ConfineError> {
+        let rel = self.relative(path)?;
+        if has_git_part(&rel) {
+            return Err(ConfineError::Git(path.to_owned()));
+        }
+        if create && let Some(parent) = rel.parent().filter(|p| !p.as_str().is_empty()) {
+            self.create_dirs(path, parent)?;
+        }
+        let existed = self.dir.symlink_metadata(&rel).is_ok();
+        let mut options = OpenOptions::new();
+        options
+            .read(true)
+            .write(true)
+            .create(create)
+            .custom_flags(nix::libc::O_NONBLOCK);
+        let file = self
+            .dir
+            .open_with(&rel, &options)
+            .map_err(|e| classify(path, e))?
+            .into_std();
+        let real = self.check(path, &file, Access::Write)?;
+        Ok((file, real, existed))
+    }
+
+    /// Creates the folders of `rel`, one at a time, checking each where it really is.
+    fn create_dirs(&self, path: &str, rel: &Utf8Path) -> Result<(), ConfineError> {
+        let mut so_far = Utf8PathBuf::new();
+        for part in rel.components() {
+            so_far.push(part.as_str());
+            let dir = match self.dir.open_dir(&so_far) {
+                Ok(dir) => dir,
+                Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                    match self.dir.create_dir(&so_far) {
+                        Ok(()) => {}
+                        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {}
+                        Err(err) => return Err(classify(path, err)),
                     }
-                    let Some(name) = existing.file_name() else {
-                        return Err(ConfineError::Outside(path.to_owned()));
-                    };
-                    rest.push(name);
-                    existing = existing
-                        .parent()
-                        .ok_or_else(|| ConfineError::Outside(path.to_owned()))?;
+                    self.dir.open_dir(&so_far).map_err(|e| classify(path, e))?
                 }
-                Err(err) => {
-                    return Err(ConfineError::Unresolvable {
-                        path: path.to_owned(),
-                        reason: err.to_string(),
-                    });
-                }
-            }
+                Err(err) => return Err(classify(path, err)),
+            };
+            self.check(path, &dir, Access::Write)?;
+        }
+        Ok(())
+    }
+
+    /// Where an open file or directory really is, refused when it is somewhere tools may not go.
+    fn check(
+        &self,
+        path: &str,
+        opened: &impl AsRawFd,
+        access: Access,
+    ) -> Result<Utf8PathBuf, ConfineError> {
+        let link = format!("/proc/self/fd/{}", opened.as_raw_fd());
+        let real = std::fs::read_link(&link)
+            .ok()
+            .and_then(|p| Utf8PathBuf::from_path_buf(p).ok())
+            .ok_or_else(|| ConfineError::Io {
+                path: path.to_owned(),
+                reason: "cannot tell where it is".into(),
+            })?;
+        let Ok(inside) = real.strip_prefix(&self.root) else {
+            return Err(ConfineError::Outside(path.to_owned()));
         };
-        let mut resolved = real;
-        for name in rest.iter().rev() {
-            match Utf8Path::new(name).components().next() {
-                Some(Utf8Component::Normal(_)) => resolved.push(name),
-                _ => return Err(ConfineError::Outside(path.to_owned())),
-            }
+        if let Some(state) = &self.state_dir
+            && real.starts_with(state)
+        {
+            return Err(ConfineError::State(path.to_owned()));
         }
-        if resolved.starts_with(&self.root) {
-            Ok(resolved)
-        } else {
-            Err(ConfineError::Outside(path.to_owned()))
+        if access == Access::Write && has_git_part(inside) {
+            return Err(ConfineError::Git(path.to_owned()));
         }
+        Ok(real)
+    }
+
+    /// Whether a real path is one tools may read (used to filter walks).
+    pub fn readable(&self, real: &Utf8Path) -> bool {
+        real.starts_with(&self.root)
+            && self
+                .state_dir
+                .as_ref()
+                .is_none_or(|state| !real.starts_with(state))
     }
 
     /// A path as the model should see it: relative to the root.
@@ -90,35 +236,70 @@ impl Workspace {
     }
 }
 
+/// Whether any part of a path is `.git` (a checkout's git directory, or a worktree's `.git`
+/// file). Compared without case: on a case-insensitive file system `.GIT` is the same.
+pub fn has_git_part(path: &Utf8Path) -> bool {
+    path.components()
+        .any(|c| c.as_str().eq_ignore_ascii_case(".git"))
+}
+
+fn classify(path: &str, err: io::Error) -> ConfineError {
+    if err.kind() == io::ErrorKind::NotFound {
+        return ConfineError::NotFound(path.to_owned());
+    }
+    // cap-std reports a resolution that would leave the directory as PermissionDenied ("a path
+    // led outside of the filesystem"); openat2 reports EXDEV.
+    let text = err.to_string();
+    if err.raw_os_error() == Some(nix::libc::EXDEV) || text.contains("outside") {
+        return ConfineError::Outside(path.to_owned());
+    }
+    ConfineError::Io {
+        path: path.to_owned(),
+        reason: text,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Read;
 
     fn workspace() -> (tempfile::TempDir, Workspace, Utf8PathBuf) {
         let outer = tempfile::tempdir().unwrap();
-        let outer_path = Utf8PathBuf::from_path_buf(outer.path().to_owned()).unwrap();
+        let outer_path = Utf8PathBuf::from_path_buf(outer.path().canonicalize().unwrap()).unwrap();
         std::fs::create_dir_all(outer_path.join("work/src")).unwrap();
+        std::fs::create_dir_all(outer_path.join("work/.git/hooks")).unwrap();
+        std::fs::create_dir_all(outer_path.join("work/.runner/runs")).unwrap();
         std::fs::write(outer_path.join("work/src/a.rs"), "fn a() {}\n").unwrap();
+        std::fs::write(outer_path.join("work/.git/config"), "[core]\n").unwrap();
         std::fs::write(outer_path.join("secret.txt"), "secret").unwrap();
-        let ws = Workspace::new(&outer_path.join("work")).unwrap();
+        let root = outer_path.join("work");
+        let ws = Workspace::new(&root)
+            .unwrap()
+            .with_state_dir(&root.join(".runner"));
         (outer, ws, outer_path)
     }
 
+    fn read(ws: &Workspace, path: &str) -> Result<String, ConfineError> {
+        let (mut file, _) = ws.open_read(path)?;
+        let mut text = String::new();
+        file.read_to_string(&mut text).unwrap();
+        Ok(text)
+    }
+
     #[test]
-    fn paths_inside_resolve() {
+    fn paths_inside_open() {
         let (_dir, ws, _) = workspace();
-        assert_eq!(ws.resolve("src/a.rs").unwrap(), ws.root().join("src/a.rs"));
-        assert_eq!(
-            ws.resolve("src/../src/a.rs").unwrap(),
-            ws.root().join("src/a.rs")
-        );
-        assert_eq!(
-            ws.resolve("new/dir/file.txt").unwrap(),
-            ws.root().join("new/dir/file.txt")
-        );
-        assert_eq!(ws.resolve(".").unwrap(), ws.root());
+        assert_eq!(read(&ws, "src/a.rs").unwrap(), "fn a() {}\n");
+        assert_eq!(read(&ws, "src/../src/a.rs").unwrap(), "fn a() {}\n");
         let absolute = ws.root().join("src/a.rs");
-        assert_eq!(ws.resolve(absolute.as_str()).unwrap(), absolute);
+        assert_eq!(read(&ws, absolute.as_str()).unwrap(), "fn a() {}\n");
+        let (_, real, existed) = ws.open_write("new/dir/file.txt", true).unwrap();
+        assert_eq!(real, ws.root().join("new/dir/file.txt"));
+        assert!(!existed);
+        assert_eq!(ws.open_dir(".").unwrap().1, ws.root());
+        // .git can be read, not written.
+        assert_eq!(read(&ws, ".git/config").unwrap(), "[core]\n");
     }
 
     #[test]
@@ -131,11 +312,56 @@ mod tests {
             "missing/../../x",
         ] {
             assert!(
-                matches!(ws.resolve(path), Err(ConfineError::Outside(_))),
+                matches!(ws.open_read(path), Err(ConfineError::Outside(_))),
                 "{path} should be refused"
             );
         }
-        assert!(ws.resolve(outer.join("secret.txt").as_str()).is_err());
+        assert!(ws.open_read(outer.join("secret.txt").as_str()).is_err());
+        assert!(matches!(
+            ws.open_write("../planted.txt", true),
+            Err(ConfineError::Outside(_))
+        ));
+        assert!(!outer.join("planted.txt").exists());
+    }
+
+    #[test]
+    fn git_and_the_state_directory_are_protected() {
+        let (_dir, ws, _) = workspace();
+        for path in [".git/config", ".git/hooks/pre-commit", "sub/.GIT/x", ".git"] {
+            assert!(
+                matches!(ws.open_write(path, true), Err(ConfineError::Git(_))),
+                "{path}"
+            );
+        }
+        assert!(matches!(
+            ws.open_write(".runner/runs/99999999T999999-ffff/run.json", true),
+            Err(ConfineError::State(_))
+        ));
+        assert!(matches!(
+            ws.open_dir(".runner"),
+            Err(ConfineError::State(_))
+        ));
+        // Through a symlink that hides the name: the real path is what counts.
+        std::os::unix::fs::symlink(".git", ws.root().join("innocent")).unwrap();
+        assert!(matches!(
+            ws.open_write("innocent/config", true),
+            Err(ConfineError::Git(_))
+        ));
+        std::os::unix::fs::symlink(".git/config", ws.root().join("cfg")).unwrap();
+        assert!(matches!(
+            ws.open_write("cfg", false),
+            Err(ConfineError::Git(_))
+        ));
+        assert_eq!(
+            std::fs::read_to_string(ws.root().join(".git/config")).unwrap(),
+            "[core]\n",
+            "a refused write must not have truncated the file"
+        );
+        std::os::unix::fs::symlink(".runner", ws.root().join("state")).unwrap();
+        assert!(matches!(
+            ws.open_read("state/runs"),
+            Err(ConfineError::State(_))
+        ));
     }
 
     #[test]
@@ -144,26 +370,27 @@ mod tests {
         std::os::unix::fs::symlink(outer.join("secret.txt"), ws.root().join("link.txt")).unwrap();
         std::os::unix::fs::symlink(&outer, ws.root().join("up")).unwrap();
         assert!(matches!(
-            ws.resolve("link.txt"),
+            ws.open_read("link.txt"),
             Err(ConfineError::Outside(_))
         ));
         assert!(matches!(
-            ws.resolve("up/secret.txt"),
+            ws.open_read("up/secret.txt"),
             Err(ConfineError::Outside(_))
         ));
-        // A file to be created through a link that leads out is refused too.
         assert!(matches!(
-            ws.resolve("up/new.txt"),
+            ws.open_write("up/new.txt", true),
             Err(ConfineError::Outside(_))
         ));
+        assert!(!outer.join("new.txt").exists());
         // A dangling link would create its target wherever it points.
         std::os::unix::fs::symlink(outer.join("planted.txt"), ws.root().join("dangling")).unwrap();
-        assert!(matches!(
-            ws.resolve("dangling"),
-            Err(ConfineError::Outside(_))
-        ));
-        // A link that stays inside is fine.
-        std::os::unix::fs::symlink(ws.root().join("src"), ws.root().join("code")).unwrap();
-        assert_eq!(ws.resolve("code/a.rs").unwrap(), ws.root().join("src/a.rs"));
+        assert!(ws.open_write("dangling", true).is_err());
+        assert!(!outer.join("planted.txt").exists());
+        // A relative link that stays inside is fine; an absolute one is refused even when it
+        // points inside (resolution never leaves the directory handle).
+        std::os::unix::fs::symlink("src", ws.root().join("code")).unwrap();
+        assert_eq!(read(&ws, "code/a.rs").unwrap(), "fn a() {}\n");
+        std::os::unix::fs::symlink(ws.root().join("src"), ws.root().join("abs")).unwrap();
+        assert!(ws.open_read("abs/a.rs").is_err());
     }
 }

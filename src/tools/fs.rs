@@ -1,7 +1,8 @@
 //! The file tools: `read_file`, `list_dir`, `write_file`, `edit_file`. Each takes the model's JSON
 //! input and answers with text; failures are error results the model can act on, never panics.
 
-use camino::Utf8PathBuf;
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -65,29 +66,6 @@ pub(crate) fn parse_input<T: for<'de> Deserialize<'de>>(
         .map_err(|err| ToolOutput::error(format!("invalid input for `{tool}`: {err}")))
 }
 
-/// Input with a `path`, for [`parse_with_path`].
-trait HasPath {
-    fn path(&self) -> &str;
-}
-
-/// Parses a tool's input and confines its `path`.
-fn parse_with_path<T: for<'de> Deserialize<'de> + HasPath>(
-    tool: &str,
-    ws: &Workspace,
-    input: &Value,
-) -> Result<(T, Utf8PathBuf), ToolOutput> {
-    let input: T = parse_input(tool, input)?;
-    let path = ws
-        .resolve(input.path())
-        .map_err(|err| ToolOutput::error(err.to_string()))?;
-    Ok((input, path))
-}
-
-macro_rules! has_path {
-    ($($t:ty),*) => { $(impl HasPath for $t { fn path(&self) -> &str { &self.path } })* };
-}
-has_path!(ReadInput, WriteInput, EditInput);
-
 #[derive(Deserialize)]
 struct ReadInput {
     path: String,
@@ -97,62 +75,132 @@ struct ReadInput {
     limit: Option<usize>,
 }
 
-/// A file's lines, numbered from 1, from `offset` (a line number) for `limit` lines.
+/// Bytes `read_file` scans at most to count a file's lines; past this it says "more than".
+pub const MAX_SCAN_BYTES: u64 = 64 << 20;
+/// Bytes `edit_file` reads at most.
+pub const MAX_EDIT_BYTES: u64 = 16 << 20;
+/// Bytes looked at to tell a binary file (one with a NUL byte).
+const BINARY_PROBE: usize = 8192;
+
+/// One line of `reader` into `line` (without its newline), keeping at most `keep` bytes of it so
+/// that a file without newlines cannot fill memory. `None` at the end of the file.
+fn next_line(
+    reader: &mut impl BufRead,
+    keep: usize,
+    line: &mut Vec<u8>,
+) -> std::io::Result<Option<()>> {
+    line.clear();
+    let mut any = false;
+    loop {
+        let buf = reader.fill_buf()?;
+        if buf.is_empty() {
+            return Ok(any.then_some(()));
+        }
+        any = true;
+        let (part, used, done) = match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => (&buf[..i], i + 1, true),
+            None => (buf, buf.len(), false),
+        };
+        let room = keep.saturating_sub(line.len());
+        line.extend_from_slice(&part[..part.len().min(room)]);
+        reader.consume(used);
+        if done {
+            return Ok(Some(()));
+        }
+    }
+}
+
+/// A file's lines, numbered from 1, from `offset` (a line number) for `limit` lines. Only
+/// regular files are read, streamed: a huge file costs no more memory than the lines shown.
 pub fn read_file(ws: &Workspace, input: &Value) -> ToolOutput {
-    let (input, path) = match parse_with_path::<ReadInput>("read_file", ws, input) {
-        Ok(parsed) => parsed,
+    let input: ReadInput = match parse_input("read_file", input) {
+        Ok(input) => input,
         Err(err) => return err,
     };
-    if path.is_dir() {
-        return ToolOutput::error(format!("`{}` is a directory; use list_dir", input.path));
-    }
-    let bytes = match std::fs::read(&path) {
-        Ok(bytes) => bytes,
+    let (file, _) = match ws.open_read(&input.path) {
+        Ok(opened) => opened,
+        Err(err) => return ToolOutput::error(err.to_string()),
+    };
+    let meta = match file.metadata() {
+        Ok(meta) => meta,
         Err(err) => return ToolOutput::error(format!("cannot read `{}`: {err}", input.path)),
     };
-    if bytes[..bytes.len().min(8192)].contains(&0) {
-        return ToolOutput::error(format!(
-            "`{}` is a binary file ({} bytes)",
-            input.path,
-            bytes.len()
-        ));
+    if meta.is_dir() {
+        return ToolOutput::error(format!("`{}` is a directory; use list_dir", input.path));
     }
-    let text = String::from_utf8_lossy(&bytes);
-    if text.is_empty() {
-        return ToolOutput::ok(format!("`{}` is empty", input.path));
-    }
-    let total = text.lines().count();
-    let start = input.offset.unwrap_or(1).max(1);
-    if start > total {
+    if !meta.is_file() {
         return ToolOutput::error(format!(
-            "`{}` has {total} lines; offset {start} is past the end",
+            "`{}` is not a regular file (a FIFO, socket or device) and is not read",
             input.path
         ));
     }
+    let mut reader = BufReader::with_capacity(64 << 10, file.take(MAX_SCAN_BYTES));
+    match reader.fill_buf() {
+        Ok(head) if head[..head.len().min(BINARY_PROBE)].contains(&0) => {
+            return ToolOutput::error(format!(
+                "`{}` is a binary file ({} bytes)",
+                input.path,
+                meta.len()
+            ));
+        }
+        Ok(_) => {}
+        Err(err) => return ToolOutput::error(format!("cannot read `{}`: {err}", input.path)),
+    }
+    if meta.len() == 0 {
+        return ToolOutput::ok(format!("`{}` is empty", input.path));
+    }
+    let start = input.offset.unwrap_or(1).max(1);
     let limit = input.limit.unwrap_or(READ_DEFAULT_LINES).max(1);
+    // Four bytes a character at most: enough to show MAX_LINE_CHARS of any line.
+    let keep = MAX_LINE_CHARS * 4 + 4;
     let mut out = String::new();
+    let mut line = Vec::new();
+    let mut total = 0usize;
     let mut last = start - 1;
     let mut cut_lines = false;
-    for (i, line) in text.lines().enumerate().skip(start - 1).take(limit) {
-        let shown: String = line.chars().take(MAX_LINE_CHARS).collect();
-        let row = if shown.len() < line.len() {
+    let mut full = false;
+    loop {
+        match next_line(&mut reader, keep, &mut line) {
+            Ok(Some(())) => {}
+            Ok(None) => break,
+            Err(err) => return ToolOutput::error(format!("cannot read `{}`: {err}", input.path)),
+        }
+        total += 1;
+        if total < start || full || total >= start + limit {
+            continue;
+        }
+        let text = String::from_utf8_lossy(&line);
+        let text = text.trim_end_matches('\r');
+        let shown: String = text.chars().take(MAX_LINE_CHARS).collect();
+        let row = if shown.len() < text.len() || line.len() >= keep {
             cut_lines = true;
-            format!(
-                "{:>6}\t{shown} [line cut at {MAX_LINE_CHARS} characters]\n",
-                i + 1
-            )
+            format!("{total:>6}\t{shown} [line cut at {MAX_LINE_CHARS} characters]\n")
         } else {
-            format!("{:>6}\t{line}\n", i + 1)
+            format!("{total:>6}\t{text}\n")
         };
         if out.len() + row.len() > MAX_OUTPUT_BYTES {
-            break;
+            full = true;
+            continue;
         }
         out.push_str(&row);
-        last = i + 1;
+        last = total;
     }
-    if last < total {
+    // The scan stopped at MAX_SCAN_BYTES: there are more lines than counted.
+    let scanned_all = reader.into_inner().limit() > 0;
+    let of = if scanned_all {
+        total.to_string()
+    } else {
+        format!("more than {total}")
+    };
+    if start > total {
+        return ToolOutput::error(format!(
+            "`{}` has {of} lines; offset {start} is past the end",
+            input.path
+        ));
+    }
+    if last < total || !scanned_all {
         out.push_str(&format!(
-            "[showing lines {start}-{last} of {total}; read more with offset={}]\n",
+            "[showing lines {start}-{last} of {of}; read more with offset={}]\n",
             last + 1
         ));
     } else if cut_lines {
@@ -174,23 +222,24 @@ pub fn list_dir(ws: &Workspace, input: &Value) -> ToolOutput {
         Err(err) => return err,
     };
     let shown = input.path.unwrap_or_else(|| ".".into());
-    let path = match ws.resolve(&shown) {
-        Ok(path) => path,
+    let (dir, real) = match ws.open_dir(&shown) {
+        Ok(opened) => opened,
         Err(err) => return ToolOutput::error(err.to_string()),
     };
-    let entries = match path.read_dir_utf8() {
+    let entries = match dir.entries() {
         Ok(entries) => entries,
         Err(err) => return ToolOutput::error(format!("cannot list `{shown}`: {err}")),
     };
     let mut names: Vec<String> = entries
         .filter_map(Result::ok)
-        .map(|e| {
-            let is_dir = e.file_type().map(|t| t.is_dir()).unwrap_or(false);
-            if is_dir {
-                format!("{}/", e.file_name())
-            } else {
-                e.file_name().to_owned()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            // runner's own state is not the model's business.
+            if !ws.readable(&real.join(&name)) {
+                return None;
             }
+            let is_dir = e.file_type().map(|t| t.is_dir()).unwrap_or(false);
+            Some(if is_dir { format!("{name}/") } else { name })
         })
         .collect();
     names.sort();
@@ -209,31 +258,38 @@ struct WriteInput {
 
 /// Creates or overwrites a file, creating missing parent directories.
 pub fn write_file(ws: &Workspace, input: &Value) -> ToolOutput {
-    let (input, path) = match parse_with_path::<WriteInput>("write_file", ws, input) {
-        Ok(parsed) => parsed,
+    let input: WriteInput = match parse_input("write_file", input) {
+        Ok(input) => input,
         Err(err) => return err,
     };
-    if path.is_dir() {
+    if let Ok(rel) = ws.relative(&input.path)
+        && ws.dir().is_dir(&rel)
+    {
         return ToolOutput::error(format!("`{}` is a directory", input.path));
     }
-    let existed = path.exists();
-    if let Some(parent) = path.parent()
-        && let Err(err) = std::fs::create_dir_all(parent)
-    {
-        return ToolOutput::error(format!(
-            "cannot create the folder of `{}`: {err}",
-            input.path
-        ));
+    let (mut file, real, existed) = match ws.open_write(&input.path, true) {
+        Ok(opened) => opened,
+        Err(err) => return ToolOutput::error(err.to_string()),
+    };
+    if let Err(err) = replace_contents(&mut file, input.content.as_bytes()) {
+        return ToolOutput::error(format!("cannot write `{}`: {err}", input.path));
     }
-    match std::fs::write(&path, &input.content) {
-        Ok(()) => ToolOutput::ok(format!(
-            "{} `{}` ({} bytes)",
-            if existed { "overwrote" } else { "created" },
-            ws.display(&path),
-            input.content.len()
-        )),
-        Err(err) => ToolOutput::error(format!("cannot write `{}`: {err}", input.path)),
+    ToolOutput::ok(format!(
+        "{} `{}` ({} bytes)",
+        if existed { "overwrote" } else { "created" },
+        ws.display(&real),
+        input.content.len()
+    ))
+}
+
+/// Replaces what an open regular file holds.
+fn replace_contents(file: &mut std::fs::File, contents: &[u8]) -> std::io::Result<()> {
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
     }
+    file.set_len(0)?;
+    file.seek(SeekFrom::Start(0))?;
+    file.write_all(contents)
 }
 
 #[derive(Deserialize)]
@@ -247,8 +303,8 @@ struct EditInput {
 
 /// Replaces an exact, unique `old_string` (or every one, with `replace_all`).
 pub fn edit_file(ws: &Workspace, input: &Value) -> ToolOutput {
-    let (input, path) = match parse_with_path::<EditInput>("edit_file", ws, input) {
-        Ok(parsed) => parsed,
+    let input: EditInput = match parse_input("edit_file", input) {
+        Ok(input) => input,
         Err(err) => return err,
     };
     if input.old_string.is_empty() {
@@ -257,7 +313,11 @@ pub fn edit_file(ws: &Workspace, input: &Value) -> ToolOutput {
     if input.old_string == input.new_string {
         return ToolOutput::error("`old_string` and `new_string` are the same; nothing to change");
     }
-    let text = match std::fs::read_to_string(&path) {
+    let (mut file, real, _) = match ws.open_write(&input.path, false) {
+        Ok(opened) => opened,
+        Err(err) => return ToolOutput::error(err.to_string()),
+    };
+    let text = match read_limited(&mut file, MAX_EDIT_BYTES) {
         Ok(text) => text,
         Err(err) => return ToolOutput::error(format!("cannot read `{}`: {err}", input.path)),
     };
@@ -277,19 +337,37 @@ pub fn edit_file(ws: &Workspace, input: &Value) -> ToolOutput {
             ));
         }
     };
-    match std::fs::write(&path, updated) {
+    match replace_contents(&mut file, updated.as_bytes()) {
         Ok(()) => ToolOutput::ok(format!(
             "replaced {count} occurrence{} in `{}`",
             if count == 1 { "" } else { "s" },
-            ws.display(&path)
+            ws.display(&real)
         )),
         Err(err) => ToolOutput::error(format!("cannot write `{}`: {err}", input.path)),
     }
 }
 
+/// An open regular file's text, refused past `limit` bytes.
+fn read_limited(file: &mut std::fs::File, limit: u64) -> std::io::Result<String> {
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    if meta.len() > limit {
+        return Err(std::io::Error::other(format!(
+            "it is larger than {}",
+            crate::limits::bytes(limit)
+        )));
+    }
+    let mut bytes = Vec::new();
+    file.take(limit).read_to_end(&mut bytes)?;
+    String::from_utf8(bytes).map_err(|_| std::io::Error::other("it is not UTF-8 text"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use camino::Utf8PathBuf;
     use serde_json::json;
 
     fn workspace() -> (tempfile::TempDir, Workspace) {

@@ -32,7 +32,8 @@ impl ToolName {
         ToolName::WriteFile,
     ];
 
-    /// The tools that never change anything: what `explore` and `plan` get.
+    /// The tools that never change anything (`explore` and `plan` get these and a read-only
+    /// `bash`).
     pub const READ_ONLY: [ToolName; 4] = [
         ToolName::Glob,
         ToolName::Grep,
@@ -63,6 +64,12 @@ impl ToolName {
             ToolName::ReadFile => "Read",
             ToolName::WriteFile => "Write",
         }
+    }
+
+    /// Whether having this tool lets a step change files (and so gives its bash a writable
+    /// working directory).
+    pub fn writes(self) -> bool {
+        matches!(self, ToolName::WriteFile | ToolName::EditFile)
     }
 
     pub fn parse(name: &str) -> Option<ToolName> {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::ToolName;
+use super::bash::BashEnv;
 use super::confine::Workspace;
 use super::fs::ToolOutput;
 use crate::provider::message::ToolDef;
@@ -80,8 +81,8 @@ pub fn definition(tool: ToolName) -> ToolDef {
 pub struct ToolBox {
     pub workspace: Arc<Workspace>,
     pub allowed: BTreeSet<ToolName>,
-    /// Environment variables removed from `bash`.
-    pub scrub: Arc<Vec<String>>,
+    /// How `bash` runs in this step.
+    pub bash: Arc<BashEnv>,
 }
 
 impl ToolBox {
@@ -89,8 +90,15 @@ impl ToolBox {
         self.allowed.iter().map(|t| definition(*t)).collect()
     }
 
-    /// Runs one call. A tool the step was not given is refused without running.
+    /// Runs one call. A tool the step was not given is refused without running. A known secret
+    /// in the result (a key a command printed) is hidden before the model sees it.
     pub async fn call(&self, name: &str, input: &Value) -> ToolOutput {
+        let mut output = self.dispatch(name, input).await;
+        output.text = crate::secrets::redact_owned(output.text);
+        output
+    }
+
+    async fn dispatch(&self, name: &str, input: &Value) -> ToolOutput {
         let Some(tool) = ToolName::parse(name).filter(|t| t.as_str() == name) else {
             return ToolOutput::error(format!("there is no tool `{name}`"));
         };
@@ -98,7 +106,7 @@ impl ToolBox {
             return ToolOutput::error(format!("`{name}` is not available to this step"));
         }
         if tool == ToolName::Bash {
-            return super::bash::bash(&self.workspace, input, &self.scrub).await;
+            return super::bash::bash(&self.workspace, input, &self.bash).await;
         }
         // File system work blocks; keep it off the async workers.
         let ws = self.workspace.clone();
@@ -129,7 +137,7 @@ mod tests {
         let tools = ToolBox {
             workspace: Arc::new(Workspace::new(&root).unwrap()),
             allowed: [ToolName::ReadFile].into_iter().collect(),
-            scrub: Arc::new(Vec::new()),
+            bash: Arc::new(BashEnv::new(crate::sandbox::Mode::ReadOnly, false)),
         };
         let denied = tools
             .call("write_file", &json!({"path": "x", "content": "y"}))

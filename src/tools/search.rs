@@ -12,7 +12,7 @@ use ignore::{WalkBuilder, WalkState};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::confine::Workspace;
+use super::confine::{ConfineError, Workspace};
 use super::fs::{ToolOutput, capped_lines, parse_input};
 
 /// Paths `glob` returns at most.
@@ -39,6 +39,31 @@ fn relative(ws: &Workspace, path: &std::path::Path) -> Option<String> {
     Some(ws.display(path))
 }
 
+/// Where a search starts: opened beneath the root (so the path is checked), then walked by its
+/// real path. The walk itself goes by names, so every file it finds is opened (grep) or checked
+/// (glob) through the root's handle again: an entry a swapped symlink led to is dropped there.
+fn base(ws: &Workspace, path: Option<&str>) -> Result<Utf8PathBuf, ToolOutput> {
+    let shown = path.unwrap_or(".");
+    match ws.open_dir(shown) {
+        Ok((_, real)) => Ok(real),
+        // A single file: grep searches just it.
+        Err(ConfineError::Io { .. }) => ws
+            .open_read(shown)
+            .map(|(_, real)| real)
+            .map_err(|err| ToolOutput::error(err.to_string())),
+        Err(err) => Err(ToolOutput::error(err.to_string())),
+    }
+}
+
+/// The walk's entry as a path relative to the root, unless it is somewhere tools may not read.
+fn inside(ws: &Workspace, path: &std::path::Path) -> Option<Utf8PathBuf> {
+    let path = Utf8Path::from_path(path)?;
+    if !ws.readable(path) {
+        return None;
+    }
+    path.strip_prefix(ws.root()).ok().map(Utf8Path::to_owned)
+}
+
 #[derive(Deserialize)]
 struct GlobInput {
     pattern: String,
@@ -52,9 +77,9 @@ pub fn glob(ws: &Workspace, input: &Value) -> ToolOutput {
         Ok(input) => input,
         Err(err) => return err,
     };
-    let base = match ws.resolve(input.path.as_deref().unwrap_or(".")) {
+    let base = match base(ws, input.path.as_deref()) {
         Ok(base) => base,
-        Err(err) => return ToolOutput::error(err.to_string()),
+        Err(err) => return err,
     };
     let matcher = match GlobBuilder::new(&input.pattern)
         .literal_separator(true)
@@ -70,7 +95,7 @@ pub fn glob(ws: &Workspace, input: &Value) -> ToolOutput {
             let Ok(entry) = entry else {
                 return WalkState::Continue;
             };
-            if entry.file_type().is_some_and(|t| t.is_dir()) {
+            if entry.file_type().is_some_and(|t| t.is_dir()) || inside(ws, entry.path()).is_none() {
                 return WalkState::Continue;
             }
             let Ok(rel) = entry.path().strip_prefix(&base) else {
@@ -89,6 +114,8 @@ pub fn glob(ws: &Workspace, input: &Value) -> ToolOutput {
     });
     let mut found = found.into_inner().unwrap_or_default();
     found.sort();
+    // What is shown must really be inside: checked through the root's handle.
+    found.retain(|shown| ws.dir().symlink_metadata(shown).is_ok());
     let total = total.into_inner();
     if found.is_empty() {
         return ToolOutput::ok(format!("no files match `{}`", input.pattern));
@@ -120,9 +147,9 @@ pub fn grep(ws: &Workspace, input: &Value) -> ToolOutput {
         Ok(input) => input,
         Err(err) => return err,
     };
-    let base: Utf8PathBuf = match ws.resolve(input.path.as_deref().unwrap_or(".")) {
+    let base = match base(ws, input.path.as_deref()) {
         Ok(base) => base,
-        Err(err) => return ToolOutput::error(err.to_string()),
+        Err(err) => return err,
     };
     let matcher = match RegexMatcherBuilder::new()
         .case_insensitive(input.case_insensitive)
@@ -171,13 +198,18 @@ pub fn grep(ws: &Workspace, input: &Value) -> ToolOutput {
                     return WalkState::Continue;
                 }
             }
-            let Some(shown) = relative(ws, entry.path()) else {
+            let Some(rel) = inside(ws, entry.path()) else {
+                return WalkState::Continue;
+            };
+            let shown = rel.to_string();
+            // Opened through the root's handle: never a file outside, whatever the walk saw.
+            let Ok(file) = ws.dir().open(&rel) else {
                 return WalkState::Continue;
             };
             let mut local = Vec::new();
-            let _ = searcher.search_path(
+            let _ = searcher.search_file(
                 &matcher,
-                entry.path(),
+                &file.into_std(),
                 UTF8(|line, text| {
                     let text = text.trim_end_matches(['\n', '\r']);
                     let short: String = text.chars().take(MAX_MATCH_CHARS).collect();

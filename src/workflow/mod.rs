@@ -91,6 +91,9 @@ pub struct Defaults {
     /// Attempts for a model request that failed in a way retrying can fix.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retries: Option<u32>,
+    /// Whether `bash` may open network connections (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<bool>,
 }
 
 /// One subagent step.
@@ -147,6 +150,9 @@ pub struct Step {
     /// Explore only: how hard to search.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thoroughness: Option<Thoroughness>,
+    /// Whether `bash` may open network connections (default false, or `[defaults]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<bool>,
 }
 
 fn output_schema_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
@@ -198,5 +204,26 @@ impl Thoroughness {
 
 /// The JSON Schema of workflow files, as `runner schema workflow` prints it.
 pub fn workflow_schema() -> serde_json::Value {
-    schemars::schema_for!(WorkflowFile).to_value()
+    bound_integers(schemars::schema_for!(WorkflowFile).to_value())
+}
+
+/// Gives every `uint32` number a `maximum`, so a value too large for its field is reported at its
+/// own place like any other bad value (schemars only writes the format, which is not checked).
+pub fn bound_integers(mut schema: serde_json::Value) -> serde_json::Value {
+    fn walk(value: &mut serde_json::Value) {
+        match value {
+            serde_json::Value::Object(map) => {
+                if map.get("format").and_then(|f| f.as_str()) == Some("uint32")
+                    && !map.contains_key("maximum")
+                {
+                    map.insert("maximum".into(), u32::MAX.into());
+                }
+                map.values_mut().for_each(walk);
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    walk(&mut schema);
+    schema
 }

@@ -14,6 +14,7 @@ use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser};
 use yaml_rust2::scanner::{Marker, TScalarStyle};
 
 use crate::error::Problem;
+use crate::limits::{MAX_NESTING, MAX_YAML_VALUES};
 
 /// A file's name (as the user wrote it) and its text; shared by every diagnostic about it.
 #[derive(Debug)]
@@ -30,9 +31,11 @@ impl SourceFile {
         })
     }
 
-    /// Reads a file; an unreadable file is a problem about that path, not a panic.
+    /// Reads a file; an unreadable file is a problem about that path, not a panic. Only regular
+    /// files within [`MAX_SOURCE_BYTES`](crate::limits::MAX_SOURCE_BYTES) are read, and a UTF-8
+    /// byte-order mark is dropped.
     pub fn read(path: &Utf8Path) -> Result<Arc<Self>, Problem> {
-        match std::fs::read_to_string(path) {
+        match crate::limits::read_text(path, crate::limits::MAX_SOURCE_BYTES) {
             Ok(text) => Ok(Self::new(path, text)),
             Err(err) => Err(Problem::error(format!("cannot read `{path}`: {err}"))),
         }
@@ -256,10 +259,17 @@ struct YamlBuilder<'a> {
     /// Byte offset of every char index (plus one past the end).
     char_to_byte: Vec<usize>,
     stack: Vec<Frame>,
-    anchors: Vec<(usize, Spanned<Node>)>,
+    /// Anchored values, with how many values each holds (aliases copy them).
+    anchors: Vec<(usize, Spanned<Node>, usize)>,
     root: Option<Spanned<Node>>,
     documents: usize,
     problems: Vec<(Range<usize>, String)>,
+    /// Values built so far, aliases counted at their full size.
+    values: usize,
+    /// Collections opened past [`MAX_NESTING`]: their events are ignored until they close.
+    too_deep: usize,
+    /// Set once a limit is passed: nothing more is built, so a bomb costs no memory.
+    gave_up: bool,
 }
 
 enum Frame {
@@ -267,12 +277,15 @@ enum Frame {
         start: usize,
         anchor: usize,
         items: Vec<Spanned<Node>>,
+        /// Values inside, nested ones included.
+        size: usize,
     },
     Map {
         start: usize,
         anchor: usize,
         entries: Entries,
         pending_key: Option<Spanned<Node>>,
+        size: usize,
     },
 }
 
@@ -310,21 +323,32 @@ impl YamlBuilder<'_> {
         start..(start + len).min(self.text.len())
     }
 
-    fn push(&mut self, node: Spanned<Node>) {
+    /// Adds a value of `size` values to the collection being built.
+    fn push(&mut self, node: Spanned<Node>, size: usize) {
         match self.stack.last_mut() {
             None => {
                 if self.root.is_none() {
                     self.root = Some(node);
                 }
             }
-            Some(Frame::Seq { items, .. }) => items.push(node),
+            Some(Frame::Seq {
+                items, size: total, ..
+            }) => {
+                *total = total.saturating_add(size);
+                items.push(node);
+            }
             Some(Frame::Map {
                 entries,
                 pending_key,
+                size: total,
                 ..
             }) => match pending_key.take() {
-                None => *pending_key = Some(node),
+                None => {
+                    *total = total.saturating_add(size);
+                    *pending_key = Some(node);
+                }
                 Some(key) => {
+                    *total = total.saturating_add(size);
                     let key_text = match &key.value {
                         Node::Str(s) => s.clone(),
                         Node::Int(i) => i.to_string(),
@@ -348,16 +372,44 @@ impl YamlBuilder<'_> {
         }
     }
 
-    fn remember(&mut self, anchor: usize, node: &Spanned<Node>) {
+    fn remember(&mut self, anchor: usize, node: &Spanned<Node>, size: usize) {
         if anchor > 0 {
-            self.anchors.push((anchor, node.clone()));
+            self.anchors.push((anchor, node.clone(), size));
         }
+    }
+
+    /// Counts `n` more values; past the limit, says so once and stops building.
+    fn count(&mut self, n: usize, at: Range<usize>) -> bool {
+        self.values = self.values.saturating_add(n);
+        if self.values > MAX_YAML_VALUES {
+            self.problems.push((
+                at,
+                format!(
+                    "this file holds more than {MAX_YAML_VALUES} values once its aliases are expanded"
+                ),
+            ));
+            self.gave_up = true;
+            self.stack.clear();
+            return false;
+        }
+        true
     }
 }
 
 impl MarkedEventReceiver for YamlBuilder<'_> {
     fn on_event(&mut self, ev: Event, mark: Marker) {
+        if self.gave_up {
+            return;
+        }
         let at = self.byte(&mark);
+        if self.too_deep > 0 {
+            match ev {
+                Event::SequenceStart(..) | Event::MappingStart(..) => self.too_deep += 1,
+                Event::SequenceEnd | Event::MappingEnd => self.too_deep -= 1,
+                _ => {}
+            }
+            return;
+        }
         match ev {
             Event::DocumentStart => {
                 self.documents += 1;
@@ -385,58 +437,92 @@ impl MarkedEventReceiver for YamlBuilder<'_> {
                     Node::Str(value)
                 };
                 let node = Spanned { span, value: node };
-                self.remember(anchor, &node);
-                self.push(node);
+                if !self.count(1, node.span.clone()) {
+                    return;
+                }
+                self.remember(anchor, &node, 1);
+                self.push(node, 1);
             }
             Event::Alias(anchor) => {
                 let found = self
                     .anchors
                     .iter()
                     .rev()
-                    .find(|(id, _)| *id == anchor)
-                    .map(|(_, n)| n.value.clone());
+                    .find(|(id, _, _)| *id == anchor)
+                    .map(|(_, n, size)| (n, *size));
                 match found {
-                    Some(value) => self.push(Spanned {
-                        span: at..at + 1,
-                        value,
-                    }),
+                    Some((node, size)) => {
+                        // Count before copying: the copy is what a bomb multiplies.
+                        let value = node.value.clone();
+                        if self.count(size, at..at + 1) {
+                            self.push(
+                                Spanned {
+                                    span: at..at + 1,
+                                    value,
+                                },
+                                size,
+                            );
+                        }
+                    }
                     None => self
                         .problems
                         .push((at..at + 1, "alias to an unknown anchor".into())),
                 }
             }
-            Event::SequenceStart(anchor, _) => self.stack.push(Frame::Seq {
-                start: at,
-                anchor,
-                items: Vec::new(),
-            }),
-            Event::MappingStart(anchor, _) => self.stack.push(Frame::Map {
-                start: at,
-                anchor,
-                entries: Entries::new(),
-                pending_key: None,
-            }),
+            Event::SequenceStart(..) | Event::MappingStart(..)
+                if self.stack.len() >= MAX_NESTING =>
+            {
+                self.too_deep = 1;
+                self.problems.push((
+                    at..at + 1,
+                    format!("values are nested more than {MAX_NESTING} levels deep"),
+                ));
+            }
+            Event::SequenceStart(anchor, _) => {
+                if self.count(1, at..at + 1) {
+                    self.stack.push(Frame::Seq {
+                        start: at,
+                        anchor,
+                        items: Vec::new(),
+                        size: 0,
+                    });
+                }
+            }
+            Event::MappingStart(anchor, _) => {
+                if self.count(1, at..at + 1) {
+                    self.stack.push(Frame::Map {
+                        start: at,
+                        anchor,
+                        entries: Entries::new(),
+                        pending_key: None,
+                        size: 0,
+                    });
+                }
+            }
             Event::SequenceEnd | Event::MappingEnd => {
-                let (start, anchor, value) = match self.stack.pop() {
+                let (start, anchor, value, size) = match self.stack.pop() {
                     Some(Frame::Seq {
                         start,
                         anchor,
                         items,
-                    }) => (start, anchor, Node::Seq(items)),
+                        size,
+                    }) => (start, anchor, Node::Seq(items), size),
                     Some(Frame::Map {
                         start,
                         anchor,
                         entries,
+                        size,
                         ..
-                    }) => (start, anchor, Node::Map(entries)),
+                    }) => (start, anchor, Node::Map(entries), size),
                     None => return,
                 };
                 let node = Spanned {
                     span: start..at.max(start),
                     value,
                 };
-                self.remember(anchor, &node);
-                self.push(node);
+                let size = size.saturating_add(1);
+                self.remember(anchor, &node, size);
+                self.push(node, size);
             }
             Event::Nothing | Event::StreamStart | Event::StreamEnd | Event::DocumentEnd => {}
         }
@@ -463,6 +549,9 @@ pub fn parse_yaml_text(
         root: None,
         documents: 0,
         problems: Vec::new(),
+        values: 0,
+        too_deep: 0,
+        gave_up: false,
     };
     let mut parser = Parser::new_from_str(text);
     if let Err(err) = parser.load(&mut builder, true) {

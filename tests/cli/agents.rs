@@ -65,7 +65,7 @@ fn lookup_order_agents_dir_then_beside_then_claude_then_builtin() {
     let builtin = Test::new().file("workflows/w.toml", &workflow("explore"));
     assert_eq!(
         tools(builtin, &plan),
-        serde_json::json!(["glob", "grep", "list_dir", "read_file"])
+        serde_json::json!(["bash", "glob", "grep", "list_dir", "read_file"])
     );
 }
 

@@ -99,7 +99,7 @@ fn empty_tool_set() {
         "empty_tool_set",
         "w.toml",
         &format!(
-            "name = \"w\"\n{MODELS}\n[steps.a]\nagent = \"explore\"\nprompt = \"a\"\ndisallowed_tools = [\"Read\", \"grep\", \"glob\", \"list_dir\"]\n"
+            "name = \"w\"\n{MODELS}\n[steps.a]\nagent = \"explore\"\nprompt = \"a\"\ndisallowed_tools = [\"Read\", \"grep\", \"glob\", \"list_dir\", \"Bash\"]\n"
         ),
         &[],
     );

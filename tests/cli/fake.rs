@@ -178,3 +178,64 @@ pub fn anthropic_results(body: &Value) -> Vec<(String, String, bool)> {
         })
         .collect()
 }
+
+/// Tells a channel about each request, then answers after `delay` (a request that never ends,
+/// for tests that interrupt or kill runner while it waits: the send is their readiness signal).
+pub struct Notify {
+    pub sender: Mutex<std::sync::mpsc::Sender<()>>,
+    pub delay: std::time::Duration,
+}
+
+impl Respond for Notify {
+    fn respond(&self, _: &Request) -> ResponseTemplate {
+        let _ = self.sender.lock().unwrap().send(());
+        anthropic_text("too late").set_delay(self.delay)
+    }
+}
+
+impl Fake {
+    /// An Anthropic API whose every request is announced on the returned channel and answered
+    /// only after `delay`.
+    pub async fn anthropic_hanging(
+        delay: std::time::Duration,
+    ) -> (Self, std::sync::mpsc::Receiver<()>) {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .and(path("/v1/messages"))
+            .respond_with(Notify {
+                sender: Mutex::new(sender),
+                delay,
+            })
+            .mount(&server)
+            .await;
+        (Self { server }, receiver)
+    }
+}
+
+/// A server on 127.0.0.1 that answers every connection with a 200 whose chunked body never
+/// ends, until the client goes away. Returns its base URL.
+pub fn endless_body_server() -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut request = [0u8; 65536];
+                let _ = stream.read(&mut request);
+                let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n";
+                if stream.write_all(head.as_bytes()).is_err() {
+                    return;
+                }
+                let chunk = vec![b' '; 1 << 20];
+                let mut framed = format!("{:x}\r\n", chunk.len()).into_bytes();
+                framed.extend_from_slice(&chunk);
+                framed.extend_from_slice(b"\r\n");
+                while stream.write_all(&framed).is_ok() {}
+            });
+        }
+    });
+    url
+}

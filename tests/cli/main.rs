@@ -1,11 +1,15 @@
 //! Integration tests: they drive the real `runner` binary over files in temp dirs.
 
 mod agents;
+mod bash;
 mod diagnostics;
 mod fake;
+mod hostile;
+mod limits;
 mod live;
 mod no_panic;
 mod plan;
+mod race;
 mod run;
 mod scheduler;
 mod schema;

@@ -47,6 +47,15 @@ const TOKENS: &[&str] = &[
     "{{ inputs.nope }}",
     "tools = []",
     "if = \"(\"",
+    "a: &x [*x]",
+    "b: &y [*y, *y, *y, *y, *y, *y, *y, *y]",
+    "{{ range(99999)|join }}",
+    "{% for i in range(9999) %}{% for j in range(9999) %}x{% endfor %}{% endfor %}",
+    "{% set s = s ~ s %}",
+    "max_parallel = 4294967296",
+    "timeout = \"99999999999999999999h\"",
+    "network = true",
+    "output_schema = \"/dev/zero\"",
 ];
 
 #[derive(Debug, Clone)]
@@ -155,6 +164,103 @@ proptest! {
         let dir = tempfile::tempdir().unwrap();
         let code = validate(dir.path(), ext, &mutated);
         prop_assert!(matches!(code, Exit::Success | Exit::Invalid), "exit {:?} for:\n{}", code, mutated);
+    }
+}
+
+/// A template expression from a small grammar: nesting, long chains, loops, filters and the
+/// constructs that have been bombs before.
+fn expression() -> impl Strategy<Value = String> {
+    let atom = prop_oneof![
+        (0u64..100_000).prop_map(|n| n.to_string()),
+        "[a-z]{0,8}".prop_map(|s| format!("\"{s}\"")),
+        Just("steps.find_auth.summary".to_owned()),
+        Just("inputs.target".to_owned()),
+        Just("workflow.name".to_owned()),
+        (0u64..1_000_000).prop_map(|n| format!("range({n})")),
+        Just("nope.undefined".to_owned()),
+    ];
+    atom.prop_recursive(8, 64, 4, |inner| {
+        prop_oneof![
+            (inner.clone(), inner.clone(), 0..8usize).prop_map(|(a, b, op)| {
+                let op = ["+", "~", "*", "-", "and", "or", "==", "in"][op];
+                format!("({a} {op} {b})")
+            }),
+            (inner.clone(), 0..6usize).prop_map(|(a, f)| {
+                let filter = [
+                    "join",
+                    "upper",
+                    "length",
+                    "replace(\"1\", \"22\")",
+                    "default(\"x\")",
+                    "list",
+                ][f];
+                format!("{a}|{filter}")
+            }),
+            (inner.clone(), 1..3000usize, 0..3usize).prop_map(|(a, n, op)| {
+                let op = [" + 1", "|string", ".x"][op];
+                format!("{a}{}", op.repeat(n))
+            }),
+            inner.prop_map(|a| format!("({a})")),
+        ]
+    })
+}
+
+fn template() -> impl Strategy<Value = String> {
+    prop_oneof![
+        expression().prop_map(|e| format!("{{{{ {e} }}}}")),
+        (expression(), expression())
+            .prop_map(|(a, b)| format!("{{% for i in {a} %}}{{{{ {b} }}}}{{% endfor %}}")),
+        (expression(), 0..40usize).prop_map(|(a, n)| format!(
+            "{{% set s = {a} %}}{}{{{{ s }}}}",
+            "{% set s = s ~ s %}".repeat(n)
+        )),
+        (expression(), expression())
+            .prop_map(|(a, b)| format!("{{% if {a} %}}{{{{ {b} }}}}{{% endif %}}")),
+    ]
+}
+
+fn fuzz_cases() -> u32 {
+    std::env::var("RUNNER_FUZZ_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(10_000)
+}
+
+/// A workflow whose second step carries a generated prompt and `if`.
+fn generated(prompt: &str, condition: &str) -> String {
+    let quote = |s: &str| s.replace("'''", "");
+    format!(
+        "name = \"f\"\n[inputs.target]\ndefault = \"src\"\n[models]\ndefault = \"anthropic/x\"\n[steps.find_auth]\nagent = \"explore\"\nprompt = \"x\"\n[steps.b]\nagent = \"plan\"\nneeds = [\"find_auth\"]\nprompt = '''{}'''\nif = '''{}'''\n",
+        quote(prompt),
+        quote(condition)
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: fuzz_cases(), failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// The long fuzz run, outside CI: `cargo test --release --test cli fuzz -- --ignored`
+    /// (`RUNNER_FUZZ_CASES` sets the number of files; 10,000 by default). Half the files are
+    /// mutated examples, half carry generated templates in a prompt and an `if`.
+    #[test]
+    #[ignore = "long; run on purpose"]
+    fn fuzz_loader_and_template_checker(
+        seed in any::<usize>(),
+        edits in prop::collection::vec(edit(), 1..10),
+        prompt in template(),
+        condition in expression(),
+        mutate in any::<bool>(),
+    ) {
+        let seeds = seeds();
+        let (ext, text) = if mutate {
+            let (ext, text) = &seeds[seed % seeds.len()];
+            (ext.clone(), edits.iter().fold(text.clone(), |t, e| apply(&t, e)))
+        } else {
+            ("toml".to_owned(), generated(&prompt, &condition))
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let code = validate(dir.path(), &ext, &text);
+        prop_assert!(matches!(code, Exit::Success | Exit::Invalid), "exit {:?} for:\n{}", code, text);
     }
 }
 

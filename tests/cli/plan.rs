@@ -74,7 +74,9 @@ fn check_json_shape(plan: &serde_json::Value) {
                 "max_turns",
                 "model",
                 "needs",
+                "network",
                 "prompt",
+                "sandbox",
                 "timeout_secs",
                 "tools"
             ]
@@ -132,9 +134,13 @@ fn jwt_migration_plan_matches_the_spec() {
     assert_eq!(step("implement")["model"], "anthropic/claude-sonnet-4-5");
     assert_eq!(
         step("find_auth")["tools"],
-        serde_json::json!(["glob", "grep", "list_dir", "read_file"])
+        serde_json::json!(["bash", "glob", "grep", "list_dir", "read_file"])
     );
     assert_eq!(step("implement")["isolation"], "worktree");
+    // Bash's sandbox follows from the tools: explore cannot write, implement can (its worktree).
+    assert_eq!(step("find_auth")["sandbox"], "read-only");
+    assert_eq!(step("implement")["sandbox"], "workdir");
+    assert_eq!(step("implement")["network"], false);
     assert_eq!(step("implement")["timeout_secs"], 1800);
     assert_eq!(step("find_auth")["timeout_secs"], 900);
     assert!(

@@ -93,7 +93,7 @@ async fn anthropic_multi_turn_with_a_tool() {
         .iter()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
-    assert_eq!(tools, ["glob", "grep", "list_dir", "read_file"]);
+    assert_eq!(tools, ["bash", "glob", "grep", "list_dir", "read_file"]);
     // Cache breakpoints on the stable prefix and on the newest message, every turn.
     for body in &bodies {
         assert_eq!(body["system"][0]["cache_control"]["type"], "ephemeral");

@@ -13,6 +13,7 @@ pub struct Test {
     cwd: Option<PathBuf>,
     args: Vec<String>,
     env: Vec<(String, String)>,
+    limits: Vec<(nix::sys::resource::Resource, u64)>,
 }
 
 pub struct Output {
@@ -28,6 +29,7 @@ impl Test {
             cwd: None,
             args: Vec::new(),
             env: Vec::new(),
+            limits: Vec::new(),
         }
     }
 
@@ -56,9 +58,31 @@ impl Test {
         self
     }
 
+    /// Forgets the arguments given so far (to run again in the same directory).
+    pub fn clear_args(mut self) -> Self {
+        self.args.clear();
+        self
+    }
+
     pub fn env(mut self, key: &str, value: &str) -> Self {
         self.env.push((key.to_owned(), value.to_owned()));
         self
+    }
+
+    /// Runs the binary under a resource limit (`setrlimit`), e.g. an address-space cap that makes
+    /// a memory bomb abort instead of exhausting the machine.
+    pub fn limit(mut self, resource: nix::sys::resource::Resource, value: u64) -> Self {
+        self.limits.push((resource, value));
+        self
+    }
+
+    /// Starts the binary without waiting, its output dropped (for tests that kill it).
+    pub fn spawn(&self) -> std::process::Child {
+        let mut command = self.command();
+        command
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        command.spawn().expect("start runner")
     }
 
     /// Runs the binary off the async workers, so a fake server in this process keeps serving.
@@ -76,6 +100,15 @@ impl Test {
     }
 
     fn run_here(&self) -> Output {
+        let output = self.command().output().expect("run runner");
+        Output {
+            status: output.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+
+    fn command(&self) -> Command {
         let cwd = self
             .cwd
             .clone()
@@ -93,12 +126,20 @@ impl Test {
         for (key, value) in &self.env {
             command.env(key, value);
         }
-        let output = command.output().expect("run runner");
-        Output {
-            status: output.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        let limits = self.limits.clone();
+        if !limits.is_empty() {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: setrlimit is async-signal-safe and the closure allocates nothing.
+            unsafe {
+                command.pre_exec(move || {
+                    for (resource, value) in &limits {
+                        nix::sys::resource::setrlimit(*resource, *value, *value)?;
+                    }
+                    Ok(())
+                });
+            }
         }
+        command
     }
 }
 
@@ -110,4 +151,38 @@ impl Output {
             self.status, self.stdout, self.stderr
         )
     }
+}
+
+/// Runs git in `dir` (for setting up and checking repositories); panics when git fails.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Makes `dir` a repository whose one commit holds everything in it.
+pub fn init_repo(dir: &Path) {
+    git(dir, &["init", "--quiet", "-b", "main"]);
+    git(dir, &["add", "-A"]);
+    git(
+        dir,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "--quiet",
+            "-m",
+            "init",
+        ],
+    );
 }

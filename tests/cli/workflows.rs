@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use wiremock::ResponseTemplate;
 
 use crate::fake::{Fake, anthropic_text, anthropic_tool, prompt_of};
-use crate::support::{Output, REPO, Test};
+use crate::support::{Output, REPO, Test, git, init_repo};
 
 const KEY: &str = "sk-test-key-0000";
 const MODELS: &str = "[models]\ndefault = \"anthropic/claude-test\"\n";
@@ -41,38 +41,6 @@ async fn run_ok(fake: &Fake, workflow: &str) -> Value {
 
 fn json_of(out: &Output) -> Value {
     serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}\n{}", out.transcript()))
-}
-
-fn git(dir: &std::path::Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn init_repo(dir: &std::path::Path) {
-    git(dir, &["init", "--quiet", "-b", "main"]);
-    git(dir, &["add", "-A"]);
-    git(
-        dir,
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "--quiet",
-            "-m",
-            "init",
-        ],
-    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

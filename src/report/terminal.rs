@@ -1,0 +1,70 @@
+//! Text from servers and models is shown on terminals; escape sequences in it could move the
+//! cursor, rewrite earlier lines, set the window title or worse (OSC 52 writes the clipboard).
+//! [`clean`] removes them before anything reaches stderr.
+
+use std::borrow::Cow;
+
+/// `text` without terminal control: escape sequences (CSI, OSC, DCS and the rest) are dropped
+/// whole, other C0 and C1 control characters and DEL are dropped; newlines and tabs stay.
+pub fn clean(text: &str) -> Cow<'_, str> {
+    let is_control = |c: char| (c.is_control() && c != '\n' && c != '\t') || c == '\u{7f}';
+    if !text.chars().any(is_control) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\u{1b}' => match chars.next() {
+                // CSI: parameters and intermediates, then one final byte in @..~.
+                Some('[') => {
+                    for c in chars.by_ref() {
+                        if ('@'..='~').contains(&c) {
+                            break;
+                        }
+                    }
+                }
+                // OSC, DCS, SOS, PM, APC: a string ended by BEL or ST (ESC \).
+                Some(']' | 'P' | 'X' | '^' | '_') => skip_string(&mut chars),
+                // Two-character sequences (ESC 7, ESC c, ...) and anything else.
+                _ => {}
+            },
+            '\u{9b}' => {
+                for c in chars.by_ref() {
+                    if ('@'..='~').contains(&c) {
+                        break;
+                    }
+                }
+            }
+            '\u{9d}' | '\u{90}' | '\u{98}' | '\u{9e}' | '\u{9f}' => skip_string(&mut chars),
+            c if is_control(c) => {}
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+fn skip_string(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) {
+    while let Some(c) = chars.next() {
+        match c {
+            '\u{7}' | '\u{9c}' => return,
+            '\u{1b}' if chars.peek() == Some(&'\\') => {
+                chars.next();
+                return;
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escape_sequences_and_controls_are_removed() {
+        let hostile = "ok\u{1b}[2J\u{1b}[1;31mred\u{1b}[0m \u{1b}]0;title\u{7}\u{1b}]52;c;ZXZpbA==\u{1b}\\done\r\u{8}\u{9b}31m!\u{7f}\n\tnext";
+        assert_eq!(clean(hostile), "okred done!\n\tnext");
+        assert!(matches!(clean("plain text\n"), Cow::Borrowed(_)));
+    }
+}

@@ -1,0 +1,119 @@
+//! The kernel sandbox `bash` runs in.
+//!
+//! Every `bash` call runs under a small supervisor: runner starts itself again as
+//! `runner __sandbox POLICY bash -c COMMAND`. The supervisor makes itself a child subreaper (so
+//! whatever the command starts, even a double-forked daemon, stays below it), restricts itself
+//! with Landlock (what may be written, TCP, signals and abstract sockets outside) and seccomp (no
+//! sockets without `network = true`), then runs the command. When the command ends, or runner
+//! asks it to stop (SIGTERM on a timeout or a cancelled step, or runner itself dying), it kills
+//! every process below it before it exits. So nothing a step started outlives its call.
+//!
+//! What a step's bash may write follows from the step's tools: without `write_file` or
+//! `edit_file` it writes nothing but its private temporary directory ([`Mode::ReadOnly`]); with
+//! them, also its working directory, minus `.git` and the state directory ([`Mode::Workdir`]).
+//! `--sandbox off` runs bash unconfined ([`Mode::Off`]), still under the supervisor.
+
+mod filter;
+mod ruleset;
+pub mod supervisor;
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// What a step's `bash` may write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Writes nowhere but the step's private temporary directory.
+    ReadOnly,
+    /// Writes in the working directory (not its `.git` or the state directory) and the
+    /// temporary directory.
+    Workdir,
+    /// No sandbox: `--sandbox off`.
+    Off,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::ReadOnly => "read-only",
+            Mode::Workdir => "workdir",
+            Mode::Off => "off",
+        }
+    }
+}
+
+/// What one `bash` call may do, handed to the supervisor on its command line.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Policy {
+    pub mode: Mode,
+    /// Whether sockets may be opened.
+    pub network: bool,
+    /// The step's working directory (canonical).
+    pub workdir: PathBuf,
+    /// The step's private temporary directory.
+    pub tmp: PathBuf,
+    /// Paths inside the working directory that stay read-only (canonical): `.git`, the state
+    /// directory.
+    pub protected: Vec<PathBuf>,
+    /// runner's pid: the supervisor exits at once if its parent is already gone.
+    pub parent: i32,
+}
+
+/// The exit code of a supervisor that could not set up the sandbox; its stderr then starts with
+/// [`SETUP_FAILED_PREFIX`].
+pub const SETUP_FAILED: i32 = 254;
+pub const SETUP_FAILED_PREFIX: &str = "runner-sandbox: ";
+
+/// The Landlock ABI version the kernel offers (0: none).
+pub fn landlock_abi() -> i32 {
+    // SAFETY: landlock_create_ruleset with a NULL attribute, size 0 and the VERSION flag only
+    // returns the ABI version (or an error); it touches no memory.
+    let version = unsafe {
+        nix::libc::syscall(
+            nix::libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            1u32,
+        )
+    };
+    i32::try_from(version).unwrap_or(0).max(0)
+}
+
+/// What the kernel can enforce, said once at the start of a run that has `bash` steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Support {
+    pub landlock_abi: i32,
+}
+
+impl Support {
+    pub fn probe() -> Self {
+        Self {
+            landlock_abi: landlock_abi(),
+        }
+    }
+
+    pub fn landlock(self) -> bool {
+        self.landlock_abi >= 1
+    }
+
+    /// The warning to print once, if any, for a run whose bash steps use these modes.
+    pub fn warning(self, modes: impl IntoIterator<Item = Mode>) -> Option<String> {
+        let modes: Vec<Mode> = modes.into_iter().collect();
+        if self.landlock() || modes.iter().all(|m| *m == Mode::Off) {
+            return None;
+        }
+        let mut text = String::from(
+            "this kernel has no Landlock (Linux 5.13 or later, enabled at boot), so bash cannot be confined:",
+        );
+        if modes.contains(&Mode::ReadOnly) {
+            text.push_str(" read-only steps get no bash;");
+        }
+        if modes.contains(&Mode::Workdir) {
+            text.push_str(" bash in steps that may write can write anywhere this user can;");
+        }
+        text.push_str(" `--sandbox off` runs bash unconfined on purpose");
+        Some(text)
+    }
+}

@@ -1,0 +1,174 @@
+//! Provider keys: kept in runner's memory only and out of everything else.
+//!
+//! At start the binary makes itself non-dumpable (so a process of the same user cannot read its
+//! memory or `/proc/<pid>/environ`), moves every `*_API_KEY` variable out of its environment into
+//! a vault, and overwrites the original bytes, which `/proc/<pid>/environ` would otherwise go on
+//! showing. Children (bash, git, MCP servers) then inherit no key. Every key value runner uses is
+//! also registered for [`redact`], which every sink applies to what it writes: a key a server
+//! echoes back shows as `[hidden]`.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::sync::{Mutex, PoisonError, RwLock};
+
+/// What a secret value is replaced with.
+pub const HIDDEN: &str = "[hidden]";
+
+/// Values shorter than this are not redacted: replacing every `abc` in every output would ruin
+/// it, and such a value is not a real key.
+pub const MIN_REDACTED_LEN: usize = 8;
+
+/// Set by the binary's `main`: runner owns the process, and may change its environment while the
+/// command line is being handled (before the async runtime starts any thread). Tests that drive
+/// the CLI in-process leave it unset, and the environment alone.
+static OWNS_PROCESS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Keys taken out of the environment, by variable name.
+static VAULT: Mutex<BTreeMap<String, String>> = Mutex::new(BTreeMap::new());
+/// Values to hide in every output.
+static KNOWN: RwLock<Vec<String>> = RwLock::new(Vec::new());
+
+/// Whether a variable holds a provider key by its name alone.
+pub fn is_key_name(name: &str) -> bool {
+    name.ends_with("_API_KEY")
+}
+
+/// Hardening for the whole process, done first thing in `main`: no core dumps and no ptrace or
+/// `/proc/<pid>/{environ,mem}` access by other processes of the same user.
+pub fn harden_process() {
+    let _ = nix::sys::prctl::set_dumpable(false);
+    let _ = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 0, 0);
+    // A file-size limit must fail a write with an error runner reports (EFBIG), not kill it
+    // silently with SIGXFSZ.
+    // SAFETY: setting a signal to "ignore" installs no handler code.
+    let _ = unsafe {
+        nix::sys::signal::signal(
+            nix::sys::signal::Signal::SIGXFSZ,
+            nix::sys::signal::SigHandler::SigIgn,
+        )
+    };
+}
+
+/// Moves every `*_API_KEY` variable into the vault, and lets [`seal`] move others later.
+///
+/// # Safety
+/// Changes the process environment: call it only while the process has a single thread, and
+/// only from a `main` that starts threads after the command line is handled.
+pub unsafe fn take_keys_from_env() {
+    OWNS_PROCESS.store(true, std::sync::atomic::Ordering::SeqCst);
+    let names: Vec<String> = std::env::vars_os()
+        .filter_map(|(k, _)| k.into_string().ok())
+        .filter(|k| is_key_name(k))
+        .collect();
+    for name in names {
+        // SAFETY: the caller guarantees a single thread.
+        unsafe { take_var(&name) };
+    }
+}
+
+/// Moves one variable into the vault, overwriting its bytes in the environment block.
+///
+/// # Safety
+/// Changes the process environment: call it only while the process has a single thread.
+pub unsafe fn take_var(name: &str) {
+    let Ok(value) = std::env::var(name) else {
+        return;
+    };
+    register(&value);
+    VAULT
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(name.to_owned(), value);
+    let Ok(c_name) = std::ffi::CString::new(name) else {
+        return;
+    };
+    // SAFETY: single-threaded (the caller's guarantee), so nothing reads the environment while
+    // it changes. `getenv` points into the environment block the kernel set up (what
+    // /proc/<pid>/environ shows) unless the variable was set later; the bytes up to the NUL are
+    // the value, writable, and overwritten in place before the entry is removed.
+    unsafe {
+        let value = nix::libc::getenv(c_name.as_ptr());
+        if !value.is_null() {
+            let len = nix::libc::strlen(value);
+            std::ptr::write_bytes(value, 0, len);
+        }
+        std::env::remove_var(name);
+    }
+}
+
+/// Moves a configured key variable (`api_key_env`) into the vault when runner owns the process.
+/// Callers run while the command line is handled, before the async runtime exists.
+pub fn seal(name: &str) {
+    if OWNS_PROCESS.load(std::sync::atomic::Ordering::SeqCst) {
+        // SAFETY: OWNS_PROCESS is set only by the binary's `main`, which handles the command
+        // line on its one thread; runner starts no thread before the run's runtime is built,
+        // and keys are sealed before that.
+        unsafe { take_var(name) };
+    }
+}
+
+/// A key by variable name: from the vault, else from the environment (and then registered).
+pub fn var(name: &str) -> Option<String> {
+    let vaulted = VAULT
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(name)
+        .cloned();
+    let value = vaulted.or_else(|| std::env::var(name).ok())?;
+    register(&value);
+    Some(value)
+}
+
+/// Hides `value` in every output from now on.
+pub fn register(value: &str) {
+    let value = value.trim();
+    if value.len() < MIN_REDACTED_LEN {
+        return;
+    }
+    let mut known = KNOWN.write().unwrap_or_else(PoisonError::into_inner);
+    if !known.iter().any(|k| k == value) {
+        known.push(value.to_owned());
+        // Longest first, so a key that contains another is hidden whole.
+        known.sort_by_key(|k| std::cmp::Reverse(k.len()));
+    }
+}
+
+/// `text` with every registered secret replaced by `[hidden]`.
+pub fn redact(text: &str) -> Cow<'_, str> {
+    let known = KNOWN.read().unwrap_or_else(PoisonError::into_inner);
+    if !known.iter().any(|k| text.contains(k.as_str())) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = text.to_owned();
+    for key in known.iter() {
+        if out.contains(key.as_str()) {
+            out = out.replace(key.as_str(), HIDDEN);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// [`redact`] for an owned string, without copying when nothing is hidden.
+pub fn redact_owned(text: String) -> String {
+    match redact(&text) {
+        Cow::Borrowed(_) => text,
+        Cow::Owned(hidden) => hidden,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registered_values_are_hidden_and_short_ones_ignored() {
+        register("sk-unit-test-redaction-0001");
+        register("short");
+        assert_eq!(
+            redact("key=sk-unit-test-redaction-0001; again sk-unit-test-redaction-0001"),
+            "key=[hidden]; again [hidden]"
+        );
+        assert_eq!(redact("a short word"), "a short word");
+        assert!(matches!(redact("nothing here"), Cow::Borrowed(_)));
+    }
+}

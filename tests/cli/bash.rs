@@ -1,0 +1,339 @@
+//! `bash` under its sandbox supervisor (the real `runner` binary), called through the library:
+//! exit codes and output, timeouts, cancellation, processes that try to outlive their call, and
+//! what the Landlock and seccomp sandbox lets a command do.
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use camino::Utf8PathBuf;
+use runner::sandbox::Mode;
+use runner::tools::bash::{BashEnv, bash};
+use runner::tools::confine::Workspace;
+use runner::tools::fs::ToolOutput;
+use serde_json::json;
+
+fn env(mode: Mode, network: bool) -> BashEnv {
+    let mut env = BashEnv::new(mode, network);
+    env.exe = PathBuf::from(env!("CARGO_BIN_EXE_runner"));
+    env
+}
+
+struct Place {
+    _dir: tempfile::TempDir,
+    /// The working directory.
+    ws: Workspace,
+    /// A directory beside it, outside.
+    outside: Utf8PathBuf,
+}
+
+fn place() -> Place {
+    let dir = tempfile::tempdir().unwrap();
+    let base = Utf8PathBuf::from_path_buf(dir.path().canonicalize().unwrap()).unwrap();
+    let root = base.join("work");
+    let outside = base.join("outside");
+    for d in [
+        root.join("src"),
+        root.join(".git/hooks"),
+        root.join(".runner/runs"),
+        outside.clone(),
+    ] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    std::fs::write(root.join("src/lib.rs"), "fn a() {}\n").unwrap();
+    std::fs::write(root.join("README.md"), "hello\n").unwrap();
+    std::fs::write(root.join(".git/config"), "[core]\n").unwrap();
+    Place {
+        _dir: dir,
+        ws: Workspace::new(&root).unwrap(),
+        outside,
+    }
+}
+
+async fn run(place: &Place, env: &BashEnv, command: &str) -> ToolOutput {
+    bash(&place.ws, &json!({"command": command}), env).await
+}
+
+/// Waits (bounded) until `pid` is gone or a zombie; SIGKILL lands asynchronously.
+fn wait_dead(pid: &str) -> bool {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).unwrap_or_default();
+        let state = stat
+            .rsplit(')')
+            .next()
+            .and_then(|s| s.split_whitespace().next());
+        if matches!(state, None | Some("Z") | Some("X")) {
+            return true;
+        }
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        std::thread::yield_now();
+    }
+}
+
+#[tokio::test]
+async fn runs_in_the_workdir_and_reports_exit_codes() {
+    let p = place();
+    for mode in [Mode::ReadOnly, Mode::Workdir, Mode::Off] {
+        let env = env(mode, false);
+        let out = run(&p, &env, "pwd; echo oops >&2; exit 3").await;
+        assert!(out.is_error);
+        assert!(out.text.starts_with("exit code 3\n"), "{}", out.text);
+        assert!(out.text.contains(p.ws.root().as_str()));
+        assert!(out.text.contains("[stderr]\noops"));
+        let ok = run(&p, &env, "echo hi").await;
+        assert_eq!(ok, ToolOutput::ok("exit code 0\nhi\n"), "{mode:?}");
+    }
+}
+
+#[tokio::test]
+async fn long_output_keeps_head_and_tail() {
+    let p = place();
+    let out = run(&p, &env(Mode::ReadOnly, false), "seq 1 100000").await;
+    assert!(out.text.contains("\n1\n2\n3\n"));
+    assert!(out.text.contains("100000\n"));
+    assert!(out.text.contains("bytes cut"));
+    assert!(out.text.len() < 40_000);
+}
+
+#[tokio::test]
+async fn a_huge_timeout_is_clamped_not_a_panic() {
+    let p = place();
+    let out = bash(
+        &p.ws,
+        &json!({"command": "echo fine", "timeout": 1e20}),
+        &env(Mode::ReadOnly, false),
+    )
+    .await;
+    assert_eq!(out, ToolOutput::ok("exit code 0\nfine\n"));
+}
+
+#[tokio::test]
+async fn the_timeout_holds_and_kills_everything_even_escaped_processes() {
+    let p = place();
+    let env = env(Mode::Off, false);
+    // One child in the group, one that left it with setsid and keeps stdout open.
+    let cmd = "sleep 300 & echo $! > $TMPDIR/bg.pid; setsid sleep 300 & echo $! > $TMPDIR/sid.pid; sleep 300";
+    let out = bash(&p.ws, &json!({"command": cmd, "timeout": 0.5}), &env).await;
+    assert!(out.is_error);
+    assert!(out.text.contains("timed out after 0.5s"), "{}", out.text);
+    let tmp = read_tmp(&p, &env, "bg.pid sid.pid").await;
+    for pid in tmp.split_whitespace() {
+        assert!(wait_dead(pid), "process {pid} outlived the call");
+    }
+}
+
+/// The pids a command left in the step's temporary directory.
+async fn read_tmp(p: &Place, env: &BashEnv, files: &str) -> String {
+    let out = run(p, env, &format!("cd $TMPDIR && cat {files}")).await;
+    assert!(!out.is_error, "{}", out.text);
+    out.text.trim_start_matches("exit code 0\n").to_owned()
+}
+
+#[tokio::test]
+async fn a_command_that_returns_takes_its_background_processes_along() {
+    let p = place();
+    let env = env(Mode::ReadOnly, false);
+    // The daemon escapes the process group and holds stdout open; the call still returns at once
+    // when bash exits, and the daemon is gone.
+    let out = run(
+        &p,
+        &env,
+        "(setsid sleep 300 & echo $! > $TMPDIR/daemon.pid); echo returned",
+    )
+    .await;
+    assert_eq!(out, ToolOutput::ok("exit code 0\nreturned\n"));
+    let pid = read_tmp(&p, &env, "daemon.pid").await;
+    assert!(wait_dead(&pid), "the daemon outlived its call");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cancelling_the_call_kills_the_whole_tree() {
+    let p = place();
+    let env = std::sync::Arc::new(env(Mode::Off, false));
+    let fifo = p.outside.join("ready");
+    nix::unistd::mkfifo(fifo.as_std_path(), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let ws = std::sync::Arc::new(p.ws);
+    let (ws2, env2, fifo2) = (ws.clone(), env.clone(), fifo.clone());
+    let call = tokio::spawn(async move {
+        bash(
+            &ws2,
+            &json!({"command": format!("setsid sleep 300 & echo $! > {fifo2}; wait")}),
+            &env2,
+        )
+        .await
+    });
+    // Readiness: the command writes the escaped sleep's pid into the FIFO.
+    let pid = tokio::task::spawn_blocking(move || std::fs::read_to_string(fifo).unwrap())
+        .await
+        .unwrap();
+    call.abort();
+    assert!(call.await.unwrap_err().is_cancelled());
+    assert!(
+        wait_dead(&pid),
+        "the escaped sleep outlived the cancelled call"
+    );
+}
+
+#[tokio::test]
+async fn scrubbed_variables_are_absent() {
+    let p = place();
+    let mut env = env(Mode::ReadOnly, false);
+    env.scrub = vec!["HOME".into()];
+    let out = run(&p, &env, "echo ${HOME-unset}").await;
+    assert_eq!(out.text, "exit code 0\nunset\n");
+}
+
+#[tokio::test]
+async fn read_only_bash_writes_nothing_but_its_temporary_directory() {
+    let p = place();
+    let env = env(Mode::ReadOnly, false);
+    let root = p.ws.root().to_owned();
+    let attempts = [
+        "touch new.txt",
+        "echo more >> README.md",
+        ": > README.md",
+        "truncate -s 0 README.md",
+        "rm README.md",
+        "mkdir newdir",
+        "mv README.md moved.md",
+        "ln -s /etc/passwd link",
+        &format!("touch {}/x", p.outside),
+        "touch /tmp/runner-sandbox-escape",
+        "touch /dev/shm/runner-sandbox-escape",
+    ];
+    for attempt in attempts {
+        let out = run(&p, &env, attempt).await;
+        assert!(out.is_error, "`{attempt}` succeeded:\n{}", out.text);
+    }
+    assert_eq!(
+        std::fs::read_to_string(root.join("README.md")).unwrap(),
+        "hello\n"
+    );
+    assert!(!root.join("new.txt").exists() && !root.join("newdir").exists());
+    assert!(!std::path::Path::new("/tmp/runner-sandbox-escape").exists());
+    assert_eq!(std::fs::read_dir(&p.outside).unwrap().count(), 0);
+    // Reading works, and the private temporary directory takes writes.
+    let ok = run(
+        &p,
+        &env,
+        "cat src/lib.rs && echo scratch > $TMPDIR/s && cat $TMPDIR/s && ls /etc >/dev/null",
+    )
+    .await;
+    assert_eq!(ok, ToolOutput::ok("exit code 0\nfn a() {}\nscratch\n"));
+}
+
+#[tokio::test]
+async fn the_temporary_directory_goes_with_the_step() {
+    let p = place();
+    let env = env(Mode::ReadOnly, false);
+    let out = run(&p, &env, "echo $TMPDIR").await;
+    let tmp = out
+        .text
+        .trim_start_matches("exit code 0\n")
+        .trim()
+        .to_owned();
+    assert!(std::path::Path::new(&tmp).is_dir(), "{tmp}");
+    drop(env);
+    assert!(
+        !std::path::Path::new(&tmp).exists(),
+        "{tmp} was not removed"
+    );
+}
+
+#[tokio::test]
+async fn without_network_no_socket_opens() {
+    let p = place();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    for mode in [Mode::ReadOnly, Mode::Workdir] {
+        let env = env(mode, false);
+        for attempt in [
+            format!("exec 3<>/dev/tcp/127.0.0.1/{port}"),
+            "python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM)'".into(),
+            "python3 -c 'import socket; socket.socket(socket.AF_UNIX)'".into(),
+        ] {
+            let out = run(&p, &env, &attempt).await;
+            assert!(out.is_error, "{mode:?}: `{attempt}` worked:\n{}", out.text);
+        }
+    }
+    assert!(
+        listener.accept().is_err(),
+        "a sandboxed command reached the listener"
+    );
+    // With network = true the same connection goes through.
+    let out = run(
+        &p,
+        &env(Mode::Workdir, true),
+        &format!("exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected"),
+    )
+    .await;
+    assert_eq!(out, ToolOutput::ok("exit code 0\nconnected\n"));
+    listener.set_nonblocking(false).unwrap();
+    let (mut conn, _) = listener.accept().unwrap();
+    let mut buf = Vec::new();
+    let _ = conn.read_to_end(&mut buf);
+}
+
+#[tokio::test]
+async fn a_writing_step_writes_its_directory_but_not_git_state_or_outside() {
+    let p = place();
+    let mut env = env(Mode::Workdir, false);
+    let root = p.ws.root().to_owned();
+    env.protected = vec![
+        root.join(".git").into_std_path_buf(),
+        root.join(".runner").into_std_path_buf(),
+    ];
+    let ok = run(
+        &p,
+        &env,
+        "echo changed > README.md && mkdir -p src/new && echo x > src/new/f && rm src/lib.rs && echo done",
+    )
+    .await;
+    assert_eq!(ok, ToolOutput::ok("exit code 0\ndone\n"));
+    assert_eq!(
+        std::fs::read_to_string(root.join("README.md")).unwrap(),
+        "changed\n"
+    );
+    assert!(root.join("src/new/f").exists() && !root.join("src/lib.rs").exists());
+    for attempt in [
+        "git config core.fsmonitor 'env > /tmp/leak'".to_owned(),
+        "echo '[core] fsmonitor = env' >> .git/config".to_owned(),
+        "echo '#!/bin/sh' > .git/hooks/pre-commit".to_owned(),
+        "mkdir -p .runner/runs/99999999T999999-ffff && echo '{}' > .runner/runs/99999999T999999-ffff/run.json".to_owned(),
+        format!("echo x > {}/planted", p.outside),
+        "ln -s ../outside escape && echo x > escape/planted".to_owned(),
+        "cd src && ln -s ../.git g && echo x > g/config".to_owned(),
+    ] {
+        let out = run(&p, &env, &attempt).await;
+        assert!(out.is_error, "`{attempt}` succeeded:\n{}", out.text);
+    }
+    assert_eq!(
+        std::fs::read_to_string(root.join(".git/config")).unwrap(),
+        "[core]\n"
+    );
+    assert!(!root.join(".git/hooks/pre-commit").exists());
+    assert!(!root.join(".runner/runs/99999999T999999-ffff").exists());
+    assert_eq!(std::fs::read_dir(&p.outside).unwrap().count(), 0);
+}
+
+#[tokio::test]
+async fn runner_cannot_be_signalled_or_read_from_the_sandbox() {
+    let p = place();
+    let env = env(Mode::ReadOnly, false);
+    // The supervisor's parent is this test process: what runner is to a real step.
+    let me = std::process::id();
+    for attempt in [
+        format!("kill -0 {me}"),
+        format!("head -c 1 /proc/{me}/environ"),
+        format!("head -c 1 /proc/{me}/mem"),
+    ] {
+        let out = run(&p, &env, &attempt).await;
+        assert!(out.is_error, "`{attempt}` worked:\n{}", out.text);
+    }
+}

@@ -1,0 +1,64 @@
+//! Confinement under a race: another process swaps a directory for a symlink that points out
+//! while the file tools run. Resolution and opening happen in one step beneath the working
+//! directory, so no try may read or write outside.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use camino::Utf8PathBuf;
+use runner::tools::confine::Workspace;
+use runner::tools::fs::{read_file, write_file};
+use serde_json::json;
+
+const TRIES: usize = 400;
+
+#[test]
+fn swapping_a_directory_for_a_symlink_never_leads_outside() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = Utf8PathBuf::from_path_buf(dir.path().canonicalize().unwrap()).unwrap();
+    let root = base.join("work");
+    let outside = base.join("outside");
+    std::fs::create_dir_all(root.join("real")).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(root.join("real/f"), "inside\n").unwrap();
+    std::fs::write(outside.join("f"), "SECRET\n").unwrap();
+    std::os::unix::fs::symlink(&outside, root.join("link")).unwrap();
+    let ws = Workspace::new(&root).unwrap();
+
+    // `d` is, in turn, missing, the real directory, missing, and the link out.
+    let stop = Arc::new(AtomicBool::new(false));
+    let swapper = {
+        let (stop, root) = (stop.clone(), root.clone());
+        std::thread::spawn(move || {
+            let d = root.join("d");
+            while !stop.load(Ordering::Relaxed) {
+                for source in ["real", "link"] {
+                    let _ = std::fs::rename(root.join(source), &d);
+                    let _ = std::fs::rename(&d, root.join(source));
+                }
+            }
+        })
+    };
+    let mut read_inside = 0;
+    for i in 0..TRIES {
+        let read = read_file(&ws, &json!({"path": "d/f"}));
+        assert!(!read.text.contains("SECRET"), "try {i} read outside");
+        if read.text.contains("inside") {
+            read_inside += 1;
+        }
+        let _ = write_file(&ws, &json!({"path": format!("d/w{i}"), "content": "x"}));
+        assert!(
+            !outside.join(format!("w{i}")).exists(),
+            "try {i} wrote outside"
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    swapper.join().unwrap();
+    let listed: Vec<_> = std::fs::read_dir(&outside)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(listed, ["f"], "something was written outside");
+    // The race really happened: some tries found the directory in place.
+    assert!(read_inside > 0, "the swap never exposed the real directory");
+}
