@@ -4,6 +4,7 @@
 use camino::Utf8PathBuf;
 use runner::agent::AgentCatalog;
 use runner::plan::{PlanOptions, build_plan};
+use runner::tools::Registry;
 use runner::workflow::load_workflow;
 
 fn main() {
@@ -42,10 +43,11 @@ fn plan_generated(bencher: divan::Bencher, steps: usize) {
         require_inputs: true,
         ..PlanOptions::default()
     };
-    let catalog = AgentCatalog::load(&[]);
+    let registry = Registry::builtin();
+    let catalog = AgentCatalog::load(&[], &registry);
     bencher.bench(|| {
         let loaded = load_workflow(&path).expect("loads");
-        let (plan, problems) = build_plan(&loaded, &catalog, &options);
+        let (plan, problems) = build_plan(&loaded, &catalog, &registry, &options);
         assert!(
             problems.is_empty(),
             "{} problems, first: {}",
@@ -53,7 +55,7 @@ fn plan_generated(bencher: divan::Bencher, steps: usize) {
             problems[0]
         );
         let plan = plan.expect("plans");
-        assert_eq!(plan.steps.len(), steps);
+        assert_eq!(plan.steps().len(), steps);
         plan
     });
 }

@@ -15,10 +15,12 @@ use std::time::{Duration, Instant};
 use camino::Utf8PathBuf;
 use futures_util::future::BoxFuture;
 use runner::agent::AgentCatalog;
-use runner::plan::{PlanOptions, PlannedStep, build_plan};
+use runner::event::Sinks;
+use runner::plan::{PlanOptions, build_plan};
 use runner::run::executor::{Executor, StepJob};
-use runner::run::{self, Reporter, RunOptions, StepRecord};
-use runner::session::{StepOutcome, StepProgress};
+use runner::run::{self, RunOptions};
+use runner::session::StepOutcome;
+use runner::tools::Registry;
 use runner::workflow::load_workflow;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -123,21 +125,8 @@ struct Instantly;
 
 impl Executor for Instantly {
     fn run(&self, job: StepJob) -> BoxFuture<'static, StepOutcome> {
-        Box::pin(async move {
-            StepOutcome {
-                succeeded: true,
-                summary: format!("{} done", job.step.id),
-                ..StepOutcome::default()
-            }
-        })
+        Box::pin(async move { StepOutcome::succeeded(format!("{} done", job.step.id)) })
     }
-}
-
-struct Quiet;
-
-impl Reporter for Quiet {
-    fn step_started(&mut self, _: &PlannedStep, _: Arc<StepProgress>) {}
-    fn step_finished(&mut self, _: &PlannedStep, _: &StepRecord) {}
 }
 
 fn overhead(runtime: &tokio::runtime::Runtime) {
@@ -163,9 +152,14 @@ fn overhead(runtime: &tokio::runtime::Runtime) {
     let root = Utf8PathBuf::from_path_buf(dir.path().to_owned()).expect("utf-8");
     std::fs::write(root.join("w.toml"), text).expect("write");
     let loaded = load_workflow(&root.join("w.toml")).expect("load");
-    let (plan, problems) = build_plan(&loaded, &AgentCatalog::load(&[]), &PlanOptions::default());
+    let (plan, problems) = build_plan(
+        &loaded,
+        &AgentCatalog::load(&[], &Registry::builtin()),
+        &Registry::builtin(),
+        &PlanOptions::default(),
+    );
     let plan = plan.unwrap_or_else(|| panic!("{problems:?}"));
-    let steps = plan.steps.len();
+    let steps = plan.steps().len();
     let mut times = Vec::new();
     for _ in 0..5 {
         let options = RunOptions {
@@ -182,7 +176,7 @@ fn overhead(runtime: &tokio::runtime::Runtime) {
                 &plan,
                 Arc::new(Instantly),
                 &options,
-                &mut Quiet,
+                &mut Sinks::default(),
             ))
             .expect("run");
         times.push(started.elapsed());

@@ -15,13 +15,30 @@ use miette::{
 
 use crate::workflow::source::SourceFile;
 
-/// Exit codes of SPEC §5.
+/// How a command ended, by class; [`Exit::code`] maps it to SPEC §5's exit codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
-    Success = 0,
-    StepFailed = 1,
-    Invalid = 2,
-    Interrupted = 130,
+    Success,
+    /// A step failed (1).
+    StepFailed,
+    /// The user's files or flags are wrong (2).
+    Invalid,
+    /// Something went wrong that is neither: the machine, the state directory, a bug (1, with an
+    /// `error:` line that says what).
+    Unexpected,
+    /// SIGINT or SIGTERM (130).
+    Interrupted,
+}
+
+impl Exit {
+    pub fn code(self) -> u8 {
+        match self {
+            Exit::Success => 0,
+            Exit::StepFailed | Exit::Unexpected => 1,
+            Exit::Invalid => 2,
+            Exit::Interrupted => 130,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -3,7 +3,9 @@
 
 pub mod agent;
 pub mod cli;
+mod commands;
 pub mod error;
+pub mod event;
 pub mod limits;
 pub mod plan;
 pub mod provider;

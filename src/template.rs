@@ -1,7 +1,7 @@
 //! Prompt templates: one strict minijinja environment, static checks of the names a template
 //! reads, and placeholders that stand for results not known yet (plans and dry runs).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 
@@ -134,6 +134,35 @@ pub fn render(env: &Environment<'_>, source: &str, context: Value) -> Result<Str
 pub fn evaluate(env: &Environment<'_>, source: &str, context: Value) -> Result<bool, Error> {
     guard(source, true)?;
     Ok(env.compile_expression(source)?.eval(context)?.is_true())
+}
+
+/// What a template reads: `inputs`, `workflow`, and `steps` (upstream results, or placeholders
+/// in a plan). Plans and runs both build their context here, so they cannot disagree.
+pub fn context(
+    inputs: BTreeMap<&str, Value>,
+    name: &str,
+    description: Option<&str>,
+    steps: Value,
+) -> Value {
+    minijinja::context! {
+        inputs => inputs,
+        workflow => minijinja::context! {
+            name => name,
+            description => description.unwrap_or_default(),
+        },
+        steps => steps,
+    }
+}
+
+/// `steps.<id>`: the fields of [`STEP_FIELDS`].
+pub fn step_value(
+    summary: Value,
+    status: Value,
+    output: Value,
+    branch: Value,
+    diff: Value,
+) -> Value {
+    minijinja::context! { summary, output, status, branch, diff }
 }
 
 /// A value not known until a step runs. It renders as `<steps.x.summary>`, and any attribute or

@@ -1,6 +1,6 @@
 //! The built-in agents: `explore`, `plan` and `code`.
 
-use crate::tools::{ToolName, ToolSet};
+use crate::tools::ToolSet;
 use crate::workflow::Thoroughness;
 
 use super::{Agent, AgentSource};
@@ -56,10 +56,9 @@ outcome, and anything left undone or worth a reviewer's attention.";
 pub fn builtins() -> Vec<Agent> {
     // Their bash is read-only: the sandbox follows from having no write tool.
     let read_only = ToolSet::Some(
-        ToolName::READ_ONLY
-            .into_iter()
-            .chain([ToolName::Bash])
-            .collect(),
+        ["bash", "glob", "grep", "list_dir", "read_file"]
+            .map(String::from)
+            .into(),
     );
     vec![
         Agent {

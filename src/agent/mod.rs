@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use crate::error::Problem;
 use crate::path;
-use crate::tools::{self, ToolEntry, ToolName, ToolSet};
+use crate::tools::{Registry, ToolEntry, ToolSet};
 use crate::workflow::load::{compile, load_typed};
 use crate::workflow::source::{self, Node, SourceFile, Spanned, Syntax};
 
@@ -41,7 +41,7 @@ pub struct Agent {
     pub description: String,
     pub source: AgentSource,
     pub tools: ToolSet,
-    pub disallowed: BTreeSet<ToolName>,
+    pub disallowed: BTreeSet<String>,
     /// A model alias or `provider/model`; `None` inherits the agent's default alias.
     pub model: Option<String>,
     /// The alias used when neither the step nor the agent names a model.
@@ -180,7 +180,7 @@ pub struct LoadedAgent {
 }
 
 /// Loads one agent file (`.md`, `.toml`, `.yaml`, `.yml`).
-pub fn load_agent_file(path: &Utf8Path) -> Result<LoadedAgent, Vec<Problem>> {
+pub fn load_agent_file(path: &Utf8Path, registry: &Registry) -> Result<LoadedAgent, Vec<Problem>> {
     let file = SourceFile::read(path).map_err(|p| vec![p])?;
     let ext = path.extension().map(str::to_ascii_lowercase);
     let (tree, syntax, body) = match ext.as_deref() {
@@ -203,7 +203,7 @@ pub fn load_agent_file(path: &Utf8Path) -> Result<LoadedAgent, Vec<Problem>> {
     let Some(def) = def else {
         return Err(problems);
     };
-    match build_agent(&file, &tree, def, body) {
+    match build_agent(&file, &tree, def, body, registry) {
         Ok(loaded) if problems.is_empty() => Ok(loaded),
         Ok(_) => Err(problems),
         Err(more) => {
@@ -253,6 +253,7 @@ fn build_agent(
     tree: &Spanned<Node>,
     def: AgentFile,
     body: Option<String>,
+    registry: &Registry,
 ) -> Result<LoadedAgent, Vec<Problem>> {
     let mut errors = Vec::new();
     let mut warnings = Vec::new();
@@ -329,7 +330,15 @@ fn build_agent(
     let tools = match &def.tools {
         None => ToolSet::All,
         Some(list) => {
-            let set = tool_list(file, tree, "tools", list, &mut errors, &mut warnings);
+            let set = tool_list(
+                file,
+                tree,
+                "tools",
+                list,
+                registry,
+                &mut errors,
+                &mut warnings,
+            );
             match set {
                 Some(set) => set,
                 None => ToolSet::All,
@@ -342,9 +351,17 @@ fn build_agent(
         .disallowed_tools_camel
         .as_ref()
         .or(def.disallowed_tools.as_ref())
-        && let Some(set) = tool_list(file, tree, key_for(camel), list, &mut errors, &mut warnings)
+        && let Some(set) = tool_list(
+            file,
+            tree,
+            key_for(camel),
+            list,
+            registry,
+            &mut errors,
+            &mut warnings,
+        )
     {
-        disallowed = set.expand();
+        disallowed = set.expand(registry);
     }
 
     let model = match def.model.as_deref().map(str::trim) {
@@ -397,6 +414,7 @@ fn tool_list(
     tree: &Spanned<Node>,
     key: &str,
     list: &ToolList,
+    registry: &Registry,
     errors: &mut Vec<Problem>,
     warnings: &mut Vec<Problem>,
 ) -> Option<ToolSet> {
@@ -417,7 +435,7 @@ fn tool_list(
     };
     let mut set = BTreeSet::new();
     for (i, name) in list.0.iter().enumerate() {
-        match tools::parse_entry(name) {
+        match registry.entry(name) {
             ToolEntry::All => return Some(ToolSet::All),
             ToolEntry::Tool(tool) => {
                 set.insert(tool);
@@ -431,7 +449,7 @@ fn tool_list(
             ToolEntry::Unknown(name) => errors.push(
                 Problem::error(format!("unknown tool `{name}`"))
                     .at(file, span_of(i, &name), "unknown tool")
-                    .help(tools::unknown_tool_help(&name)),
+                    .help(registry.unknown_help(&name)),
             ),
         }
     }
@@ -451,12 +469,12 @@ pub struct AgentCatalog {
 
 impl AgentCatalog {
     /// Loads the agents of `dirs` (highest priority first), then the built-ins.
-    pub fn load(dirs: &[Utf8PathBuf]) -> Self {
+    pub fn load(dirs: &[Utf8PathBuf], registry: &Registry) -> Self {
         let mut catalog = AgentCatalog::default();
         for dir in dirs {
             for path in agent_files(dir) {
                 let stem = path.file_stem().unwrap_or_default().to_owned();
-                match load_agent_file(&path) {
+                match load_agent_file(&path, registry) {
                     Ok(loaded) => {
                         let name = loaded.agent.name.clone();
                         if catalog.agents.contains_key(&name) || catalog.broken.contains_key(&name)

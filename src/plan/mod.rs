@@ -19,7 +19,7 @@ use crate::error::{Problem, closest, did_you_mean};
 use crate::path;
 use crate::provider::{ModelRef, ProviderSpec, providers_for};
 use crate::template::{self, Placeholder, STEP_FIELDS};
-use crate::tools::{self, ToolEntry, ToolName, ToolSet};
+use crate::tools::{self, Registry, ToolEntry, ToolSet};
 use crate::workflow::duration::parse_duration;
 use crate::workflow::source::{Seg, SourceFile};
 use crate::workflow::{Isolation, LoadedWorkflow, Step};
@@ -41,13 +41,13 @@ pub struct PlanOptions {
     /// When false (`validate` without inputs), missing required inputs are not errors and
     /// render as placeholders.
     pub require_inputs: bool,
-    /// The working directory; worktree steps need it inside a git repository.
-    pub workdir: Option<Utf8PathBuf>,
     /// `--sandbox off`: bash runs unconfined.
     pub sandbox_off: bool,
 }
 
-/// A sealed plan: everything a run needs, with nothing left to resolve.
+/// A sealed plan: everything a run needs, with nothing left to resolve. Only [`build_plan`]
+/// makes one, from a graph it checked; the steps and their edges cannot change afterwards, and a
+/// run walks these edges (by index), never rebuilding them from names.
 #[derive(Debug, Clone)]
 pub struct Plan {
     pub name: String,
@@ -55,11 +55,44 @@ pub struct Plan {
     pub file: Utf8PathBuf,
     pub max_parallel: u32,
     pub inputs: BTreeMap<String, String>,
-    /// Step ids, sorted within each wave.
-    pub waves: Vec<Vec<String>>,
-    /// In wave order, then by id.
-    pub steps: Vec<PlannedStep>,
     pub providers: BTreeMap<String, ProviderSpec>,
+    /// Step ids, sorted within each wave.
+    waves: Vec<Vec<String>>,
+    /// In wave order, then by id.
+    steps: Vec<PlannedStep>,
+    /// Each step's needs, as indexes into `steps`.
+    needs: Vec<Vec<usize>>,
+    index: std::collections::HashMap<String, usize>,
+}
+
+impl Plan {
+    /// The steps, in wave order, then by id.
+    pub fn steps(&self) -> &[PlannedStep] {
+        &self.steps
+    }
+
+    /// Step ids, wave by wave, sorted within each wave.
+    pub fn waves(&self) -> &[Vec<String>] {
+        &self.waves
+    }
+
+    pub fn step(&self, id: &str) -> Option<&PlannedStep> {
+        self.index_of(id).map(|i| &self.steps[i])
+    }
+
+    pub fn index_of(&self, id: &str) -> Option<usize> {
+        self.index.get(id).copied()
+    }
+
+    /// The steps step `i` needs, as indexes into [`Plan::steps`].
+    pub fn needs_of(&self, i: usize) -> &[usize] {
+        self.needs.get(i).map_or(&[], Vec::as_slice)
+    }
+
+    /// Lowers `max_parallel` (a flag given after planning, as `--max-parallel`).
+    pub fn set_max_parallel(&mut self, max_parallel: u32) {
+        self.max_parallel = max_parallel;
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -70,7 +103,7 @@ pub struct PlannedStep {
     pub agent_source: AgentSource,
     pub system_prompt: String,
     pub model: ModelRef,
-    pub tools: BTreeSet<ToolName>,
+    pub tools: BTreeSet<String>,
     pub needs: Vec<String>,
     pub prompt_template: String,
     /// The prompt with inputs filled in and upstream results as `<steps.x.summary>`.
@@ -94,10 +127,12 @@ pub struct PlannedStep {
 pub fn build_plan(
     loaded: &LoadedWorkflow,
     catalog: &AgentCatalog,
+    registry: &Registry,
     options: &PlanOptions,
 ) -> (Option<Plan>, Vec<Problem>) {
     let mut b = Builder {
         loaded,
+        registry,
         sandbox_off: options.sandbox_off,
         file: &loaded.file,
         problems: loaded.problems.clone(),
@@ -166,11 +201,8 @@ pub fn build_plan(
     }
 
     b.note_alias_users();
-    if let Some(workdir) = &options.workdir {
-        b.check_worktrees(workdir);
-    }
     if cycles.is_empty() {
-        b.warn_concurrent_writers(&graph, &ids, catalog);
+        b.warn_concurrent_writers(&graph, &ids, &resolved);
     }
     let problems = b.problems;
     if problems.iter().any(Problem::is_error) {
@@ -180,21 +212,38 @@ pub fn build_plan(
         return (None, problems);
     };
 
+    // Seal: steps in wave order (by id within a wave), and the graph's edges carried over to
+    // those positions.
     let mut waves = Vec::with_capacity(waves_idx.len());
     let mut steps = Vec::with_capacity(ids.len());
+    let mut position = vec![usize::MAX; ids.len()];
     for (w, wave) in waves_idx.iter().enumerate() {
-        let mut wave_steps: Vec<PlannedStep> = wave
+        let mut wave_steps: Vec<(usize, PlannedStep)> = wave
             .iter()
-            .filter_map(|&i| resolved.get_mut(i).and_then(Option::take))
-            .map(|mut s| {
+            .filter_map(|&i| resolved.get_mut(i).and_then(Option::take).map(|s| (i, s)))
+            .map(|(i, mut s)| {
                 s.wave = w;
-                s
+                (i, s)
             })
             .collect();
-        wave_steps.sort_by(|a, b| a.id.cmp(&b.id));
-        waves.push(wave_steps.iter().map(|s| s.id.clone()).collect());
-        steps.extend(wave_steps);
+        wave_steps.sort_by(|a, b| a.1.id.cmp(&b.1.id));
+        waves.push(wave_steps.iter().map(|(_, s)| s.id.clone()).collect());
+        for (i, step) in wave_steps {
+            position[i] = steps.len();
+            steps.push(step);
+        }
     }
+    let mut needs = vec![Vec::new(); steps.len()];
+    for (original, edges) in needs_idx.iter().enumerate() {
+        if let Some(slot) = needs.get_mut(position[original]) {
+            *slot = edges.iter().map(|&n| position[n]).collect();
+        }
+    }
+    let index: std::collections::HashMap<String, usize> = steps
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.id.clone(), i))
+        .collect();
     let plan = Plan {
         name: def.name.clone(),
         description: def.description.clone(),
@@ -206,6 +255,8 @@ pub fn build_plan(
             .collect(),
         waves,
         steps,
+        needs,
+        index,
         providers,
     };
     (Some(plan), problems)
@@ -213,6 +264,7 @@ pub fn build_plan(
 
 struct Builder<'a> {
     loaded: &'a LoadedWorkflow,
+    registry: &'a Registry,
     sandbox_off: bool,
     file: &'a Arc<SourceFile>,
     problems: Vec<Problem>,
@@ -551,7 +603,7 @@ impl Builder<'_> {
         let tools = tools?;
         let sandbox = if self.sandbox_off {
             crate::sandbox::Mode::Off
-        } else if tools.iter().any(|t| t.writes()) {
+        } else if self.registry.any_writes(&tools) {
             crate::sandbox::Mode::Workdir
         } else {
             crate::sandbox::Mode::ReadOnly
@@ -716,77 +768,23 @@ impl Builder<'_> {
         None
     }
 
-    /// `isolation = "worktree"` needs the working directory inside a git repository.
-    fn check_worktrees(&mut self, workdir: &Utf8Path) {
-        let worktree_steps: Vec<&String> = self
-            .loaded
-            .def
-            .steps
-            .iter()
-            .filter(|(_, s)| s.isolation == Isolation::Worktree)
-            .map(|(id, _)| id)
-            .collect();
-        if worktree_steps.is_empty() || crate::run::worktree::Repo::discover(workdir).is_some() {
-            return;
-        }
-        for id in worktree_steps {
-            let span = self.span(&path!["steps", id.as_str(), "isolation"]);
-            self.error(
-                format!("step `{id}` runs in a git worktree, but `{workdir}` is not in a git repository with a commit"),
-                span,
-                "needs git",
-                Some("run inside a git checkout (or pass --workdir), or remove `isolation`".into()),
-            );
-        }
-    }
-
     /// Two steps that can change files, in the same directory, with nothing ordering them, may
     /// overwrite each other's work: worth a warning.
     fn warn_concurrent_writers(
         &mut self,
         graph: &StepGraph,
         ids: &[&String],
-        catalog: &AgentCatalog,
+        resolved: &[Option<PlannedStep>],
     ) {
-        let writes = |step: &Step| -> bool {
-            if step.isolation == Isolation::Worktree {
-                return false;
-            }
-            let Some(agent) = catalog.get(&step.agent) else {
-                return false;
-            };
-            let step_tools = step.tools.as_ref().map(|list| {
-                let entries: Vec<ToolEntry> = list.iter().map(|n| tools::parse_entry(n)).collect();
-                if entries.contains(&ToolEntry::All) {
-                    return ToolSet::All;
-                }
-                ToolSet::Some(
-                    entries
-                        .into_iter()
-                        .filter_map(|e| match e {
-                            ToolEntry::Tool(t) => Some(t),
-                            _ => None,
-                        })
-                        .collect(),
-                )
-            });
-            let disallowed = step
-                .disallowed_tools
-                .iter()
-                .filter_map(|t| ToolName::parse(t));
-            let tools = tools::resolve(
-                &agent.tools,
-                step_tools.as_ref(),
-                agent.disallowed.iter().copied().chain(disallowed),
-            );
-            // Bash writes only in steps that have a write tool (otherwise its sandbox is
-            // read-only).
-            tools.iter().any(|t| t.writes())
-        };
-        let writers: Vec<usize> = ids
+        // Bash writes only in steps that have a write tool (otherwise its sandbox is read-only).
+        let writers: Vec<usize> = resolved
             .iter()
             .enumerate()
-            .filter(|(_, id)| writes(&self.loaded.def.steps[id.as_str()]))
+            .filter(|(_, step)| {
+                step.as_ref().is_some_and(|s| {
+                    s.isolation != Isolation::Worktree && self.registry.any_writes(&s.tools)
+                })
+            })
             .map(|(i, _)| i)
             .collect();
         let mut warned = 0;
@@ -833,21 +831,19 @@ impl Builder<'_> {
         }
     }
 
-    fn resolve_tools(
-        &mut self,
-        id: &str,
-        step: &Step,
-        agent: &Agent,
-    ) -> Option<BTreeSet<ToolName>> {
+    fn resolve_tools(&mut self, id: &str, step: &Step, agent: &Agent) -> Option<BTreeSet<String>> {
         let step_tools = match &step.tools {
             Some(list) => Some(self.tool_list(id, "tools", list)?),
             None => None,
         };
-        let disallowed = self.tool_list(id, "disallowed_tools", &step.disallowed_tools)?;
+        let disallowed = self
+            .tool_list(id, "disallowed_tools", &step.disallowed_tools)?
+            .expand(self.registry);
         let tools = tools::resolve(
+            self.registry,
             &agent.tools,
             step_tools.as_ref(),
-            agent.disallowed.iter().copied().chain(disallowed.expand()),
+            agent.disallowed.iter().chain(&disallowed),
         );
         if tools.is_empty() {
             let key = if step.tools.is_some() {
@@ -879,7 +875,7 @@ impl Builder<'_> {
         let mut all = false;
         for (i, name) in names.iter().enumerate() {
             let span = self.span(&path!["steps", id, key, i]);
-            match tools::parse_entry(name) {
+            match self.registry.entry(name) {
                 ToolEntry::All => all = true,
                 ToolEntry::Tool(tool) => {
                     set.insert(tool);
@@ -890,7 +886,7 @@ impl Builder<'_> {
                 ),
                 ToolEntry::Unknown(name) => {
                     ok = false;
-                    let help = Some(tools::unknown_tool_help(&name));
+                    let help = Some(self.registry.unknown_help(&name));
                     self.error(
                         format!("unknown tool `{name}` in step `{id}`"),
                         span,
@@ -1229,12 +1225,10 @@ fn plan_context(loaded: &LoadedWorkflow, inputs: &BTreeMap<String, Option<String
             (k.as_str(), value)
         })
         .collect();
-    minijinja::context! {
-        inputs => inputs,
-        workflow => minijinja::context! {
-            name => loaded.def.name.clone(),
-            description => loaded.def.description.clone().unwrap_or_default(),
-        },
-        steps => Placeholder::value("steps"),
-    }
+    template::context(
+        inputs,
+        &loaded.def.name,
+        loaded.def.description.as_deref(),
+        Placeholder::value("steps"),
+    )
 }

@@ -6,7 +6,6 @@ use serde::Serialize;
 
 use super::{Plan, PlannedStep};
 use crate::sandbox::Mode;
-use crate::tools::ToolName;
 use crate::workflow::Isolation;
 use crate::workflow::duration::format_duration;
 
@@ -22,7 +21,7 @@ struct JsonStep<'a> {
     id: &'a str,
     agent: &'a str,
     model: String,
-    tools: Vec<&'static str>,
+    tools: Vec<&'a str>,
     needs: &'a [String],
     prompt: &'a str,
     max_turns: u32,
@@ -37,7 +36,7 @@ struct JsonStep<'a> {
 pub fn to_json(plan: &Plan) -> String {
     let doc = JsonPlan {
         name: &plan.name,
-        waves: &plan.waves,
+        waves: plan.waves(),
         steps: plan
             .steps
             .iter()
@@ -46,7 +45,7 @@ pub fn to_json(plan: &Plan) -> String {
                 agent: &s.agent,
                 model: s.model.to_string(),
                 // BTreeSet of an Ord enum whose order matches the names' order: sorted.
-                tools: s.tools.iter().map(|t| t.as_str()).collect(),
+                tools: s.tools.iter().map(String::as_str).collect(),
                 needs: &s.needs,
                 prompt: &s.prompt,
                 max_turns: s.max_turns,
@@ -71,8 +70,8 @@ pub fn to_text(plan: &Plan) -> String {
         let _ = write!(out, ": {description}");
     }
     out.push('\n');
-    let steps = plan.steps.len();
-    let waves = plan.waves.len();
+    let steps = plan.steps().len();
+    let waves = plan.waves().len();
     let _ = writeln!(
         out,
         "{steps} step{} in {waves} wave{}, at most {} at once",
@@ -88,11 +87,11 @@ pub fn to_text(plan: &Plan) -> String {
             .collect();
         let _ = writeln!(out, "inputs: {}", inputs.join(", "));
     }
-    let width = plan.steps.iter().map(|s| s.id.len()).max().unwrap_or(0);
-    for w in 0..plan.waves.len() {
+    let width = plan.steps().iter().map(|s| s.id.len()).max().unwrap_or(0);
+    for w in 0..plan.waves().len() {
         let _ = writeln!(out, "\nwave {}", w + 1);
         // Steps are stored wave by wave, so this is one pass over them in all.
-        for step in plan.steps.iter().filter(|s| s.wave == w) {
+        for step in plan.steps().iter().filter(|s| s.wave == w) {
             step_text(&mut out, step, width);
         }
     }
@@ -114,9 +113,9 @@ fn step_text(out: &mut String, step: &PlannedStep, width: usize) {
     if let Some(condition) = &step.condition {
         let _ = writeln!(out, "    {:<9}{}", "if", condition);
     }
-    let tools: Vec<&str> = step.tools.iter().map(|t| t.as_str()).collect();
+    let tools: Vec<&str> = step.tools.iter().map(String::as_str).collect();
     let _ = writeln!(out, "    {:<9}{}", "tools", tools.join(", "));
-    if step.tools.contains(&ToolName::Bash) {
+    if step.tools.contains("bash") {
         let sandbox = match step.sandbox {
             Mode::Off => "off (bash is not confined)".to_owned(),
             mode => format!(
@@ -201,7 +200,7 @@ pub fn to_mermaid(plan: &Plan) -> String {
         .enumerate()
         .map(|(i, s)| (s.id.as_str(), node(&s.id, i)))
         .collect();
-    for step in &plan.steps {
+    for step in plan.steps() {
         let shape = if step.condition.is_some() {
             ("{{", "}}")
         } else {
@@ -217,7 +216,7 @@ pub fn to_mermaid(plan: &Plan) -> String {
             shape.1
         );
     }
-    for step in &plan.steps {
+    for step in plan.steps() {
         for need in &step.needs {
             let _ = writeln!(
                 out,
@@ -257,7 +256,7 @@ pub fn to_dot(plan: &Plan) -> String {
         "digraph \"{}\" {{\n    rankdir=LR;\n    node [shape=box];\n",
         escape_dot(&plan.name)
     );
-    for step in &plan.steps {
+    for step in plan.steps() {
         let _ = writeln!(
             out,
             "    \"{}\" [label=\"{}\\n({})\"];",
@@ -266,7 +265,7 @@ pub fn to_dot(plan: &Plan) -> String {
             escape_dot(&step.agent)
         );
     }
-    for step in &plan.steps {
+    for step in plan.steps() {
         for need in &step.needs {
             let _ = writeln!(
                 out,

@@ -1,12 +1,55 @@
 //! Model providers: the built-in endpoints of SPEC §4 and those a workflow adds, the neutral
 //! conversation types, wire formats and the HTTP transport.
 
-pub mod client;
+pub mod anthropic;
+pub mod api;
+pub mod error;
 pub mod format;
+mod http;
 pub mod message;
+pub mod openai;
+pub mod retry;
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
+
+pub use api::{Exchange, ModelApi};
+pub use error::ProviderError;
+
+/// An API key. Never printed: Debug and Display show `[hidden]`.
+#[derive(Clone)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[hidden]")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[hidden]")
+    }
+}
+
+/// The API a provider speaks, ready to send to.
+pub fn connect(spec: &ProviderSpec, key: Option<Secret>) -> Arc<dyn ModelApi> {
+    match spec.kind {
+        ProviderKind::Anthropic => Arc::new(anthropic::AnthropicApi::new(&spec.base_url(), key)),
+        ProviderKind::Openai => Arc::new(openai::OpenAiApi::new(&spec.base_url(), key)),
+    }
+}
 
 use crate::workflow::{ProviderDef, ProviderKind};
 
@@ -134,6 +177,12 @@ pub fn providers_for(extra: &BTreeMap<String, ProviderDef>) -> BTreeMap<String, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secrets_never_print() {
+        let s = Secret::new("sk-very-secret");
+        assert_eq!(format!("{s:?} {s}"), "[hidden] [hidden]");
+    }
 
     #[test]
     fn model_refs_split_at_first_slash() {

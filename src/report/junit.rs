@@ -1,83 +1,88 @@
-//! `--junit FILE`: one testcase per step; failed steps carry a failure, skipped and cancelled ones
-//! are skipped.
+//! `--junit FILE` as a sink: one testcase per step, written with quick-junit when the run ends.
+//! Failed steps carry a failure, skipped and cancelled ones are skipped.
 
-use std::fmt::Write as _;
+use std::collections::BTreeMap;
+use std::time::Duration;
 
+use camino::Utf8PathBuf;
+use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
+
+use crate::event::{Event, EventKind, Sink};
 use crate::plan::Plan;
-use crate::run::{RunRecord, StepStatus};
+use crate::run::{StepRecord, StepStatus};
 
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            // XML 1.0 forbids most control characters, even escaped.
-            c if (c as u32) < 0x20 && !matches!(c, '\n' | '\r' | '\t') => {}
-            c => out.push(c),
-        }
-    }
-    out
+pub struct JunitSink {
+    path: Utf8PathBuf,
+    name: String,
+    /// Step ids and agents, in plan order.
+    steps: Vec<(String, String)>,
+    records: BTreeMap<String, StepRecord>,
 }
 
-pub fn to_junit(plan: &Plan, record: &RunRecord) -> String {
-    let count =
-        |f: &dyn Fn(StepStatus) -> bool| record.steps.values().filter(|s| f(s.status)).count();
-    let failures = count(&|s| s == StepStatus::Failed);
-    let skipped = count(&|s| matches!(s, StepStatus::Skipped | StepStatus::Cancelled));
-    let name = escape(&plan.name);
-    let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    let _ = writeln!(
-        out,
-        "<testsuites name=\"{name}\" tests=\"{}\" failures=\"{failures}\" skipped=\"{skipped}\" time=\"{:.3}\">",
-        plan.steps.len(),
-        record.duration_ms as f64 / 1000.0
-    );
-    let _ = writeln!(
-        out,
-        "  <testsuite name=\"{name}\" tests=\"{}\" failures=\"{failures}\" skipped=\"{skipped}\" time=\"{:.3}\" timestamp=\"{}\">",
-        plan.steps.len(),
-        record.duration_ms as f64 / 1000.0,
-        escape(&record.started_at)
-    );
-    for step in &plan.steps {
-        let Some(r) = record.steps.get(&step.id) else {
-            continue;
-        };
-        let _ = write!(
-            out,
-            "    <testcase name=\"{}\" classname=\"{name}.{}\" time=\"{:.3}\"",
-            escape(&step.id),
-            escape(&step.agent),
-            r.duration_ms as f64 / 1000.0
-        );
-        let error = escape(r.error.as_deref().unwrap_or_default());
-        match r.status {
-            StepStatus::Failed => {
-                let _ = writeln!(
-                    out,
-                    ">\n      <failure message=\"{error}\">{error}</failure>\n    </testcase>"
-                );
-            }
-            StepStatus::Skipped | StepStatus::Cancelled => {
-                let _ = writeln!(
-                    out,
-                    ">\n      <skipped message=\"{}: {error}\"/>\n    </testcase>",
-                    r.status.as_str()
-                );
-            }
-            _ => {
-                let _ = writeln!(
-                    out,
-                    ">\n      <system-out>{}</system-out>\n    </testcase>",
-                    escape(&r.summary)
-                );
-            }
+impl JunitSink {
+    pub fn new(path: Utf8PathBuf, plan: &Plan) -> Self {
+        Self {
+            path,
+            name: plan.name.clone(),
+            steps: plan
+                .steps()
+                .iter()
+                .map(|s| (s.id.clone(), s.agent.clone()))
+                .collect(),
+            records: BTreeMap::new(),
         }
     }
-    out.push_str("  </testsuite>\n</testsuites>\n");
-    out
+
+    fn report(&self, duration_ms: u64) -> Result<String, String> {
+        let mut suite = TestSuite::new(self.name.as_str());
+        suite.set_time(Duration::from_millis(duration_ms));
+        for (id, agent) in &self.steps {
+            let Some(r) = self.records.get(id) else {
+                continue;
+            };
+            let error = r.error.as_deref().unwrap_or_default();
+            let status = match r.status {
+                StepStatus::Failed => {
+                    let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
+                    status.set_message(error).set_description(error);
+                    status
+                }
+                StepStatus::Skipped | StepStatus::Cancelled => {
+                    let mut status = TestCaseStatus::skipped();
+                    status.set_message(format!("{}: {error}", r.status.as_str()));
+                    status
+                }
+                _ => TestCaseStatus::success(),
+            };
+            let mut case = TestCase::new(id.as_str(), status);
+            case.set_classname(format!("{}.{agent}", self.name))
+                .set_time(Duration::from_millis(r.duration_ms));
+            if r.status == StepStatus::Succeeded {
+                case.set_system_out(r.summary.as_str());
+            }
+            suite.add_test_case(case);
+        }
+        let mut report = Report::new(self.name.as_str());
+        report.add_test_suite(suite);
+        report
+            .to_string()
+            .map_err(|err| format!("cannot build the JUnit report: {err}"))
+    }
+}
+
+impl Sink for JunitSink {
+    fn handle(&mut self, event: &Event) -> Result<(), String> {
+        match &event.kind {
+            EventKind::StepFinished { step, record } => {
+                self.records.insert(step.clone(), (**record).clone());
+                Ok(())
+            }
+            EventKind::RunFinished { duration_ms, .. } => {
+                let text = self.report(*duration_ms)?;
+                std::fs::write(&self.path, text)
+                    .map_err(|err| format!("cannot write the JUnit report `{}`: {err}", self.path))
+            }
+            _ => Ok(()),
+        }
+    }
 }

@@ -1,10 +1,11 @@
-//! Run events to sinks: live progress (indicatif) or plain lines on stderr, the final table, and
-//! the JUnit file. Only this layer knows how things look; the library reports through
-//! [`crate::run::Reporter`].
+//! The sinks of a run's events (live progress or plain lines on stderr, `run.json`, transcripts,
+//! JUnit) and the final table. Only this layer knows how things look.
 
 pub mod junit;
 pub mod progress;
+pub mod record;
 pub mod terminal;
+pub mod transcript;
 
 use std::fmt::Write as _;
 
@@ -32,7 +33,7 @@ pub fn total_tokens(r: &StepRecord) -> u64 {
 pub fn summary_table(plan: &Plan, record: &RunRecord) -> String {
     let mut rows =
         vec![["STEP", "STATUS", "TURNS", "TOOLS", "TOKENS IN/OUT", "TIME"].map(String::from)];
-    for step in &plan.steps {
+    for step in plan.steps() {
         let Some(r) = record.steps.get(&step.id) else {
             continue;
         };
@@ -64,7 +65,7 @@ pub fn summary_table(plan: &Plan, record: &RunRecord) -> String {
         out.push('\n');
     }
     // Why each failed step failed, so that a CI log without progress lines still says it.
-    for step in &plan.steps {
+    for step in plan.steps() {
         let Some(r) = record.steps.get(&step.id) else {
             continue;
         };

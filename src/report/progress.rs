@@ -1,26 +1,25 @@
-//! Progress on stderr: on a terminal, one live line per running step
-//! (`[explore] find_auth … 5 tools · 3.2s`); otherwise a plain line per start and finish
-//! (`[explore] find_auth done (8 tools, 5.1s, 12.3k tokens)`).
+//! Progress on stderr, as sinks of the run's events: on a terminal, one live line per running
+//! step (`[explore] find_auth ⠙ 5 tools · 2.1k tok · 3.2s`); otherwise a plain line per start and
+//! finish (`[explore] find_auth done (8 tools, 5.1s, 12.3k tokens)`).
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::sync::Arc;
 use std::time::Duration;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 
-use super::{seconds, tokens, total_tokens};
-use crate::plan::PlannedStep;
-use crate::run::{Reporter, StepRecord, StepStatus};
-use crate::session::StepProgress;
+use super::{seconds, terminal, tokens, total_tokens};
+use crate::event::{Event, EventKind, Sink};
+use crate::plan::Plan;
+use crate::run::{StepRecord, StepStatus};
 
 /// The line printed when a step finishes, whatever the display.
-pub fn finish_line(step: &PlannedStep, record: &StepRecord) -> String {
-    let label = format!("[{}] {}", step.agent, step.id);
+pub fn finish_line(agent: &str, id: &str, record: &StepRecord) -> String {
+    let label = format!("[{agent}] {id}");
     match record.status {
         StepStatus::Skipped => format!(
             "{label} skipped ({})",
-            super::terminal::clean(record.error.as_deref().unwrap_or("condition"))
+            terminal::clean(record.error.as_deref().unwrap_or("condition"))
         ),
         StepStatus::Succeeded if record.reused_from.is_some() => format!(
             "{label} reused from run {}",
@@ -42,85 +41,152 @@ pub fn finish_line(step: &PlannedStep, record: &StepRecord) -> String {
                 && let Some(error) = &record.error
             {
                 // Server and model text: no escape sequences reach the terminal.
-                line.push_str(&format!(": {}", super::terminal::clean(error)));
+                line.push_str(&format!(": {}", terminal::clean(error)));
             }
             line
         }
     }
 }
 
+/// Each step's agent, for labels.
+fn agents(plan: &Plan) -> BTreeMap<String, String> {
+    plan.steps()
+        .iter()
+        .map(|s| (s.id.clone(), s.agent.clone()))
+        .collect()
+}
+
 /// Plain lines, for logs and CI.
-pub struct PlainProgress;
+pub struct PlainProgress {
+    agents: BTreeMap<String, String>,
+}
 
-impl Reporter for PlainProgress {
-    fn step_started(&mut self, step: &PlannedStep, _: Arc<StepProgress>) {
-        let _ = writeln!(std::io::stderr(), "[{}] {} started", step.agent, step.id);
-    }
-
-    fn step_finished(&mut self, step: &PlannedStep, record: &StepRecord) {
-        let _ = writeln!(std::io::stderr(), "{}", finish_line(step, record));
+impl PlainProgress {
+    pub fn new(plan: &Plan) -> Self {
+        Self {
+            agents: agents(plan),
+        }
     }
 }
 
-/// Live lines on a terminal, one per running step, redrawn as its counters change.
+impl Sink for PlainProgress {
+    fn handle(&mut self, event: &Event) -> Result<(), String> {
+        let agent = |id: &str| self.agents.get(id).map_or("?", String::as_str);
+        let line = match &event.kind {
+            EventKind::StepStarted { step, agent, .. } => format!("[{agent}] {step} started"),
+            EventKind::StepFinished { step, record } => finish_line(agent(step), step, record),
+            _ => return Ok(()),
+        };
+        // Progress is best effort: a closed stderr must not stop the run.
+        let _ = writeln!(std::io::stderr(), "{line}");
+        Ok(())
+    }
+}
+
+/// A running step's live line and what it shows.
+struct Live {
+    bar: ProgressBar,
+    tools: u32,
+    tokens: u64,
+    doing: Option<String>,
+}
+
+impl Live {
+    fn redraw(&self) {
+        let mut parts = Vec::new();
+        if let Some(doing) = &self.doing {
+            parts.push(terminal::clean(doing).into_owned());
+        }
+        parts.push(format!("{} tools", self.tools));
+        if self.tokens > 0 {
+            parts.push(format!("{} tok", tokens(self.tokens)));
+        }
+        self.bar.set_message(parts.join(" · "));
+    }
+}
+
+/// Live lines on a terminal, one per running step, redrawn as its events arrive.
 pub struct LiveProgress {
     multi: MultiProgress,
-    bars: BTreeMap<String, ProgressBar>,
+    agents: BTreeMap<String, String>,
+    live: BTreeMap<String, Live>,
 }
 
 impl LiveProgress {
-    pub fn new() -> Self {
+    pub fn new(plan: &Plan) -> Self {
         Self {
             multi: MultiProgress::with_draw_target(ProgressDrawTarget::stderr()),
-            bars: BTreeMap::new(),
+            agents: agents(plan),
+            live: BTreeMap::new(),
         }
     }
 }
 
-impl Default for LiveProgress {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Reporter for LiveProgress {
-    fn step_started(&mut self, step: &PlannedStep, progress: Arc<StepProgress>) {
-        let tools = progress.clone();
-        let style =
-            ProgressStyle::with_template("{prefix} {spinner} {tools} tools · {elapsed_secs}")
-                .unwrap_or_else(|_| ProgressStyle::default_spinner())
-                .with_key(
-                    "tools",
-                    move |_: &ProgressState, w: &mut dyn std::fmt::Write| {
-                        let _ = write!(w, "{}", tools.tool_calls());
-                    },
-                )
-                .with_key(
-                    "elapsed_secs",
-                    |state: &ProgressState, w: &mut dyn std::fmt::Write| {
-                        let _ = write!(w, "{:.1}s", state.elapsed().as_secs_f64());
-                    },
-                )
-                .tick_chars("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏…");
-        let bar = self.multi.add(ProgressBar::new_spinner().with_style(style));
-        bar.set_prefix(format!("[{}] {}", step.agent, step.id));
-        bar.enable_steady_tick(Duration::from_millis(100));
-        self.bars.insert(step.id.clone(), bar);
-    }
-
-    fn step_finished(&mut self, step: &PlannedStep, record: &StepRecord) {
-        if let Some(bar) = self.bars.remove(&step.id) {
-            bar.finish_and_clear();
-            self.multi.remove(&bar);
+impl Sink for LiveProgress {
+    fn handle(&mut self, event: &Event) -> Result<(), String> {
+        match &event.kind {
+            EventKind::StepStarted { step, agent, .. } => {
+                let style =
+                    ProgressStyle::with_template("{prefix} {spinner} {msg} · {elapsed_secs}")
+                        .unwrap_or_else(|_| ProgressStyle::default_spinner())
+                        .with_key(
+                            "elapsed_secs",
+                            |state: &ProgressState, w: &mut dyn std::fmt::Write| {
+                                let _ = write!(w, "{:.1}s", state.elapsed().as_secs_f64());
+                            },
+                        )
+                        .tick_chars("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏…");
+                let bar = self.multi.add(ProgressBar::new_spinner().with_style(style));
+                bar.set_prefix(format!("[{agent}] {step}"));
+                bar.enable_steady_tick(Duration::from_millis(100));
+                let live = Live {
+                    bar,
+                    tools: 0,
+                    tokens: 0,
+                    doing: None,
+                };
+                live.redraw();
+                self.live.insert(step.clone(), live);
+            }
+            EventKind::StepFinished { step, record } => {
+                if let Some(live) = self.live.remove(step) {
+                    live.bar.finish_and_clear();
+                    self.multi.remove(&live.bar);
+                }
+                let agent = self.agents.get(step).map_or("?", String::as_str);
+                let _ = self.multi.println(finish_line(agent, step, record));
+            }
+            kind => {
+                let Some(live) = kind.step().and_then(|s| self.live.get_mut(s)) else {
+                    return Ok(());
+                };
+                match kind {
+                    EventKind::ToolStarted { name, .. } => live.doing = Some(name.clone()),
+                    EventKind::ToolFinished { .. } => {
+                        live.tools += 1;
+                        live.doing = None;
+                    }
+                    EventKind::TurnFinished { usage, .. } => {
+                        live.tokens += usage.total_input() + usage.output_tokens;
+                    }
+                    EventKind::Retrying { attempt, .. } => {
+                        live.doing = Some(format!("retrying ({attempt})"));
+                    }
+                    _ => return Ok(()),
+                }
+                live.redraw();
+            }
         }
-        let _ = self.multi.println(finish_line(step, record));
+        Ok(())
     }
 }
 
-/// Shows nothing (`--no-progress`).
-pub struct NoProgress;
-
-impl Reporter for NoProgress {
-    fn step_started(&mut self, _: &PlannedStep, _: Arc<StepProgress>) {}
-    fn step_finished(&mut self, _: &PlannedStep, _: &StepRecord) {}
+impl Drop for LiveProgress {
+    /// No frozen spinner lines after an interrupt.
+    fn drop(&mut self) {
+        for live in self.live.values() {
+            live.bar.finish_and_clear();
+        }
+        let _ = self.multi.clear();
+    }
 }

@@ -2,21 +2,21 @@
 //! executor for real runs, others for tests and benchmarks.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use camino::{Utf8Path, Utf8PathBuf};
 use futures_util::future::BoxFuture;
 
+use crate::event::Emitter;
 use crate::plan::PlannedStep;
-use crate::provider::client::ModelClient;
+use crate::provider::ModelApi;
 use crate::sandbox::Support;
-use crate::session::transcript::Transcript;
-use crate::session::{self, DEFAULT_MAX_TOKENS, StepInput, StepOutcome, StepProgress};
+use crate::session::{self, DEFAULT_MAX_TOKENS, FailureKind, Session, StepOutcome};
 use crate::tools::bash::BashEnv;
 use crate::tools::confine::Workspace;
-use crate::tools::registry::ToolBox;
+use crate::tools::{Registry, StepTools, ToolContext};
+use crate::workflow::Isolation;
 
 /// One step, ready to run: its prompt rendered, its directory chosen.
 pub struct StepJob {
@@ -24,8 +24,8 @@ pub struct StepJob {
     pub prompt: String,
     /// Where its tools work: the working directory, or its worktree.
     pub root: Utf8PathBuf,
-    pub transcript: Utf8PathBuf,
-    pub progress: Arc<StepProgress>,
+    /// Where its events go.
+    pub events: Emitter,
 }
 
 pub trait Executor: Send + Sync + 'static {
@@ -34,10 +34,12 @@ pub trait Executor: Send + Sync + 'static {
 
 /// Runs steps as subagents against their models.
 pub struct ModelExecutor {
-    /// One client per provider, by provider name.
-    pub clients: Arc<BTreeMap<String, ModelClient>>,
+    /// One API per provider, by provider name.
+    pub apis: BTreeMap<String, Arc<dyn ModelApi>>,
+    /// The tools steps may be given.
+    pub registry: Arc<Registry>,
     /// Environment variables removed from `bash`.
-    pub scrub: Arc<Vec<String>>,
+    pub scrub: Vec<String>,
     /// runner's state directory: no tool may touch it.
     pub state_dir: Utf8PathBuf,
     /// What the kernel can enforce, probed once for the run.
@@ -59,64 +61,64 @@ pub fn protected_paths(root: &Utf8Path, state_dir: &Utf8Path, worktree: bool) ->
     protected
 }
 
+impl ModelExecutor {
+    /// The tools of one step, working in `root`.
+    fn tools(&self, step: &PlannedStep, root: &Utf8Path) -> Result<StepTools, String> {
+        let workspace = Workspace::new(root)
+            .map_err(|err| format!("cannot use `{root}`: {err}"))?
+            .with_state_dir(&self.state_dir);
+        let mut bash = BashEnv::new(step.sandbox, step.network);
+        bash.scrub.clone_from(&self.scrub);
+        bash.support = self.support;
+        bash.protected = protected_paths(
+            workspace.root(),
+            &self.state_dir,
+            step.isolation == Isolation::Worktree,
+        );
+        Ok(StepTools {
+            registry: self.registry.clone(),
+            allowed: step.tools.clone(),
+            context: ToolContext {
+                workspace: Arc::new(workspace),
+                bash: Arc::new(bash),
+            },
+        })
+    }
+}
+
 impl Executor for ModelExecutor {
     fn run(&self, job: StepJob) -> BoxFuture<'static, StepOutcome> {
-        let clients = self.clients.clone();
-        let scrub = self.scrub.clone();
-        let state_dir = self.state_dir.clone();
-        let support = self.support;
+        let step = job.step.clone();
+        let api = self.apis.get(&step.model.provider).cloned();
+        let tools = self.tools(&step, &job.root);
         Box::pin(async move {
-            let step = &job.step;
-            let Some(client) = clients.get(&step.model.provider) else {
-                return StepOutcome::failed(format!(
-                    "no client for provider `{}`",
-                    step.model.provider
-                ));
+            let Some(api) = api else {
+                return StepOutcome::failed(
+                    FailureKind::Setup,
+                    format!("no API for provider `{}`", step.model.provider),
+                );
             };
-            let workspace = match Workspace::new(&job.root) {
-                Ok(ws) => Arc::new(ws.with_state_dir(&state_dir)),
-                Err(err) => {
-                    return StepOutcome::failed(format!("cannot use `{}`: {err}", job.root));
-                }
+            let tools = match tools {
+                Ok(tools) => tools,
+                Err(err) => return StepOutcome::failed(FailureKind::Setup, err),
             };
-            let mut bash = BashEnv::new(step.sandbox, step.network);
-            bash.scrub = scrub.to_vec();
-            bash.support = support;
-            bash.protected = protected_paths(
-                workspace.root(),
-                &state_dir,
-                step.isolation == crate::workflow::Isolation::Worktree,
-            );
-            let tools = ToolBox {
-                workspace: workspace.clone(),
-                allowed: step.tools.clone(),
-                bash: Arc::new(bash),
-            };
-            let mut transcript = Transcript::create(&job.transcript);
-            let mut outcome = session::run_step(StepInput {
+            let workdir = tools.context.workspace.root().to_string();
+            session::run(Session {
+                api: api.as_ref(),
                 model: &step.model.model,
-                system_prompt: session::system_prompt(
+                system: session::prompt::system_prompt(
                     &step.system_prompt,
-                    workspace.root().as_str(),
                     step.output_schema.as_ref(),
                 ),
-                prompt: job.prompt,
+                first_message: session::prompt::first_message(&workdir, &job.prompt),
                 max_turns: step.max_turns,
                 max_tokens: step.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
                 retries: step.retries,
                 output_schema: step.output_schema.as_ref(),
-                client,
                 tools: &tools,
-                transcript: &mut transcript,
-                progress: &job.progress,
+                events: &job.events,
             })
-            .await;
-            if let Some(error) = transcript.error {
-                outcome.succeeded = false;
-                outcome.error = Some(error.clone());
-                outcome.storage_error = Some(error);
-            }
-            outcome
+            .await
         })
     }
 }

@@ -4,9 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use std::time::Instant;
-
-use camino::{Utf8Path, Utf8PathBuf};
+use camino::Utf8Path;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -132,7 +130,7 @@ impl RunRecord {
             rand::random::<u16>()
         );
         let steps = plan
-            .steps
+            .steps()
             .iter()
             .map(|s| {
                 (
@@ -187,7 +185,7 @@ impl RunRecord {
                 step.status = StepStatus::Cancelled;
             }
         }
-        let tolerated = |id: &str| plan.steps.iter().any(|s| s.id == id && s.continue_on_error);
+        let tolerated = |id: &str| plan.step(id).is_some_and(|s| s.continue_on_error);
         let failed = self.steps.iter().any(|(id, s)| {
             (s.status == StepStatus::Failed && !tolerated(id)) || s.status == StepStatus::Cancelled
         });
@@ -212,57 +210,5 @@ impl RunRecord {
         std::fs::write(&tmp, self.to_json())
             .and_then(|()| std::fs::rename(&tmp, &path))
             .map_err(|err| format!("cannot write `{path}`: {err}"))
-    }
-}
-
-/// How often `run.json` is rewritten at most while steps finish in quick succession.
-pub const SAVE_INTERVAL: Duration = Duration::from_millis(100);
-
-/// Writes `run.json` after changes, at most every [`SAVE_INTERVAL`]: a change inside the interval
-/// is written when it ends (the scheduler waits on [`Saver::deadline`]), so the file is never
-/// more than that behind, and a thousand quick steps do not cost a thousand rewrites.
-#[derive(Debug)]
-pub struct Saver {
-    dir: Utf8PathBuf,
-    last: Option<Instant>,
-    dirty: bool,
-}
-
-impl Saver {
-    pub fn new(dir: &Utf8Path) -> Self {
-        Self {
-            dir: dir.to_owned(),
-            last: None,
-            dirty: false,
-        }
-    }
-
-    /// Notes a change; writes at once when the last write is old enough.
-    pub fn changed(&mut self, record: &mut RunRecord) {
-        self.dirty = true;
-        if self.last.is_none_or(|t| t.elapsed() >= SAVE_INTERVAL) {
-            self.flush(record);
-        }
-    }
-
-    /// When a pending change must be written.
-    pub fn deadline(&self) -> Option<Instant> {
-        match (self.dirty, self.last) {
-            (true, Some(last)) => Some(last + SAVE_INTERVAL),
-            (true, None) => Some(Instant::now()),
-            _ => None,
-        }
-    }
-
-    /// Writes now. The first failure is kept in the record (which stops the run); later writes
-    /// are still tried, so a disk that frees up gets the final record.
-    pub fn flush(&mut self, record: &mut RunRecord) {
-        if let Err(err) = record.save(&self.dir)
-            && record.storage_error.is_none()
-        {
-            record.storage_error = Some(err);
-        }
-        self.last = Some(Instant::now());
-        self.dirty = false;
     }
 }

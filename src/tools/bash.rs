@@ -8,15 +8,16 @@ use std::process::Stdio;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 
 use super::confine::Workspace;
-use super::fs::{ToolOutput, parse_input};
+use super::{Tool, ToolContext, ToolOutput, parse_input};
 use crate::sandbox::{self, Mode, Policy, Support};
 
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
@@ -29,6 +30,30 @@ const MAX_READ_BYTES: usize = 4 * 1024 * 1024;
 const STOP_GRACE: Duration = Duration::from_secs(5);
 /// How long output may keep flowing once the command is gone.
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
+
+/// `bash` (Claude Code: `Bash`).
+pub struct Bash;
+
+impl Tool for Bash {
+    fn name(&self) -> &str {
+        "bash"
+    }
+    fn alias(&self) -> Option<&str> {
+        Some("Bash")
+    }
+    fn description(&self) -> &str {
+        "Run a command with `bash -c` in the working directory, in a sandbox: it can write only where this step may (nowhere in a read-only step, never `.git`), cannot open network connections unless the step allows them, and everything it starts is stopped when it returns. `$TMPDIR` is yours for scratch files. Returns the exit code, stdout and stderr."
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object", "properties": {
+            "command": {"type": "string"},
+            "timeout": {"type": "number", "description": "Seconds before the command is killed (default 120, at most 600)"}
+        }, "required": ["command"]})
+    }
+    fn call<'a>(&'a self, input: &'a Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
+        Box::pin(bash(&ctx.workspace, input, &ctx.bash))
+    }
+}
 
 #[derive(Deserialize)]
 struct BashInput {

@@ -3,10 +3,12 @@
 
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 
+use futures_util::future::BoxFuture;
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::confine::Workspace;
+use super::{Tool, ToolContext, ToolOutput, blocking, capped_lines, parse_input};
 
 /// Lines `read_file` returns when no `limit` is given.
 pub const READ_DEFAULT_LINES: usize = 2000;
@@ -17,53 +19,108 @@ pub const MAX_OUTPUT_BYTES: usize = 256 * 1024;
 /// Entries `list_dir` returns at most.
 pub const MAX_DIR_ENTRIES: usize = 1000;
 
-/// What a tool call answers.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ToolOutput {
-    pub text: String,
-    pub is_error: bool,
+/// `read_file` (Claude Code: `Read`).
+pub struct ReadFile;
+
+impl Tool for ReadFile {
+    fn name(&self) -> &str {
+        "read_file"
+    }
+    fn alias(&self) -> Option<&str> {
+        Some("Read")
+    }
+    fn description(&self) -> &str {
+        "Read a text file. Lines come numbered from 1. Long files are paged: pass `offset` (a line number) and `limit` to read more."
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object", "properties": {
+            "path": {"type": "string", "description": "File path, relative to the working directory"},
+            "offset": {"type": "integer", "minimum": 1, "description": "First line to read (1-based)"},
+            "limit": {"type": "integer", "minimum": 1, "description": "Number of lines to read (default 2000)"}
+        }, "required": ["path"]})
+    }
+    fn call<'a>(&'a self, input: &'a Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
+        blocking(ctx, input, read_file)
+    }
 }
 
-impl ToolOutput {
-    pub fn ok(text: impl Into<String>) -> Self {
-        Self {
-            text: text.into(),
-            is_error: false,
-        }
-    }
+/// `list_dir` (Claude Code: `LS`).
+pub struct ListDir;
 
-    pub fn error(text: impl Into<String>) -> Self {
-        Self {
-            text: text.into(),
-            is_error: true,
-        }
+impl Tool for ListDir {
+    fn name(&self) -> &str {
+        "list_dir"
+    }
+    fn alias(&self) -> Option<&str> {
+        Some("LS")
+    }
+    fn description(&self) -> &str {
+        "List the entries of a directory; directories end with `/`."
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object", "properties": {
+            "path": {"type": "string", "description": "Directory, relative to the working directory (default: the working directory)"}
+        }})
+    }
+    fn call<'a>(&'a self, input: &'a Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
+        blocking(ctx, input, list_dir)
     }
 }
 
-/// One line per item, at most `limit` of `total`, then `note` when some were left out.
-pub(crate) fn capped_lines(
-    items: impl IntoIterator<Item = String>,
-    limit: usize,
-    total: usize,
-    note: &str,
-) -> ToolOutput {
-    let mut out: String = items
-        .into_iter()
-        .take(limit)
-        .map(|line| format!("{line}\n"))
-        .collect();
-    if total > limit {
-        out.push_str(&format!("[showing {limit} of {total}; {note}]\n"));
+/// `write_file` (Claude Code: `Write`).
+pub struct WriteFile;
+
+impl Tool for WriteFile {
+    fn name(&self) -> &str {
+        "write_file"
     }
-    ToolOutput::ok(out)
+    fn alias(&self) -> Option<&str> {
+        Some("Write")
+    }
+    fn description(&self) -> &str {
+        "Create a file, or overwrite it, with the given content. Missing folders are created."
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object", "properties": {
+            "path": {"type": "string"},
+            "content": {"type": "string"}
+        }, "required": ["path", "content"]})
+    }
+    fn writes(&self) -> bool {
+        true
+    }
+    fn call<'a>(&'a self, input: &'a Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
+        blocking(ctx, input, write_file)
+    }
 }
 
-pub(crate) fn parse_input<T: for<'de> Deserialize<'de>>(
-    tool: &str,
-    input: &Value,
-) -> Result<T, ToolOutput> {
-    serde_json::from_value(input.clone())
-        .map_err(|err| ToolOutput::error(format!("invalid input for `{tool}`: {err}")))
+/// `edit_file` (Claude Code: `Edit`).
+pub struct EditFile;
+
+impl Tool for EditFile {
+    fn name(&self) -> &str {
+        "edit_file"
+    }
+    fn alias(&self) -> Option<&str> {
+        Some("Edit")
+    }
+    fn description(&self) -> &str {
+        "Replace `old_string` with `new_string` in a file. `old_string` must occur exactly once unless `replace_all` is true; copy it exactly, whitespace included."
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object", "properties": {
+            "path": {"type": "string"},
+            "old_string": {"type": "string"},
+            "new_string": {"type": "string"},
+            "replace_all": {"type": "boolean"}
+        }, "required": ["path", "old_string", "new_string"]})
+    }
+    fn writes(&self) -> bool {
+        true
+    }
+    fn call<'a>(&'a self, input: &'a Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
+        blocking(ctx, input, edit_file)
+    }
 }
 
 #[derive(Deserialize)]
@@ -368,7 +425,6 @@ fn read_limited(file: &mut std::fs::File, limit: u64) -> std::io::Result<String>
 mod tests {
     use super::*;
     use camino::Utf8PathBuf;
-    use serde_json::json;
 
     fn workspace() -> (tempfile::TempDir, Workspace) {
         let dir = tempfile::tempdir().unwrap();

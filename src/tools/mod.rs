@@ -1,4 +1,7 @@
-//! The tools a step can be given: their names, Claude Code aliases, and allowlist resolution.
+//! The tools a step can be given. Each is a [`Tool`]: a name, what the model is told about it, and
+//! `call`. Built-ins and any later source (MCP servers, `task`) register into one
+//! [`Registry`](registry::Registry); allowlists, plans and resume fingerprints only ever see
+//! names.
 
 pub mod bash;
 pub mod confine;
@@ -7,82 +10,106 @@ pub mod registry;
 pub mod search;
 
 use std::collections::BTreeSet;
-use std::fmt;
+use std::sync::Arc;
 
-/// Every tool `runner` provides (SPEC §3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum ToolName {
-    Bash,
-    EditFile,
-    Glob,
-    Grep,
-    ListDir,
-    ReadFile,
-    WriteFile,
+use futures_util::future::BoxFuture;
+use serde::Deserialize;
+use serde_json::Value;
+
+use bash::BashEnv;
+use confine::Workspace;
+pub use registry::{Registry, StepTools};
+
+/// What a tool call answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolOutput {
+    pub text: String,
+    pub is_error: bool,
 }
 
-impl ToolName {
-    pub const ALL: [ToolName; 7] = [
-        ToolName::Bash,
-        ToolName::EditFile,
-        ToolName::Glob,
-        ToolName::Grep,
-        ToolName::ListDir,
-        ToolName::ReadFile,
-        ToolName::WriteFile,
-    ];
-
-    /// The tools that never change anything (`explore` and `plan` get these and a read-only
-    /// `bash`).
-    pub const READ_ONLY: [ToolName; 4] = [
-        ToolName::Glob,
-        ToolName::Grep,
-        ToolName::ListDir,
-        ToolName::ReadFile,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ToolName::Bash => "bash",
-            ToolName::EditFile => "edit_file",
-            ToolName::Glob => "glob",
-            ToolName::Grep => "grep",
-            ToolName::ListDir => "list_dir",
-            ToolName::ReadFile => "read_file",
-            ToolName::WriteFile => "write_file",
+impl ToolOutput {
+    pub fn ok(text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            is_error: false,
         }
     }
 
-    /// The Claude Code name accepted as an alias.
-    pub fn claude_alias(self) -> &'static str {
-        match self {
-            ToolName::Bash => "Bash",
-            ToolName::EditFile => "Edit",
-            ToolName::Glob => "Glob",
-            ToolName::Grep => "Grep",
-            ToolName::ListDir => "LS",
-            ToolName::ReadFile => "Read",
-            ToolName::WriteFile => "Write",
+    pub fn error(text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            is_error: true,
         }
-    }
-
-    /// Whether having this tool lets a step change files (and so gives its bash a writable
-    /// working directory).
-    pub fn writes(self) -> bool {
-        matches!(self, ToolName::WriteFile | ToolName::EditFile)
-    }
-
-    pub fn parse(name: &str) -> Option<ToolName> {
-        Self::ALL
-            .into_iter()
-            .find(|t| t.as_str() == name || t.claude_alias() == name)
     }
 }
 
-impl fmt::Display for ToolName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+/// Everything a step's tool calls may use.
+#[derive(Debug, Clone)]
+pub struct ToolContext {
+    pub workspace: Arc<Workspace>,
+    /// How `bash` runs in this step.
+    pub bash: Arc<BashEnv>,
+}
+
+/// A tool a model can call.
+pub trait Tool: Send + Sync + 'static {
+    /// The name the model calls it by and tool lists use.
+    fn name(&self) -> &str;
+    /// Another name accepted in tool lists (Claude Code's, such as `Read`).
+    fn alias(&self) -> Option<&str> {
+        None
     }
+    /// What the model is told the tool does.
+    fn description(&self) -> &str;
+    /// The JSON Schema of its input.
+    fn input_schema(&self) -> Value;
+    /// Whether it changes files. A step with such a tool may also write with `bash`.
+    fn writes(&self) -> bool {
+        false
+    }
+    /// Runs one call. Failures are error results the model can act on, never panics.
+    fn call<'a>(&'a self, input: &'a Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput>;
+}
+
+/// Runs blocking file-system work off the async workers.
+pub(crate) fn blocking(
+    ctx: &ToolContext,
+    input: &Value,
+    work: fn(&Workspace, &Value) -> ToolOutput,
+) -> BoxFuture<'static, ToolOutput> {
+    let workspace = ctx.workspace.clone();
+    let input = input.clone();
+    Box::pin(async move {
+        tokio::task::spawn_blocking(move || work(&workspace, &input))
+            .await
+            .unwrap_or_else(|err| ToolOutput::error(format!("the tool failed unexpectedly: {err}")))
+    })
+}
+
+/// One line per item, at most `limit` of `total`, then `note` when some were left out.
+pub(crate) fn capped_lines(
+    items: impl IntoIterator<Item = String>,
+    limit: usize,
+    total: usize,
+    note: &str,
+) -> ToolOutput {
+    let mut out: String = items
+        .into_iter()
+        .take(limit)
+        .map(|line| format!("{line}\n"))
+        .collect();
+    if total > limit {
+        out.push_str(&format!("[showing {limit} of {total}; {note}]\n"));
+    }
+    ToolOutput::ok(out)
+}
+
+pub(crate) fn parse_input<T: for<'de> Deserialize<'de>>(
+    tool: &str,
+    input: &Value,
+) -> Result<T, ToolOutput> {
+    serde_json::from_value(input.clone())
+        .map_err(|err| ToolOutput::error(format!("invalid input for `{tool}`: {err}")))
 }
 
 /// Claude Code tools that `runner` does not provide. An agent copied from `.claude/agents/` that
@@ -107,74 +134,70 @@ pub const CLAUDE_ONLY_TOOLS: &[&str] = &[
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ToolEntry {
     All,
-    Tool(ToolName),
+    /// A tool's name (an alias is turned into the name).
+    Tool(String),
     /// A Claude Code tool we do not have (or an MCP tool): dropped with a warning.
     Unsupported(String),
     Unknown(String),
-}
-
-pub fn parse_entry(name: &str) -> ToolEntry {
-    let name = name.trim();
-    if name == "*" {
-        return ToolEntry::All;
-    }
-    if let Some(tool) = ToolName::parse(name) {
-        return ToolEntry::Tool(tool);
-    }
-    // Claude Code permission rules such as `Bash(git diff:*)` narrow a tool to some commands;
-    // runner cannot enforce that narrowing, so granting the whole tool would widen access.
-    let bare = name.split('(').next().unwrap_or(name).trim();
-    let is_rule = name.contains('(')
-        && (ToolName::parse(bare).is_some() || CLAUDE_ONLY_TOOLS.contains(&bare));
-    if is_rule || CLAUDE_ONLY_TOOLS.contains(&bare) || bare.starts_with("mcp__") {
-        return ToolEntry::Unsupported(name.to_owned());
-    }
-    ToolEntry::Unknown(name.to_owned())
-}
-
-/// Every spelling a user may write, for "did you mean".
-pub fn known_spellings() -> impl Iterator<Item = &'static str> {
-    ToolName::ALL
-        .into_iter()
-        .flat_map(|t| [t.as_str(), t.claude_alias()])
-}
-
-/// The hint for an unknown tool name: the closest spelling, or the list of tools.
-pub fn unknown_tool_help(name: &str) -> String {
-    crate::error::did_you_mean(name, known_spellings()).unwrap_or_else(|| {
-        format!(
-            "tools are {}",
-            ToolName::ALL.map(|t| format!("`{t}`")).join(", ")
-        )
-    })
 }
 
 /// A resolved list of tools, or all of them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ToolSet {
     All,
-    Some(BTreeSet<ToolName>),
+    Some(BTreeSet<String>),
 }
 
 impl ToolSet {
-    pub fn expand(&self) -> BTreeSet<ToolName> {
+    pub fn expand(&self, registry: &Registry) -> BTreeSet<String> {
         match self {
-            ToolSet::All => ToolName::ALL.into_iter().collect(),
+            ToolSet::All => registry.names().map(str::to_owned).collect(),
             ToolSet::Some(set) => set.clone(),
         }
+    }
+
+    /// `*`, or the names joined with `, `.
+    pub fn describe(&self) -> String {
+        match self {
+            ToolSet::All => "*".into(),
+            ToolSet::Some(set) => set.iter().cloned().collect::<Vec<_>>().join(", "),
+        }
+    }
+
+    /// Reads a tool list; entries other than tools come back apart (for warnings and errors).
+    pub fn parse(names: &[String], registry: &Registry) -> (ToolSet, Vec<ToolEntry>) {
+        let mut set = BTreeSet::new();
+        let mut others = Vec::new();
+        let mut all = false;
+        for name in names {
+            match registry.entry(name) {
+                ToolEntry::All => all = true,
+                ToolEntry::Tool(tool) => {
+                    set.insert(tool);
+                }
+                other => others.push(other),
+            }
+        }
+        let tools = if all {
+            ToolSet::All
+        } else {
+            ToolSet::Some(set)
+        };
+        (tools, others)
     }
 }
 
 /// SPEC §3: start from the agent's tools, a step's `tools` replaces them, `disallowed_tools`
 /// (the agent's and the step's) are removed last.
-pub fn resolve(
+pub fn resolve<'a>(
+    registry: &Registry,
     agent_tools: &ToolSet,
     step_tools: Option<&ToolSet>,
-    disallowed: impl IntoIterator<Item = ToolName>,
-) -> BTreeSet<ToolName> {
-    let mut tools = step_tools.unwrap_or(agent_tools).expand();
+    disallowed: impl IntoIterator<Item = &'a String>,
+) -> BTreeSet<String> {
+    let mut tools = step_tools.unwrap_or(agent_tools).expand(registry);
     for tool in disallowed {
-        tools.remove(&tool);
+        tools.remove(tool);
     }
     tools
 }
@@ -183,41 +206,47 @@ pub fn resolve(
 mod tests {
     use super::*;
 
+    fn names(list: &[&str]) -> BTreeSet<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
     #[test]
     fn aliases_and_names_parse() {
-        assert_eq!(parse_entry("Read"), ToolEntry::Tool(ToolName::ReadFile));
+        let registry = Registry::builtin();
+        assert_eq!(registry.entry("Read"), ToolEntry::Tool("read_file".into()));
         assert_eq!(
-            parse_entry("read_file"),
-            ToolEntry::Tool(ToolName::ReadFile)
+            registry.entry("read_file"),
+            ToolEntry::Tool("read_file".into())
         );
-        assert_eq!(parse_entry("LS"), ToolEntry::Tool(ToolName::ListDir));
-        assert_eq!(parse_entry(" * "), ToolEntry::All);
+        assert_eq!(registry.entry("LS"), ToolEntry::Tool("list_dir".into()));
+        assert_eq!(registry.entry(" * "), ToolEntry::All);
         assert_eq!(
-            parse_entry("WebFetch"),
+            registry.entry("WebFetch"),
             ToolEntry::Unsupported("WebFetch".into())
         );
         assert_eq!(
-            parse_entry("Bash(git diff:*)"),
+            registry.entry("Bash(git diff:*)"),
             ToolEntry::Unsupported("Bash(git diff:*)".into())
         );
         assert_eq!(
-            parse_entry("mcp__github__x"),
+            registry.entry("mcp__github__x"),
             ToolEntry::Unsupported("mcp__github__x".into())
         );
         assert_eq!(
-            parse_entry("reed_file"),
+            registry.entry("reed_file"),
             ToolEntry::Unknown("reed_file".into())
         );
     }
 
     #[test]
     fn step_tools_replace_and_disallowed_wins() {
-        let agent = ToolSet::Some(ToolName::READ_ONLY.into_iter().collect());
-        let step = ToolSet::Some([ToolName::Bash, ToolName::Grep].into_iter().collect());
-        let got = resolve(&agent, Some(&step), [ToolName::Grep]);
-        assert_eq!(got, [ToolName::Bash].into_iter().collect());
-        let all = resolve(&ToolSet::All, None, [ToolName::Bash]);
-        assert_eq!(all.len(), ToolName::ALL.len() - 1);
-        assert!(!all.contains(&ToolName::Bash));
+        let registry = Registry::builtin();
+        let agent = ToolSet::Some(names(&["glob", "grep", "list_dir", "read_file"]));
+        let step = ToolSet::Some(names(&["bash", "grep"]));
+        let got = resolve(&registry, &agent, Some(&step), &names(&["grep"]));
+        assert_eq!(got, names(&["bash"]));
+        let all = resolve(&registry, &ToolSet::All, None, &names(&["bash"]));
+        assert_eq!(all.len(), registry.names().count() - 1);
+        assert!(!all.contains("bash"));
     }
 }

@@ -1,143 +1,171 @@
-//! What the model sees of each tool (name, description, JSON Schema) and the dispatch of its
-//! calls: only tools the step was given run; anything else is an error result.
+//! The tools runner knows, by name, and a step's view of them: what the model is told about the
+//! tools it was given, and the dispatch of its calls (anything else is an error result).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use super::ToolName;
-use super::bash::BashEnv;
-use super::confine::Workspace;
-use super::fs::ToolOutput;
+use super::{CLAUDE_ONLY_TOOLS, Tool, ToolContext, ToolEntry, ToolOutput};
 use crate::provider::message::ToolDef;
 
-pub fn definition(tool: ToolName) -> ToolDef {
-    let (description, schema) = match tool {
-        ToolName::ReadFile => (
-            "Read a text file. Lines come numbered from 1. Long files are paged: pass `offset` (a line number) and `limit` to read more.",
-            json!({"type": "object", "properties": {
-                "path": {"type": "string", "description": "File path, relative to the working directory"},
-                "offset": {"type": "integer", "minimum": 1, "description": "First line to read (1-based)"},
-                "limit": {"type": "integer", "minimum": 1, "description": "Number of lines to read (default 2000)"}
-            }, "required": ["path"]}),
-        ),
-        ToolName::ListDir => (
-            "List the entries of a directory; directories end with `/`.",
-            json!({"type": "object", "properties": {
-                "path": {"type": "string", "description": "Directory, relative to the working directory (default: the working directory)"}
-            }}),
-        ),
-        ToolName::Glob => (
-            "Find files whose path matches a glob such as `**/*.rs` or `src/*.ts`. Honours .gitignore.",
-            json!({"type": "object", "properties": {
-                "pattern": {"type": "string", "description": "Glob, matched against paths relative to `path`"},
-                "path": {"type": "string", "description": "Directory to search (default: the working directory)"}
-            }, "required": ["pattern"]}),
-        ),
-        ToolName::Grep => (
-            "Search file contents with a regular expression (Rust regex syntax). Returns `path:line:text`. Honours .gitignore.",
-            json!({"type": "object", "properties": {
-                "pattern": {"type": "string", "description": "Regular expression"},
-                "path": {"type": "string", "description": "File or directory to search (default: the working directory)"},
-                "glob": {"type": "string", "description": "Only search files matching this glob, e.g. `*.py`"},
-                "case_insensitive": {"type": "boolean"},
-                "max_results": {"type": "integer", "minimum": 1, "description": "Matching lines to return (default 200)"}
-            }, "required": ["pattern"]}),
-        ),
-        ToolName::Bash => (
-            "Run a command with `bash -c` in the working directory. Returns the exit code, stdout and stderr.",
-            json!({"type": "object", "properties": {
-                "command": {"type": "string"},
-                "timeout": {"type": "number", "description": "Seconds before the command is killed (default 120, at most 600)"}
-            }, "required": ["command"]}),
-        ),
-        ToolName::WriteFile => (
-            "Create a file, or overwrite it, with the given content. Missing folders are created.",
-            json!({"type": "object", "properties": {
-                "path": {"type": "string"},
-                "content": {"type": "string"}
-            }, "required": ["path", "content"]}),
-        ),
-        ToolName::EditFile => (
-            "Replace `old_string` with `new_string` in a file. `old_string` must occur exactly once unless `replace_all` is true; copy it exactly, whitespace included.",
-            json!({"type": "object", "properties": {
-                "path": {"type": "string"},
-                "old_string": {"type": "string"},
-                "new_string": {"type": "string"},
-                "replace_all": {"type": "boolean"}
-            }, "required": ["path", "old_string", "new_string"]}),
-        ),
-    };
-    ToolDef {
-        name: tool.as_str().to_owned(),
-        description: description.to_owned(),
-        input_schema: schema,
+/// Every tool a workflow may name.
+#[derive(Clone, Default)]
+pub struct Registry {
+    tools: BTreeMap<String, Arc<dyn Tool>>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.tools.keys()).finish()
     }
 }
 
-/// Everything a step's tool calls need.
-#[derive(Debug, Clone)]
-pub struct ToolBox {
-    pub workspace: Arc<Workspace>,
-    pub allowed: BTreeSet<ToolName>,
-    /// How `bash` runs in this step.
-    pub bash: Arc<BashEnv>,
+impl Registry {
+    /// runner's own tools (SPEC §3).
+    pub fn builtin() -> Self {
+        let mut registry = Self::default();
+        registry
+            .register(super::fs::ReadFile)
+            .register(super::fs::ListDir)
+            .register(super::fs::WriteFile)
+            .register(super::fs::EditFile)
+            .register(super::search::Glob)
+            .register(super::search::Grep)
+            .register(super::bash::Bash);
+        registry
+    }
+
+    /// Adds a tool; one of the same name is replaced.
+    pub fn register(&mut self, tool: impl Tool) -> &mut Self {
+        self.tools.insert(tool.name().to_owned(), Arc::new(tool));
+        self
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.tools.get(name)
+    }
+
+    /// Tool names, sorted.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.tools.keys().map(String::as_str)
+    }
+
+    /// Whether any of `names` changes files.
+    pub fn any_writes<'a>(&self, names: impl IntoIterator<Item = &'a String>) -> bool {
+        names
+            .into_iter()
+            .any(|n| self.get(n).is_some_and(|t| t.writes()))
+    }
+
+    /// What one entry of a tool list means: a name, an alias, `*`, or something runner does not
+    /// have.
+    pub fn entry(&self, spelled: &str) -> ToolEntry {
+        let spelled = spelled.trim();
+        if spelled == "*" {
+            return ToolEntry::All;
+        }
+        if let Some(tool) = self
+            .tools
+            .values()
+            .find(|t| t.name() == spelled || t.alias() == Some(spelled))
+        {
+            return ToolEntry::Tool(tool.name().to_owned());
+        }
+        // Claude Code permission rules such as `Bash(git diff:*)` narrow a tool to some commands;
+        // runner cannot enforce that narrowing, and granting the whole tool would widen access.
+        let bare = spelled.split('(').next().unwrap_or(spelled).trim();
+        let known = |name: &str| {
+            CLAUDE_ONLY_TOOLS.contains(&name)
+                || self
+                    .tools
+                    .values()
+                    .any(|t| t.name() == name || t.alias() == Some(name))
+        };
+        if (spelled.contains('(') && known(bare))
+            || CLAUDE_ONLY_TOOLS.contains(&bare)
+            || bare.starts_with("mcp__")
+        {
+            return ToolEntry::Unsupported(spelled.to_owned());
+        }
+        ToolEntry::Unknown(spelled.to_owned())
+    }
+
+    /// The hint for an unknown tool name: the closest spelling, or the list of tools.
+    pub fn unknown_help(&self, name: &str) -> String {
+        let spellings = self
+            .tools
+            .values()
+            .flat_map(|t| [Some(t.name()), t.alias()])
+            .flatten();
+        crate::error::did_you_mean(name, spellings).unwrap_or_else(|| {
+            format!(
+                "tools are {}",
+                self.names()
+                    .map(|t| format!("`{t}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
+    }
 }
 
-impl ToolBox {
+/// The tools of one step: the registry, the names the step was given, and where they work.
+#[derive(Debug, Clone)]
+pub struct StepTools {
+    pub registry: Arc<Registry>,
+    pub allowed: BTreeSet<String>,
+    pub context: ToolContext,
+}
+
+impl StepTools {
+    /// What the model is told about the tools it may call.
     pub fn definitions(&self) -> Vec<ToolDef> {
-        self.allowed.iter().map(|t| definition(*t)).collect()
+        self.allowed
+            .iter()
+            .filter_map(|name| self.registry.get(name))
+            .map(|tool| ToolDef {
+                name: tool.name().to_owned(),
+                description: tool.description().to_owned(),
+                input_schema: tool.input_schema(),
+            })
+            .collect()
     }
 
     /// Runs one call. A tool the step was not given is refused without running. A known secret
     /// in the result (a key a command printed) is hidden before the model sees it.
     pub async fn call(&self, name: &str, input: &Value) -> ToolOutput {
-        let mut output = self.dispatch(name, input).await;
+        let mut output = match self.registry.get(name) {
+            None => ToolOutput::error(format!("there is no tool `{name}`")),
+            Some(_) if !self.allowed.contains(name) => {
+                ToolOutput::error(format!("`{name}` is not available to this step"))
+            }
+            Some(tool) => tool.call(input, &self.context).await,
+        };
         output.text = crate::secrets::redact_owned(output.text);
         output
-    }
-
-    async fn dispatch(&self, name: &str, input: &Value) -> ToolOutput {
-        let Some(tool) = ToolName::parse(name).filter(|t| t.as_str() == name) else {
-            return ToolOutput::error(format!("there is no tool `{name}`"));
-        };
-        if !self.allowed.contains(&tool) {
-            return ToolOutput::error(format!("`{name}` is not available to this step"));
-        }
-        if tool == ToolName::Bash {
-            return super::bash::bash(&self.workspace, input, &self.bash).await;
-        }
-        // File system work blocks; keep it off the async workers.
-        let ws = self.workspace.clone();
-        let input = input.clone();
-        let task = tokio::task::spawn_blocking(move || match tool {
-            ToolName::ReadFile => super::fs::read_file(&ws, &input),
-            ToolName::ListDir => super::fs::list_dir(&ws, &input),
-            ToolName::WriteFile => super::fs::write_file(&ws, &input),
-            ToolName::EditFile => super::fs::edit_file(&ws, &input),
-            ToolName::Glob => super::search::glob(&ws, &input),
-            ToolName::Grep => super::search::grep(&ws, &input),
-            ToolName::Bash => ToolOutput::error("unreachable"),
-        });
-        task.await
-            .unwrap_or_else(|err| ToolOutput::error(format!("the tool failed unexpectedly: {err}")))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::bash::BashEnv;
+    use crate::tools::confine::Workspace;
     use camino::Utf8PathBuf;
+    use serde_json::json;
 
     #[tokio::test]
     async fn denied_and_unknown_tools_do_not_run() {
         let dir = tempfile::tempdir().unwrap();
         let root = Utf8PathBuf::from_path_buf(dir.path().to_owned()).unwrap();
-        let tools = ToolBox {
-            workspace: Arc::new(Workspace::new(&root).unwrap()),
-            allowed: [ToolName::ReadFile].into_iter().collect(),
-            bash: Arc::new(BashEnv::new(crate::sandbox::Mode::ReadOnly, false)),
+        let tools = StepTools {
+            registry: Arc::new(Registry::builtin()),
+            allowed: ["read_file".to_owned()].into_iter().collect(),
+            context: ToolContext {
+                workspace: Arc::new(Workspace::new(&root).unwrap()),
+                bash: Arc::new(BashEnv::new(crate::sandbox::Mode::ReadOnly, false)),
+            },
         };
         let denied = tools
             .call("write_file", &json!({"path": "x", "content": "y"}))
@@ -150,9 +178,10 @@ mod tests {
         let unknown = tools.call("Write", &json!({})).await;
         assert_eq!(unknown, ToolOutput::error("there is no tool `Write`"));
         assert_eq!(tools.definitions().len(), 1);
-        for tool in ToolName::ALL {
-            let def = definition(tool);
-            assert_eq!(def.input_schema["type"], "object", "{}", def.name);
+        let registry = Registry::builtin();
+        for name in registry.names() {
+            let tool = registry.get(name).unwrap();
+            assert_eq!(tool.input_schema()["type"], "object", "{name}");
         }
     }
 }

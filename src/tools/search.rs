@@ -4,16 +4,17 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use camino::{Utf8Path, Utf8PathBuf};
+use futures_util::future::BoxFuture;
 use globset::GlobBuilder;
 use grep_regex::RegexMatcherBuilder;
 use grep_searcher::sinks::UTF8;
 use grep_searcher::{BinaryDetection, SearcherBuilder};
 use ignore::{WalkBuilder, WalkState};
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::confine::{ConfineError, Workspace};
-use super::fs::{ToolOutput, capped_lines, parse_input};
+use super::{Tool, ToolContext, ToolOutput, blocking, capped_lines, parse_input};
 
 /// Paths `glob` returns at most.
 pub const MAX_GLOB_RESULTS: usize = 1000;
@@ -62,6 +63,57 @@ fn inside(ws: &Workspace, path: &std::path::Path) -> Option<Utf8PathBuf> {
         return None;
     }
     path.strip_prefix(ws.root()).ok().map(Utf8Path::to_owned)
+}
+
+/// `glob` (Claude Code: `Glob`).
+pub struct Glob;
+
+impl Tool for Glob {
+    fn name(&self) -> &str {
+        "glob"
+    }
+    fn alias(&self) -> Option<&str> {
+        Some("Glob")
+    }
+    fn description(&self) -> &str {
+        "Find files whose path matches a glob such as `**/*.rs` or `src/*.ts`. Honours .gitignore."
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object", "properties": {
+            "pattern": {"type": "string", "description": "Glob, matched against paths relative to `path`"},
+            "path": {"type": "string", "description": "Directory to search (default: the working directory)"}
+        }, "required": ["pattern"]})
+    }
+    fn call<'a>(&'a self, input: &'a Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
+        blocking(ctx, input, glob)
+    }
+}
+
+/// `grep` (Claude Code: `Grep`).
+pub struct Grep;
+
+impl Tool for Grep {
+    fn name(&self) -> &str {
+        "grep"
+    }
+    fn alias(&self) -> Option<&str> {
+        Some("Grep")
+    }
+    fn description(&self) -> &str {
+        "Search file contents with a regular expression (Rust regex syntax). Returns `path:line:text`. Honours .gitignore."
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object", "properties": {
+            "pattern": {"type": "string", "description": "Regular expression"},
+            "path": {"type": "string", "description": "File or directory to search (default: the working directory)"},
+            "glob": {"type": "string", "description": "Only search files matching this glob, e.g. `*.py`"},
+            "case_insensitive": {"type": "boolean"},
+            "max_results": {"type": "integer", "minimum": 1, "description": "Matching lines to return (default 200)"}
+        }, "required": ["pattern"]})
+    }
+    fn call<'a>(&'a self, input: &'a Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
+        blocking(ctx, input, grep)
+    }
 }
 
 #[derive(Deserialize)]
@@ -249,7 +301,6 @@ pub fn grep(ws: &Workspace, input: &Value) -> ToolOutput {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     fn workspace() -> (tempfile::TempDir, Workspace) {
         let dir = tempfile::tempdir().unwrap();

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use camino::Utf8PathBuf;
 use runner::sandbox::Mode;
+use runner::tools::ToolOutput;
 use runner::tools::bash::{BashEnv, bash};
 use runner::tools::confine::Workspace;
-use runner::tools::fs::ToolOutput;
 use serde_json::json;
 
 fn env(mode: Mode, network: bool) -> BashEnv {

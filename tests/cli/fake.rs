@@ -153,12 +153,16 @@ pub fn openai_text(text: &str) -> ResponseTemplate {
     }))
 }
 
-/// The first message's text of an Anthropic request: the step's rendered prompt.
+/// The first message's text of an Anthropic request, after the environment block: the step's
+/// rendered prompt.
 pub fn prompt_of(body: &Value) -> String {
-    body["messages"][0]["content"][0]["text"]
+    let first = body["messages"][0]["content"][0]["text"]
         .as_str()
-        .unwrap_or_default()
-        .to_owned()
+        .unwrap_or_default();
+    match first.split_once("</environment>\n\n") {
+        Some((_, prompt)) => prompt.to_owned(),
+        None => first.to_owned(),
+    }
 }
 
 /// The tool results a request carries back (Anthropic), by tool_use_id.

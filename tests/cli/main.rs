@@ -13,5 +13,6 @@ mod race;
 mod run;
 mod scheduler;
 mod schema;
+mod seams;
 mod support;
 mod workflows;

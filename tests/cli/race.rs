@@ -37,6 +37,11 @@ fn swapping_a_directory_for_a_symlink_never_leads_outside() {
             let d = root.join("d");
             let _ = started.send(());
             while !stop.load(Ordering::Relaxed) {
+                // A write that found `d` missing created it as a new folder; it would block the
+                // swap for good.
+                if d.symlink_metadata().is_ok_and(|m| m.is_dir()) {
+                    let _ = std::fs::remove_dir_all(&d);
+                }
                 for source in ["real", "link"] {
                     let _ = std::fs::rename(root.join(source), &d);
                     let _ = std::fs::rename(&d, root.join(source));

@@ -81,11 +81,18 @@ async fn anthropic_multi_turn_with_a_tool() {
             .unwrap()
             .contains("read-only")
     );
+    // Where the step runs is in its first message, not in the cacheable system prompt.
     assert!(
-        bodies[0]["system"][0]["text"]
+        !bodies[0]["system"][0]["text"]
             .as_str()
             .unwrap()
             .contains("Working directory:")
+    );
+    assert!(
+        bodies[0]["messages"][0]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("<environment>\nWorking directory:")
     );
     let tools: Vec<&str> = bodies[0]["tools"]
         .as_array()
@@ -115,14 +122,41 @@ async fn anthropic_multi_turn_with_a_tool() {
     assert!(!results[0].2);
 
     let log = transcript(&test, &run, "s");
-    for kind in [
-        "\"request\"",
-        "\"response\"",
-        "\"tool_call\"",
-        "\"tool_result\"",
-    ] {
-        assert!(log.contains(kind), "transcript lacks {kind}");
-    }
+    let events: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "step_started",
+            "session_started",
+            "turn_started",
+            "turn_finished",
+            "tool_started",
+            "tool_finished",
+            "turn_started",
+            "turn_finished",
+            "step_finished"
+        ]
+    );
+    // Each request logs what it adds, not the whole conversation again: the second one carries
+    // the reply and the tool result, not the prompt.
+    let second = events
+        .iter()
+        .filter(|e| e["event"] == "turn_started")
+        .nth(1)
+        .unwrap();
+    let added = second["messages"].to_string();
+    assert!(
+        added.contains("tool_result") && !added.contains("Find login"),
+        "{added}"
+    );
+    assert_eq!(second["digest"].as_str().unwrap().len(), 64);
     assert!(!log.contains(KEY), "the API key leaked into the transcript");
     assert!(!out.stdout.contains(KEY) && !out.stderr.contains(KEY));
     assert!(
@@ -276,7 +310,7 @@ async fn retries_overloaded_and_rate_limited_requests() {
     let retries: Vec<Value> = log
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter(|e| e["type"] == "retry")
+        .filter(|e| e["event"] == "retrying")
         .collect();
     assert_eq!(retries.len(), 2);
     assert!(retries[0]["error"].as_str().unwrap().contains("529"));
@@ -378,7 +412,7 @@ async fn summaries_flow_to_dependents_literally() {
     assert_eq!(out.status, 0, "{}", out.transcript());
     let bodies = fake.bodies().await;
     assert_eq!(
-        bodies[1]["messages"][0]["content"][0]["text"],
+        crate::fake::prompt_of(&bodies[1]),
         "Given: Found {{ inputs.x }} in auth.rs (succeeded)"
     );
     let run = run_json(&out);

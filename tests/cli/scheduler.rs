@@ -9,10 +9,12 @@ use std::time::Duration;
 use camino::Utf8PathBuf;
 use futures_util::future::BoxFuture;
 use runner::agent::AgentCatalog;
+use runner::event::Sinks;
 use runner::plan::{Plan, PlanOptions, build_plan};
 use runner::run::executor::{Executor, StepJob};
-use runner::run::{self, Reporter, RunOptions, RunRecord, StepRecord, StepStatus};
-use runner::session::{StepOutcome, StepProgress};
+use runner::run::{self, RunOptions, RunRecord, StepStatus};
+use runner::session::{FailureKind, StepOutcome};
+use runner::tools::Registry;
 use runner::workflow::load_workflow;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -70,9 +72,9 @@ impl Executor for Channels {
                 .unwrap()
                 .push(Event::Started(id.clone()));
             let _ = channels.events.send(Event::Started(id.clone()));
-            let outcome = rx
-                .await
-                .unwrap_or_else(|_| StepOutcome::failed("test dropped the step"));
+            let outcome = rx.await.unwrap_or_else(|_| {
+                StepOutcome::failed(FailureKind::Crashed, "test dropped the step")
+            });
             guard.0 = None;
             channels.in_flight.fetch_sub(1, Ordering::SeqCst);
             outcome
@@ -93,22 +95,12 @@ impl Channels {
             .remove(id)
             .unwrap_or_else(|| panic!("{id} is not running"));
         let outcome = if succeeded {
-            StepOutcome {
-                succeeded: true,
-                summary: format!("{id} done"),
-                ..StepOutcome::default()
-            }
+            StepOutcome::succeeded(format!("{id} done"))
         } else {
-            StepOutcome::failed(format!("{id} broke"))
+            StepOutcome::failed(FailureKind::Model, format!("{id} broke"))
         };
         let _ = tx.send(outcome);
     }
-}
-
-struct Quiet;
-impl Reporter for Quiet {
-    fn step_started(&mut self, _: &runner::plan::PlannedStep, _: Arc<StepProgress>) {}
-    fn step_finished(&mut self, _: &runner::plan::PlannedStep, _: &StepRecord) {}
 }
 
 fn plan(dir: &tempfile::TempDir, steps: &str, max_parallel: u32) -> Plan {
@@ -118,7 +110,12 @@ fn plan(dir: &tempfile::TempDir, steps: &str, max_parallel: u32) -> Plan {
     let path = Utf8PathBuf::from_path_buf(dir.path().join("w.toml")).unwrap();
     std::fs::write(&path, text).unwrap();
     let loaded = load_workflow(&path).unwrap();
-    let (plan, problems) = build_plan(&loaded, &AgentCatalog::load(&[]), &PlanOptions::default());
+    let (plan, problems) = build_plan(
+        &loaded,
+        &AgentCatalog::load(&[], &Registry::builtin()),
+        &Registry::builtin(),
+        &PlanOptions::default(),
+    );
     plan.unwrap_or_else(|| panic!("{problems:?}"))
 }
 
@@ -168,7 +165,7 @@ fn start_with(
     };
     let executor: Arc<dyn Executor> = Arc::new(channels.clone());
     let run = tokio::spawn(async move {
-        run::execute(&plan, executor, &options, &mut Quiet)
+        run::execute(&plan, executor, &options, &mut Sinks::default())
             .await
             .expect("run")
     });
@@ -395,10 +392,7 @@ impl Executor for Panics {
     fn run(&self, job: StepJob) -> BoxFuture<'static, StepOutcome> {
         Box::pin(async move {
             assert!(job.step.id != "boom", "the executor blew up");
-            StepOutcome {
-                succeeded: true,
-                ..StepOutcome::default()
-            }
+            StepOutcome::succeeded("")
         })
     }
 }
@@ -425,7 +419,7 @@ async fn a_step_that_panics_fails_alone() {
         only: BTreeSet::new(),
         interrupt: CancellationToken::new(),
     };
-    let record = run::execute(&plan, Arc::new(Panics), &options, &mut Quiet)
+    let record = run::execute(&plan, Arc::new(Panics), &options, &mut Sinks::default())
         .await
         .unwrap();
     assert_eq!(record.steps["boom"].status, StepStatus::Failed);

@@ -239,8 +239,10 @@ async fn resume_reruns_only_what_failed_or_changed_and_only_picks_steps() {
     assert_eq!(first.status, 1, "{}", first.transcript());
     let xml = std::fs::read_to_string(&junit).unwrap();
     assert!(xml.contains("<testcase name=\"a\""));
-    assert!(xml.contains("<failure message=\"model request failed: the model API answered 400: invalid_request_error: bad\""), "{xml}");
-    assert!(xml.contains("tests=\"2\" failures=\"1\" skipped=\"0\""));
+    assert!(xml.contains("<failure message=\"model request failed: the API rejected the request (400): invalid_request_error: bad (POST http://"), "{xml}");
+    for count in ["tests=\"2\"", "failures=\"1\"", "skipped=\"0\""] {
+        assert!(xml.contains(count), "{count}: {xml}");
+    }
 
     // 2: resume: a is reused, b runs again.
     let second = run(vec!["--resume".into(), "latest".into()]).await;
@@ -355,21 +357,28 @@ async fn a_worktree_step_commits_on_its_branch_and_leaves_the_main_tree_clean() 
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_worktree_step_outside_git_is_a_validation_error() {
+async fn a_worktree_step_outside_git_is_refused_when_the_run_starts() {
     let workflow = format!(
         "name = \"t\"\n{MODELS}[steps.impl]\nagent = \"code\"\nisolation = \"worktree\"\nprompt = \"x\"\n"
     );
-    let out = Test::new()
-        .file("w.toml", &workflow)
-        .args(&["validate", "w.toml"])
-        .run();
-    assert_eq!(out.status, 2);
+    // Planning never looks at git: validate, plan and graph work anywhere.
+    for command in ["validate", "plan", "graph"] {
+        let out = Test::new()
+            .file("w.toml", &workflow)
+            .args(&[command, "w.toml"])
+            .run();
+        assert_eq!(out.status, 0, "{command}: {}", out.transcript());
+    }
+    let fake = Fake::anthropic(vec![]).await;
+    let out = run_one(&fake, &workflow).await;
+    assert_eq!(out.status, 2, "{}", out.transcript());
     assert!(
         out.stderr
-            .contains("runs in a git worktree, but `.` is not in a git repository"),
+            .contains("is not inside a git repository with a commit"),
         "{}",
         out.stderr
     );
+    assert!(fake.requests().await.is_empty(), "a model was called");
 }
 
 #[test]
@@ -599,10 +608,9 @@ async fn fail_fast_through_the_binary_cancels_the_slow_step() {
     assert_eq!(run["steps"]["next"]["status"], "cancelled");
     assert_eq!(fake.count("MARK-next").await, 0);
     let xml = std::fs::read_to_string(test.path().join("j.xml")).unwrap();
-    assert!(
-        xml.contains("tests=\"3\" failures=\"1\" skipped=\"2\""),
-        "{xml}"
-    );
+    for count in ["tests=\"3\"", "failures=\"1\"", "skipped=\"2\""] {
+        assert!(xml.contains(count), "{count}: {xml}");
+    }
     assert!(
         xml.contains("<skipped message=\"cancelled: cancelled\"/>"),
         "{xml}"

@@ -146,6 +146,17 @@ pub fn error_message(body: &Value) -> Option<String> {
     }
 }
 
+/// Whether an error body says the prompt does not fit (`prompt is too long: ...`).
+pub fn context_too_long(body: &Value) -> bool {
+    let error = body.get("error");
+    let kind = error.and_then(|e| e.get("type")).and_then(Value::as_str);
+    let message = error
+        .and_then(|e| e.get("message"))
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    kind == Some("request_too_large") || message.contains("prompt is too long")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

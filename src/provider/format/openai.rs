@@ -176,6 +176,17 @@ pub fn error_message(body: &Value) -> Option<String> {
     }
 }
 
+/// Whether an error body says the prompt does not fit (`context_length_exceeded`).
+pub fn context_too_long(body: &Value) -> bool {
+    let error = body.get("error");
+    let code = error.and_then(|e| e.get("code")).and_then(Value::as_str);
+    let message = error
+        .and_then(|e| e.get("message"))
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    code == Some("context_length_exceeded") || message.contains("maximum context length")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,108 @@
+//! `runner agents`: every agent a workflow can use, with where it comes from.
+
+use camino::{Utf8Path, Utf8PathBuf};
+
+use super::{report, workdir};
+use crate::agent::{AgentCatalog, AgentSource, lookup_dirs};
+use crate::cli::{AgentsArgs, Io, ResolveArgs};
+use crate::error::{Exit, Problem};
+use crate::tools::Registry;
+
+pub fn agents(args: AgentsArgs, io: &mut Io<'_>) -> Exit {
+    let resolve = ResolveArgs {
+        workdir: args.workdir.clone(),
+        ..Default::default()
+    };
+    let dir = match workdir(&resolve) {
+        Ok(dir) => dir,
+        Err(problem) => {
+            report(io, &[problem]);
+            return Exit::Invalid;
+        }
+    };
+    let catalog = AgentCatalog::load(
+        &lookup_dirs(&args.agents_dirs, args.workflow.as_deref(), &dir),
+        &Registry::builtin(),
+    );
+    let mut rows = vec![[
+        "NAME".to_owned(),
+        "SOURCE".to_owned(),
+        "MODEL".to_owned(),
+        "TOOLS".to_owned(),
+    ]];
+    for agent in catalog.agents() {
+        let tools = agent.tools.describe();
+        let tools = if agent.disallowed.is_empty() {
+            tools
+        } else {
+            let minus: Vec<&str> = agent.disallowed.iter().map(String::as_str).collect();
+            format!("{tools} (minus {})", minus.join(", "))
+        };
+        let model = agent
+            .model
+            .clone()
+            .unwrap_or_else(|| agent.default_alias.to_owned());
+        rows.push([
+            agent.name.clone(),
+            display_source(&agent.source),
+            model,
+            tools,
+        ]);
+    }
+    let widths: Vec<usize> = (0..4)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    for row in &rows {
+        let line = format!(
+            "{:<w0$}  {:<w1$}  {:<w2$}  {}",
+            row[0],
+            row[1],
+            row[2],
+            row[3],
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2]
+        );
+        let _ = writeln!(io.out, "{}", line.trim_end());
+    }
+    for agent in &catalog.shadowed {
+        let _ = writeln!(
+            io.err,
+            "note: agent `{}` from {} is hidden by one of the same name with higher priority",
+            agent.name,
+            display_source(&agent.source)
+        );
+    }
+    let mut problems: Vec<Problem> = catalog.warnings.values().flatten().cloned().collect();
+    for (_, list) in catalog.broken.values() {
+        problems.extend(list.iter().cloned());
+    }
+    report(io, &problems);
+    if catalog.broken.is_empty() {
+        Exit::Success
+    } else {
+        let _ = writeln!(
+            io.err,
+            "error: {} agent file{} could not be loaded",
+            catalog.broken.len(),
+            if catalog.broken.len() == 1 { "" } else { "s" }
+        );
+        Exit::Invalid
+    }
+}
+
+/// Agent files shown relative to the current directory when they are under it.
+fn display_source(source: &AgentSource) -> String {
+    match source {
+        AgentSource::Builtin => "built-in".into(),
+        AgentSource::File(path) => {
+            let cwd = std::env::current_dir()
+                .ok()
+                .and_then(|p| Utf8PathBuf::from_path_buf(p).ok());
+            let canonical = path.canonicalize_utf8().unwrap_or_else(|_| path.clone());
+            cwd.and_then(|cwd| canonical.strip_prefix(&cwd).ok().map(Utf8Path::to_owned))
+                .unwrap_or_else(|| path.clone())
+                .to_string()
+        }
+    }
+}

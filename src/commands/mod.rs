@@ -1,0 +1,140 @@
+//! One file per command; what they share (loading a workflow into a plan, reporting problems)
+//! lives here.
+
+pub mod agents;
+pub mod graph;
+pub mod plan;
+pub mod run;
+pub mod schema;
+pub mod validate;
+
+use camino::{Utf8Path, Utf8PathBuf};
+
+use crate::agent::{AgentCatalog, lookup_dirs};
+use crate::cli::{Io, ResolveArgs, SandboxSetting};
+use crate::error::{Problem, Renderer, count_summary};
+use crate::plan::{Plan, PlanOptions, build_plan};
+use crate::tools::Registry;
+use crate::workflow::load_workflow;
+
+pub(crate) fn report(io: &mut Io<'_>, problems: &[Problem]) {
+    if problems.is_empty() {
+        return;
+    }
+    let text = Renderer::new(io.color).render(problems);
+    let _ = write!(io.err, "{text}");
+}
+
+/// Reports problems and, if any is an error, how many; returns whether there were errors.
+pub(crate) fn report_with_summary(io: &mut Io<'_>, problems: &[Problem], file: &Utf8Path) -> bool {
+    report(io, problems);
+    let failed = problems.iter().any(Problem::is_error);
+    if failed {
+        let _ = writeln!(
+            io.err,
+            "error: {file} is invalid: {}",
+            count_summary(problems)
+        );
+    }
+    failed
+}
+
+pub(crate) fn workdir(args: &ResolveArgs) -> Result<Utf8PathBuf, Problem> {
+    match &args.workdir {
+        Some(dir) if dir.is_dir() => Ok(dir.clone()),
+        Some(dir) => Err(Problem::error(format!(
+            "--workdir `{dir}` is not a directory"
+        ))),
+        None => Ok(Utf8PathBuf::from(".")),
+    }
+}
+
+/// Turns `--input`/`--model` flags into options, reading `NAME=@FILE` values.
+pub(crate) fn plan_options(
+    args: &ResolveArgs,
+    max_parallel: Option<u32>,
+    require_inputs: bool,
+) -> Result<PlanOptions, Vec<Problem>> {
+    let mut problems = Vec::new();
+    let mut inputs = Vec::new();
+    for raw in &args.inputs {
+        let Some((name, value)) = raw.split_once('=') else {
+            problems.push(Problem::error(format!(
+                "`--input {raw}` must be NAME=VALUE (or NAME=@FILE)"
+            )));
+            continue;
+        };
+        let value = match value.strip_prefix('@') {
+            Some(path) => match crate::limits::read_text(
+                Utf8Path::new(path),
+                crate::limits::MAX_INPUT_FILE_BYTES,
+            ) {
+                Ok(text) => text,
+                Err(err) => {
+                    problems.push(Problem::error(format!(
+                        "`--input {name}=@{path}`: cannot read `{path}`: {err}"
+                    )));
+                    continue;
+                }
+            },
+            None => value.to_owned(),
+        };
+        inputs.push((name.trim().to_owned(), value));
+    }
+    let mut models = Vec::new();
+    for raw in &args.models {
+        match raw.split_once('=') {
+            Some((alias, model)) => models.push((alias.trim().to_owned(), model.trim().to_owned())),
+            None => problems.push(Problem::error(format!(
+                "`--model {raw}` must be ALIAS=provider/model, e.g. `--model default=anthropic/claude-sonnet-4-5`"
+            ))),
+        }
+    }
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    Ok(PlanOptions {
+        inputs,
+        models,
+        max_parallel,
+        require_inputs,
+        sandbox_off: args.sandbox == SandboxSetting::Off,
+    })
+}
+
+/// Loads a workflow and builds its plan, reporting every problem. `None` means exit 2.
+pub(crate) fn load_plan(
+    workflow: &Utf8Path,
+    args: &ResolveArgs,
+    max_parallel: Option<u32>,
+    require_inputs: bool,
+    io: &mut Io<'_>,
+) -> Option<Plan> {
+    let prepared = workdir(args).map_err(|p| vec![p]).and_then(|dir| {
+        plan_options(args, max_parallel, require_inputs).map(|options| (dir, options))
+    });
+    let (dir, options) = match prepared {
+        Ok(ok) => ok,
+        Err(problems) => {
+            report(io, &problems);
+            return None;
+        }
+    };
+    let loaded = match load_workflow(workflow) {
+        Ok(loaded) => loaded,
+        Err(problems) => {
+            report_with_summary(io, &problems, workflow);
+            return None;
+        }
+    };
+    let registry = Registry::builtin();
+    let catalog = AgentCatalog::load(
+        &lookup_dirs(&args.agents_dirs, Some(workflow), &dir),
+        &registry,
+    );
+    let (plan, problems) = build_plan(&loaded, &catalog, &registry, &options);
+    if report_with_summary(io, &problems, workflow) {
+        return None;
+    }
+    plan
+}

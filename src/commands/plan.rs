@@ -1,0 +1,26 @@
+//! `runner plan WORKFLOW` (and `run --dry-run`): the plan, with no model called.
+
+use camino::Utf8Path;
+
+use super::load_plan;
+use crate::cli::{Format, Io, ResolveArgs};
+use crate::error::Exit;
+use crate::plan::render;
+
+pub fn plan(
+    workflow: &Utf8Path,
+    args: &ResolveArgs,
+    max_parallel: Option<u32>,
+    format: Format,
+    io: &mut Io<'_>,
+) -> Exit {
+    let Some(plan) = load_plan(workflow, args, max_parallel, true, io) else {
+        return Exit::Invalid;
+    };
+    let text = match format {
+        Format::Text => render::to_text(&plan),
+        Format::Json => render::to_json(&plan),
+    };
+    let _ = write!(io.out, "{text}");
+    Exit::Success
+}

@@ -1,0 +1,199 @@
+//! `runner run WORKFLOW`: checks what needs the world (resume, keys, the kernel sandbox), then
+//! runs the plan with the sinks the flags ask for, and reports.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{IsTerminal, Write};
+use std::sync::Arc;
+use std::time::Duration;
+
+use camino::Utf8PathBuf;
+use tokio_util::sync::CancellationToken;
+
+use super::{load_plan, report};
+use crate::cli::{Format, Io, RunArgs};
+use crate::error::Exit;
+use crate::event::Sinks;
+use crate::provider::{ModelApi, connect};
+use crate::report::junit::JunitSink;
+use crate::report::progress::{LiveProgress, PlainProgress};
+use crate::report::summary_table;
+use crate::run::executor::ModelExecutor;
+use crate::run::{self, RunOptions, RunStatus};
+use crate::sandbox::Support;
+use crate::tools::Registry;
+use crate::tools::bash::scrubbed_vars;
+
+pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
+    if args.dry_run {
+        return super::plan::plan(
+            &args.workflow,
+            &args.resolve,
+            args.max_parallel,
+            args.format,
+            io,
+        );
+    }
+    let Some(plan) = load_plan(&args.workflow, &args.resolve, args.max_parallel, true, io) else {
+        return Exit::Invalid;
+    };
+    let workdir = args
+        .resolve
+        .workdir
+        .clone()
+        .unwrap_or_else(|| Utf8PathBuf::from("."));
+    let state_dir = args
+        .state_dir
+        .clone()
+        .unwrap_or_else(|| run::default_state_dir(&workdir));
+    let resume = match &args.resume {
+        Some(which) => match run::load_resume(&state_dir, which) {
+            Ok(record) => {
+                for note in run::clean_up_after(&workdir, &record) {
+                    let _ = writeln!(io.err, "note: {note}");
+                }
+                Some(record)
+            }
+            Err(problem) => {
+                report(io, &[problem]);
+                return Exit::Invalid;
+            }
+        },
+        None => None,
+    };
+    let only: BTreeSet<String> = args.only.iter().cloned().collect();
+    let problems = run::check_only(&plan, &only, resume.as_ref());
+    if !problems.is_empty() {
+        report(io, &problems);
+        return Exit::Invalid;
+    }
+    // Keys are checked before anything starts: a missing one costs nothing.
+    let keys = match run::provider_keys(&plan) {
+        Ok(keys) => keys,
+        Err(problems) => {
+            report(io, &problems);
+            return Exit::Invalid;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            let _ = writeln!(io.err, "error: cannot start the async runtime: {err}");
+            return Exit::Unexpected;
+        }
+    };
+    let interrupt = CancellationToken::new();
+    watch_signals(&runtime, interrupt.clone());
+    let configured: Vec<String> = plan
+        .providers
+        .values()
+        .filter_map(|p| p.api_key_env.clone())
+        .collect();
+    let apis: BTreeMap<String, Arc<dyn ModelApi>> = plan
+        .providers
+        .values()
+        .filter(|spec| plan.steps().iter().any(|s| s.model.provider == spec.name))
+        .map(|spec| {
+            let key = keys.get(&spec.name).cloned().flatten();
+            (spec.name.clone(), connect(spec, key))
+        })
+        .collect();
+    let support = Support::probe();
+    let bash_modes = plan
+        .steps()
+        .iter()
+        .filter(|s| s.tools.contains("bash"))
+        .map(|s| s.sandbox);
+    if let Some(warning) = support.warning(bash_modes) {
+        let _ = writeln!(io.err, "warning: {warning}");
+    }
+    let executor = Arc::new(ModelExecutor {
+        apis,
+        registry: Arc::new(Registry::builtin()),
+        scrub: scrubbed_vars(&configured),
+        state_dir: state_dir.clone(),
+        support,
+    });
+    let options = RunOptions {
+        workdir,
+        state_dir,
+        fail_fast: args.fail_fast,
+        resume,
+        only,
+        interrupt,
+    };
+    let mut sinks = Sinks::default();
+    if !args.no_progress {
+        if std::io::stderr().is_terminal() {
+            sinks.add(LiveProgress::new(&plan));
+        } else {
+            sinks.add(PlainProgress::new(&plan));
+        }
+    }
+    if let Some(path) = &args.junit {
+        sinks.add(JunitSink::new(path.clone(), &plan));
+    }
+    let result = runtime.block_on(run::execute(&plan, executor, &options, &mut sinks));
+    drop(sinks);
+    // Steps still winding down (a cancelled HTTP request, a killed process) are not waited for.
+    runtime.shutdown_timeout(Duration::from_millis(500));
+    let record = match result {
+        Ok(record) => record,
+        Err(run::RunError::Invalid(problem)) => {
+            report(io, &[problem]);
+            return Exit::Invalid;
+        }
+        Err(run::RunError::Storage(error)) => {
+            let _ = writeln!(io.err, "error: {error}");
+            return Exit::Unexpected;
+        }
+    };
+    let _ = write!(io.err, "{}", summary_table(&plan, &record));
+    if args.format == Format::Json {
+        let _ = writeln!(io.out, "{}", record.to_json());
+    }
+    match record.status {
+        RunStatus::Succeeded => Exit::Success,
+        RunStatus::Interrupted => Exit::Interrupted,
+        _ if record.storage_error.is_some() => Exit::Unexpected,
+        RunStatus::Failed | RunStatus::Running => Exit::StepFailed,
+    }
+}
+
+/// The first SIGINT/SIGTERM stops the run (running steps are cancelled, `run.json` says
+/// `interrupted`); a second exits at once. The handlers are installed before the run starts, so
+/// a signal cannot slip in between.
+fn watch_signals(runtime: &tokio::runtime::Runtime, interrupt: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let _entered = runtime.enter();
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return;
+    };
+    runtime.spawn(async move {
+        // `None` means the runtime is shutting down: no signal came.
+        let first = tokio::select! {
+            got = int.recv() => got,
+            got = term.recv() => got,
+        };
+        if first.is_none() {
+            return;
+        }
+        let _ = writeln!(
+            std::io::stderr(),
+            "interrupted: stopping running steps (again to exit at once)"
+        );
+        interrupt.cancel();
+        let second = tokio::select! {
+            got = int.recv() => got,
+            got = term.recv() => got,
+        };
+        if second.is_some() {
+            std::process::exit(i32::from(Exit::Interrupted.code()));
+        }
+    });
+}

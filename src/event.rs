@@ -1,0 +1,222 @@
+//! What happens in a run, as one stream of events. The scheduler and the agent loop emit them;
+//! everything that shows or records a run (live progress, plain lines, `run.json`, transcripts,
+//! JUnit) is a [`Sink`] of the stream, so a new display or record is one new sink.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::provider::message::{Message, ToolDef, Usage};
+use crate::run::StepRecord;
+
+/// An event and when it happened.
+#[derive(Debug, Clone, Serialize)]
+pub struct Event {
+    /// RFC 3339, UTC.
+    pub at: String,
+    #[serde(flatten)]
+    pub kind: EventKind,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum EventKind {
+    RunStarted {
+        run_id: String,
+        workflow: String,
+        /// Each step of the plan with its `provider/model`, in plan order.
+        steps: Vec<(String, String)>,
+    },
+    StepStarted {
+        step: String,
+        agent: String,
+        model: String,
+    },
+    /// What every request of the step shares (sent once, so transcripts stay linear).
+    SessionStarted {
+        step: String,
+        model: String,
+        system: String,
+        tools: Vec<ToolDef>,
+        max_tokens: u32,
+    },
+    /// A model request: the messages added since the previous one, and a digest of the whole
+    /// neutral request (the previous events plus these messages rebuild it).
+    TurnStarted {
+        step: String,
+        turn: u32,
+        messages: Vec<Message>,
+        digest: String,
+    },
+    Retrying {
+        step: String,
+        turn: u32,
+        attempt: u32,
+        delay_ms: u64,
+        error: String,
+    },
+    TurnFinished {
+        step: String,
+        turn: u32,
+        duration_ms: u64,
+        usage: Usage,
+        /// The reply as the API sent it.
+        body: Value,
+    },
+    ToolStarted {
+        step: String,
+        turn: u32,
+        id: String,
+        name: String,
+        input: Value,
+    },
+    ToolFinished {
+        step: String,
+        turn: u32,
+        id: String,
+        name: String,
+        is_error: bool,
+        duration_ms: u64,
+        output: String,
+    },
+    /// A final answer did not match `output_schema`; the model is asked again.
+    OutputInvalid {
+        step: String,
+        turn: u32,
+        error: String,
+    },
+    /// The step's own account of how it ended, before the scheduler records it.
+    StepError { step: String, error: String },
+    StepFinished {
+        step: String,
+        record: Box<StepRecord>,
+    },
+    RunFinished {
+        status: crate::run::RunStatus,
+        duration_ms: u64,
+    },
+}
+
+impl EventKind {
+    /// The step an event is about.
+    pub fn step(&self) -> Option<&str> {
+        match self {
+            EventKind::RunStarted { .. } | EventKind::RunFinished { .. } => None,
+            EventKind::StepStarted { step, .. }
+            | EventKind::SessionStarted { step, .. }
+            | EventKind::TurnStarted { step, .. }
+            | EventKind::Retrying { step, .. }
+            | EventKind::TurnFinished { step, .. }
+            | EventKind::ToolStarted { step, .. }
+            | EventKind::ToolFinished { step, .. }
+            | EventKind::OutputInvalid { step, .. }
+            | EventKind::StepError { step, .. }
+            | EventKind::StepFinished { step, .. } => Some(step),
+        }
+    }
+}
+
+impl From<EventKind> for Event {
+    fn from(kind: EventKind) -> Self {
+        Event {
+            at: jiff::Timestamp::now().to_string(),
+            kind,
+        }
+    }
+}
+
+/// Something that shows or records events.
+pub trait Sink: Send {
+    /// Handles one event. An error means the sink could not record it (a full disk): the run
+    /// stops, and the message says which file.
+    fn handle(&mut self, event: &Event) -> Result<(), String>;
+
+    /// When the sink wants [`Sink::tick`] called (a write it has put off).
+    fn deadline(&self) -> Option<std::time::Instant> {
+        None
+    }
+
+    /// Catches up on put-off work.
+    fn tick(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// Every sink of a run. The first failure to record is kept; it stops the run.
+#[derive(Default)]
+pub struct Sinks {
+    sinks: Vec<Box<dyn Sink>>,
+    failure: Option<String>,
+}
+
+impl Sinks {
+    pub fn new(sinks: Vec<Box<dyn Sink>>) -> Self {
+        Self {
+            sinks,
+            failure: None,
+        }
+    }
+
+    pub fn add(&mut self, sink: impl Sink + 'static) {
+        self.sinks.push(Box::new(sink));
+    }
+
+    pub fn emit(&mut self, event: &Event) {
+        for sink in &mut self.sinks {
+            if let Err(err) = sink.handle(event) {
+                self.failure.get_or_insert(err);
+            }
+        }
+    }
+
+    pub fn deadline(&self) -> Option<std::time::Instant> {
+        self.sinks.iter().filter_map(|s| s.deadline()).min()
+    }
+
+    pub fn tick(&mut self) {
+        for sink in &mut self.sinks {
+            if let Err(err) = sink.tick() {
+                self.failure.get_or_insert(err);
+            }
+        }
+    }
+
+    /// The first failure to record, if any.
+    pub fn failure(&self) -> Option<&String> {
+        self.failure.as_ref()
+    }
+}
+
+/// How a running step sends its events to the scheduler, which hands them to the sinks in
+/// order.
+#[derive(Debug, Clone)]
+pub struct Emitter {
+    step: Arc<str>,
+    sender: mpsc::UnboundedSender<Event>,
+}
+
+impl Emitter {
+    pub fn new(step: &str, sender: mpsc::UnboundedSender<Event>) -> Self {
+        Self {
+            step: Arc::from(step),
+            sender,
+        }
+    }
+
+    /// An emitter whose events go nowhere (for callers that keep none).
+    pub fn discard(step: &str) -> Self {
+        let (sender, _) = mpsc::unbounded_channel();
+        Self::new(step, sender)
+    }
+
+    pub fn step(&self) -> &str {
+        &self.step
+    }
+
+    pub fn emit(&self, kind: EventKind) {
+        // The receiver is gone only when the run is over; nothing is left to record then.
+        let _ = self.sender.send(kind.into());
+    }
+}

@@ -1,0 +1,89 @@
+//! Anthropic's Messages API over HTTP.
+
+use futures_util::future::BoxFuture;
+use reqwest::header::{HeaderMap, HeaderValue};
+
+use super::Secret;
+use super::api::{Exchange, ModelApi};
+use super::error::ProviderError;
+use super::format;
+use super::http::{self, ErrorBodies};
+use super::message::ChatRequest;
+
+const ERRORS: ErrorBodies = ErrorBodies {
+    message: format::anthropic::error_message,
+    context_too_long: format::anthropic::context_too_long,
+};
+
+pub struct AnthropicApi {
+    url: String,
+    key: Option<Secret>,
+    http: reqwest::Client,
+}
+
+impl AnthropicApi {
+    /// `base_url` with or without a trailing `/v1` (the natural copy of an OpenAI-style URL).
+    pub fn new(base_url: &str, key: Option<Secret>) -> Self {
+        let base = base_url.trim_end_matches('/');
+        let base = base.strip_suffix("/v1").unwrap_or(base);
+        Self {
+            url: format!("{base}/v1/messages"),
+            key,
+            http: http::client(),
+        }
+    }
+
+    fn headers(&self) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert("anthropic-version", HeaderValue::from_static("2023-06-01"));
+        if let Some(mut value) = self
+            .key
+            .as_ref()
+            .and_then(|k| HeaderValue::from_str(k.expose()).ok())
+        {
+            value.set_sensitive(true);
+            headers.insert("x-api-key", value);
+        }
+        headers
+    }
+}
+
+impl ModelApi for AnthropicApi {
+    fn endpoint(&self) -> String {
+        self.url.clone()
+    }
+
+    fn send<'a>(
+        &'a self,
+        request: &'a ChatRequest,
+    ) -> BoxFuture<'a, Result<Exchange, ProviderError>> {
+        Box::pin(async move {
+            let body = format::anthropic::request_body(request);
+            let raw =
+                http::post_json(&self.http, &self.url, self.headers(), &body, &ERRORS).await?;
+            let response = format::anthropic::parse_response(&raw)
+                .map_err(|e| ProviderError::InvalidResponse { message: e.0 })?;
+            Ok(Exchange { response, raw })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_endpoint_works_with_or_without_v1() {
+        for base in [
+            "https://api.anthropic.com",
+            "https://api.anthropic.com/",
+            "https://api.anthropic.com/v1",
+            "https://api.anthropic.com/v1/",
+        ] {
+            assert_eq!(
+                AnthropicApi::new(base, None).endpoint(),
+                "https://api.anthropic.com/v1/messages"
+            );
+        }
+    }
+}

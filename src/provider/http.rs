@@ -1,0 +1,190 @@
+//! The HTTP exchange both APIs share: post JSON, read a bounded body, and turn what went wrong
+//! into a [`ProviderError`] by meaning.
+
+use std::time::Duration;
+
+use reqwest::header::HeaderMap;
+use serde_json::Value;
+
+use super::error::{HttpFailure, ProviderError};
+use crate::limits::MAX_RESPONSE_BYTES;
+
+/// How an API's error bodies read.
+pub struct ErrorBodies {
+    /// The human message in an error body.
+    pub message: fn(&Value) -> Option<String>,
+    /// Whether an error body says the prompt does not fit the context window.
+    pub context_too_long: fn(&Value) -> bool,
+}
+
+/// The HTTP client every API uses: long generations take minutes, connecting should not.
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(30))
+        .timeout(Duration::from_secs(600))
+        .build()
+        // Building fails only when the TLS backend cannot initialise; a default client is the
+        // best that can be done then, and its requests will report the problem.
+        .unwrap_or_default()
+}
+
+/// Posts `body` and returns the JSON reply, or what went wrong.
+pub async fn post_json(
+    client: &reqwest::Client,
+    url: &str,
+    headers: HeaderMap,
+    body: &Value,
+    errors: &ErrorBodies,
+) -> Result<Value, ProviderError> {
+    let response = client
+        .post(url)
+        .headers(headers)
+        .json(body)
+        .send()
+        .await
+        .map_err(|err| ProviderError::Transport {
+            message: describe_reqwest(&err),
+        })?;
+    let status = response.status();
+    let headers = response.headers().clone();
+    let text = read_body(response).await?;
+    let parsed: Result<Value, _> = serde_json::from_str(&text);
+    if !status.is_success() {
+        let message = parsed
+            .as_ref()
+            .ok()
+            .and_then(errors.message)
+            .unwrap_or_else(|| snippet(&text));
+        return Err(HttpFailure {
+            status: status.as_u16(),
+            message,
+            retry_after: retry_after(&headers),
+            should_retry: headers
+                .get("x-should-retry")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| match v.trim() {
+                    "true" => Some(true),
+                    "false" => Some(false),
+                    _ => None,
+                }),
+            context_too_long: parsed.as_ref().is_ok_and(errors.context_too_long),
+        }
+        .classify());
+    }
+    parsed.map_err(|err| ProviderError::InvalidResponse {
+        message: format!("the body is not JSON ({err}): {}", snippet(&text)),
+    })
+}
+
+/// The body as text, refused past [`MAX_RESPONSE_BYTES`]: an endless or huge body from a broken or
+/// hostile server fails the request instead of growing memory until the step times out.
+async fn read_body(mut response: reqwest::Response) -> Result<String, ProviderError> {
+    let too_large = || ProviderError::InvalidResponse {
+        message: format!(
+            "the response body is larger than {}",
+            crate::limits::bytes(MAX_RESPONSE_BYTES as u64)
+        ),
+    };
+    if response
+        .content_length()
+        .is_some_and(|n| n > MAX_RESPONSE_BYTES as u64)
+    {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|err| ProviderError::Transport {
+            message: describe_reqwest(&err),
+        })?
+    {
+        if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(String::from_utf8_lossy(&body).into_owned())
+}
+
+/// `retry-after-ms` (milliseconds), else `retry-after` (seconds, or an HTTP date).
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let get = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    // A hostile or broken server may send any number: `try_from` refuses what does not fit a
+    // Duration instead of panicking, and the retry policy ignores waits over a minute.
+    if let Some(ms) = get("retry-after-ms").and_then(|v| v.parse::<f64>().ok())
+        && let Ok(wait) = Duration::try_from_secs_f64(ms / 1000.0)
+    {
+        return Some(wait);
+    }
+    let value = get("retry-after")?;
+    if let Ok(secs) = value.parse::<f64>() {
+        return Duration::try_from_secs_f64(secs).ok();
+    }
+    let when = httpdate::parse_http_date(value).ok()?;
+    Some(
+        when.duration_since(std::time::SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+    )
+}
+
+fn snippet(text: &str) -> String {
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        return "(empty body)".into();
+    }
+    let short: String = trimmed.chars().take(300).collect();
+    if short.len() < trimmed.len() {
+        format!("{short}…")
+    } else {
+        short
+    }
+}
+
+/// reqwest's message plus its causes (the interesting part is usually in the source chain).
+fn describe_reqwest(err: &reqwest::Error) -> String {
+    let mut text = if err.is_timeout() {
+        "the request timed out".to_owned()
+    } else if err.is_connect() {
+        "connection failed".to_owned()
+    } else {
+        err.to_string()
+    };
+    let mut source = std::error::Error::source(err);
+    while let Some(cause) = source {
+        text.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::header::HeaderValue;
+
+    #[test]
+    fn retry_after_headers_parse() {
+        let mut h = HeaderMap::new();
+        h.insert("retry-after", HeaderValue::from_static("3"));
+        assert_eq!(retry_after(&h), Some(Duration::from_secs(3)));
+        h.insert("retry-after-ms", HeaderValue::from_static("250"));
+        assert_eq!(retry_after(&h), Some(Duration::from_millis(250)));
+        let mut h = HeaderMap::new();
+        let later = std::time::SystemTime::now() + Duration::from_secs(120);
+        h.insert(
+            "retry-after",
+            HeaderValue::from_str(&httpdate::fmt_http_date(later)).unwrap(),
+        );
+        let got = retry_after(&h).unwrap();
+        assert!(got > Duration::from_secs(110) && got <= Duration::from_secs(120));
+        let mut h = HeaderMap::new();
+        h.insert("retry-after", HeaderValue::from_static("1e+30"));
+        assert_eq!(retry_after(&h), None);
+    }
+}

@@ -1,0 +1,136 @@
+//! OpenAI-compatible Chat Completions over HTTP (OpenAI, Ollama, vLLM, LiteLLM, ...).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use futures_util::future::BoxFuture;
+use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
+use serde_json::Value;
+
+use super::Secret;
+use super::api::{Exchange, ModelApi};
+use super::error::ProviderError;
+use super::format;
+use super::http::{self, ErrorBodies};
+use super::message::ChatRequest;
+
+const ERRORS: ErrorBodies = ErrorBodies {
+    message: format::openai::error_message,
+    context_too_long: format::openai::context_too_long,
+};
+
+pub struct OpenAiApi {
+    url: String,
+    key: Option<Secret>,
+    http: reqwest::Client,
+    /// The server refused `max_tokens` and asked for `max_completion_tokens` (OpenAI's reasoning
+    /// models): every later request uses that.
+    completion_tokens: AtomicBool,
+}
+
+impl OpenAiApi {
+    /// `base_url` as OpenAI writes it (`https://api.openai.com/v1`); a bare host
+    /// (`http://localhost:8000`) gets `/v1`.
+    pub fn new(base_url: &str, key: Option<Secret>) -> Self {
+        let base = base_url.trim_end_matches('/');
+        let has_path = base
+            .split_once("://")
+            .map_or(base, |(_, rest)| rest)
+            .contains('/');
+        let url = if has_path {
+            format!("{base}/chat/completions")
+        } else {
+            format!("{base}/v1/chat/completions")
+        };
+        Self {
+            url,
+            key,
+            http: http::client(),
+            completion_tokens: AtomicBool::new(false),
+        }
+    }
+
+    fn headers(&self) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        if let Some(mut value) = self
+            .key
+            .as_ref()
+            .and_then(|k| HeaderValue::from_str(&format!("Bearer {}", k.expose())).ok())
+        {
+            value.set_sensitive(true);
+            headers.insert(AUTHORIZATION, value);
+        }
+        headers
+    }
+
+    fn body(&self, request: &ChatRequest) -> Value {
+        let mut body = format::openai::request_body(request);
+        if self.completion_tokens.load(Ordering::Relaxed)
+            && let Some(map) = body.as_object_mut()
+            && let Some(n) = map.remove("max_tokens")
+        {
+            map.insert("max_completion_tokens".into(), n);
+        }
+        body
+    }
+}
+
+/// Whether a rejection asks for `max_completion_tokens` instead of `max_tokens`.
+fn wants_completion_tokens(error: &ProviderError) -> bool {
+    matches!(error, ProviderError::BadRequest { message, .. }
+        if message.contains("max_completion_tokens") && message.contains("max_tokens"))
+}
+
+impl ModelApi for OpenAiApi {
+    fn endpoint(&self) -> String {
+        self.url.clone()
+    }
+
+    fn send<'a>(
+        &'a self,
+        request: &'a ChatRequest,
+    ) -> BoxFuture<'a, Result<Exchange, ProviderError>> {
+        Box::pin(async move {
+            let post = |body: Value| async move {
+                http::post_json(&self.http, &self.url, self.headers(), &body, &ERRORS).await
+            };
+            let raw = match post(self.body(request)).await {
+                Err(error)
+                    if wants_completion_tokens(&error)
+                        && !self.completion_tokens.swap(true, Ordering::Relaxed) =>
+                {
+                    post(self.body(request)).await?
+                }
+                other => other?,
+            };
+            let response = format::openai::parse_response(&raw)
+                .map_err(|e| ProviderError::InvalidResponse { message: e.0 })?;
+            Ok(Exchange { response, raw })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_endpoint_follows_the_base_url() {
+        let url = |base: &str| OpenAiApi::new(base, None).endpoint();
+        assert_eq!(
+            url("https://api.openai.com/v1"),
+            "https://api.openai.com/v1/chat/completions"
+        );
+        assert_eq!(
+            url("http://localhost:8000"),
+            "http://localhost:8000/v1/chat/completions"
+        );
+        assert_eq!(
+            url("http://localhost:8000/v1/"),
+            "http://localhost:8000/v1/chat/completions"
+        );
+        assert_eq!(
+            url("https://example.com/v1beta/openai"),
+            "https://example.com/v1beta/openai/chat/completions"
+        );
+    }
+}

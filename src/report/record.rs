@@ -1,0 +1,87 @@
+//! `run.json` as a sink: the record of the run, kept from the events and written as it changes,
+//! so an interrupted run keeps what finished.
+
+use std::time::{Duration, Instant};
+
+use camino::{Utf8Path, Utf8PathBuf};
+
+use crate::event::{Event, EventKind, Sink};
+use crate::run::{RunRecord, StepStatus};
+
+/// How often `run.json` is rewritten at most while steps finish in quick succession.
+pub const SAVE_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Writes `run.json` after changes, at most every [`SAVE_INTERVAL`]: a change inside the interval
+/// is written when it ends (the scheduler waits on [`Sink::deadline`]), so the file is never more
+/// than that behind, and a thousand quick steps do not cost a thousand rewrites. The end of the
+/// run is always written at once.
+pub struct RecordSink {
+    dir: Utf8PathBuf,
+    record: RunRecord,
+    last: Option<Instant>,
+    dirty: bool,
+}
+
+impl RecordSink {
+    pub fn new(dir: &Utf8Path, record: RunRecord) -> Self {
+        Self {
+            dir: dir.to_owned(),
+            record,
+            last: None,
+            dirty: true,
+        }
+    }
+
+    fn flush(&mut self) -> Result<(), String> {
+        self.last = Some(Instant::now());
+        self.dirty = false;
+        self.record.save(&self.dir)
+    }
+}
+
+impl Sink for RecordSink {
+    fn handle(&mut self, event: &Event) -> Result<(), String> {
+        match &event.kind {
+            EventKind::RunStarted { .. } => return self.flush(),
+            EventKind::StepStarted { step, .. } => {
+                if let Some(entry) = self.record.steps.get_mut(step) {
+                    entry.status = StepStatus::Running;
+                }
+            }
+            EventKind::StepFinished { step, record } => {
+                self.record.steps.insert(step.clone(), (**record).clone());
+            }
+            EventKind::RunFinished {
+                status,
+                duration_ms,
+            } => {
+                self.record.status = *status;
+                self.record.duration_ms = *duration_ms;
+                for entry in self.record.steps.values_mut() {
+                    if !entry.status.is_finished() {
+                        entry.status = StepStatus::Cancelled;
+                    }
+                }
+                return self.flush();
+            }
+            _ => return Ok(()),
+        }
+        self.dirty = true;
+        if self.last.is_none_or(|t| t.elapsed() >= SAVE_INTERVAL) {
+            return self.flush();
+        }
+        Ok(())
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        match (self.dirty, self.last) {
+            (true, Some(last)) => Some(last + SAVE_INTERVAL),
+            (true, None) => Some(Instant::now()),
+            _ => None,
+        }
+    }
+
+    fn tick(&mut self) -> Result<(), String> {
+        if self.dirty { self.flush() } else { Ok(()) }
+    }
+}

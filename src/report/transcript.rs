@@ -1,0 +1,59 @@
+//! `steps/<id>/transcript.jsonl` as a sink: every event of a step, one JSON object a line,
+//! appended and flushed as it happens, so a crash or an interrupt keeps everything up to that
+//! moment. Requests are logged by what they add (see [`EventKind::TurnStarted`]), so a
+//! transcript grows with the conversation, not with its square.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+
+use camino::{Utf8Path, Utf8PathBuf};
+
+use crate::event::{Event, EventKind, Sink};
+
+pub struct TranscriptSink {
+    run_dir: Utf8PathBuf,
+    files: BTreeMap<String, File>,
+}
+
+impl TranscriptSink {
+    pub fn new(run_dir: &Utf8Path) -> Self {
+        Self {
+            run_dir: run_dir.to_owned(),
+            files: BTreeMap::new(),
+        }
+    }
+
+    /// Where a step's transcript is.
+    pub fn path(run_dir: &Utf8Path, step: &str) -> Utf8PathBuf {
+        run_dir.join("steps").join(step).join("transcript.jsonl")
+    }
+}
+
+impl Sink for TranscriptSink {
+    fn handle(&mut self, event: &Event) -> Result<(), String> {
+        let Some(step) = event.kind.step() else {
+            return Ok(());
+        };
+        // Steps that never ran (skipped, reused) have no transcript.
+        if matches!(event.kind, EventKind::StepFinished { .. }) && !self.files.contains_key(step) {
+            return Ok(());
+        }
+        let path = Self::path(&self.run_dir, step);
+        if !self.files.contains_key(step) {
+            let file = path
+                .parent()
+                .map_or(Ok(()), std::fs::create_dir_all)
+                .and_then(|()| OpenOptions::new().create(true).append(true).open(&path))
+                .map_err(|err| format!("cannot write `{path}`: {err}"))?;
+            self.files.insert(step.to_owned(), file);
+        }
+        let mut line =
+            crate::secrets::redact_owned(serde_json::to_string(event).unwrap_or_default());
+        line.push('\n');
+        let file = self.files.get_mut(step).ok_or("transcript file missing")?;
+        file.write_all(line.as_bytes())
+            .and_then(|()| file.flush())
+            .map_err(|err| format!("cannot write `{path}`: {err}"))
+    }
+}

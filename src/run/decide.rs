@@ -1,0 +1,152 @@
+//! What to do with a step whose needs are all done: skip it (a failed need, an `if`, `--only`),
+//! reuse a result from the resumed run, or run it with its prompt rendered.
+
+use std::collections::BTreeMap;
+
+use minijinja::Value as JinjaValue;
+
+use super::RunOptions;
+use super::outcome::{Outcome, SkipReason};
+use super::state::{self, RunRecord, StepRecord, StepStatus};
+use crate::plan::{Plan, PlannedStep};
+use crate::session::FailureKind;
+use crate::template;
+
+pub enum Prepared {
+    /// Ends without running: skipped, or failed before it could start.
+    Ended(Outcome),
+    Reuse(Box<StepRecord>),
+    Run {
+        prompt: String,
+        fingerprint: String,
+    },
+}
+
+pub fn prepare(
+    step: &PlannedStep,
+    plan: &Plan,
+    record: &RunRecord,
+    options: &RunOptions,
+    env: &minijinja::Environment<'static>,
+) -> Prepared {
+    let previous = options
+        .resume
+        .as_ref()
+        .and_then(|r| r.steps.get(&step.id))
+        .filter(|s| s.status == StepStatus::Succeeded);
+    let reused = |previous: &StepRecord| {
+        let mut reused = previous.clone();
+        if reused.reused_from.is_none() {
+            reused.reused_from = options.resume.as_ref().map(|r| r.run_id.clone());
+        }
+        Prepared::Reuse(Box::new(reused))
+    };
+    if !options.only.is_empty() && !options.only.contains(&step.id) {
+        return match previous {
+            Some(previous) => reused(previous),
+            None => Prepared::Ended(Outcome::Skipped(SkipReason::NotSelected)),
+        };
+    }
+    if let Err(reason) = decide(step, record, plan, env) {
+        return Prepared::Ended(Outcome::Skipped(reason));
+    }
+    let prompt = match template::render(env, &step.prompt_template, context(plan, record)) {
+        Ok(prompt) => prompt,
+        Err(err) => {
+            return Prepared::Ended(Outcome::failed(
+                FailureKind::Template,
+                format!(
+                    "the prompt does not render: {}",
+                    template::describe_error(&err)
+                ),
+            ));
+        }
+    };
+    let fingerprint = state::fingerprint(step, &prompt);
+    if options.only.is_empty()
+        && let Some(previous) = previous
+        && previous.fingerprint == fingerprint
+    {
+        return reused(previous);
+    }
+    Prepared::Run {
+        prompt,
+        fingerprint,
+    }
+}
+
+/// Whether a step runs (SPEC §5): a failed need skips it (unless that need has
+/// `continue_on_error`); a skipped need skips it unless it has its own `if`, which then decides.
+fn decide(
+    step: &PlannedStep,
+    record: &RunRecord,
+    plan: &Plan,
+    env: &minijinja::Environment<'static>,
+) -> Result<(), SkipReason> {
+    let status_of = |id: &str| record.steps.get(id).map(|r| r.status);
+    let tolerates = |id: &str| plan.step(id).is_some_and(|s| s.continue_on_error);
+    let failed: Vec<String> = step
+        .needs
+        .iter()
+        .filter(|need| match status_of(need) {
+            Some(StepStatus::Succeeded | StepStatus::Skipped) => false,
+            Some(StepStatus::Failed) => !tolerates(need),
+            _ => true,
+        })
+        .cloned()
+        .collect();
+    if !failed.is_empty() {
+        return Err(SkipReason::NeedsFailed(failed));
+    }
+    if let Some(condition) = &step.condition {
+        return match template::evaluate(env, condition, context(plan, record)) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(SkipReason::ConditionFalse(condition.clone())),
+            Err(err) => Err(SkipReason::ConditionError(template::describe_error(&err))),
+        };
+    }
+    let skipped: Vec<String> = step
+        .needs
+        .iter()
+        .filter(|need| status_of(need) == Some(StepStatus::Skipped))
+        .cloned()
+        .collect();
+    if skipped.is_empty() {
+        Ok(())
+    } else {
+        Err(SkipReason::NeedsSkipped(skipped))
+    }
+}
+
+/// The template context at this point of the run: each step that has finished (templates were
+/// checked to read only upstream ones).
+fn context(plan: &Plan, record: &RunRecord) -> JinjaValue {
+    let steps: BTreeMap<&str, JinjaValue> = record
+        .steps
+        .iter()
+        .filter(|(_, s)| s.status.is_finished())
+        .map(|(id, s)| {
+            (
+                id.as_str(),
+                template::step_value(
+                    JinjaValue::from(s.summary.clone()),
+                    JinjaValue::from(s.status.as_str()),
+                    JinjaValue::from(minijinja::value::Serde(&s.output)),
+                    JinjaValue::from(s.branch.clone()),
+                    JinjaValue::from(s.diff.clone()),
+                ),
+            )
+        })
+        .collect();
+    let inputs: BTreeMap<&str, JinjaValue> = plan
+        .inputs
+        .iter()
+        .map(|(k, v)| (k.as_str(), JinjaValue::from(v.as_str())))
+        .collect();
+    template::context(
+        inputs,
+        &plan.name,
+        plan.description.as_deref(),
+        JinjaValue::from(steps),
+    )
+}

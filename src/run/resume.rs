@@ -1,0 +1,138 @@
+//! `--resume` and `--only`: which earlier run to trust, what it left behind, and whether the
+//! selected steps have what they need.
+
+use std::collections::BTreeSet;
+
+use camino::Utf8Path;
+
+use super::state::{RunRecord, StepStatus};
+use super::worktree::Repo;
+use crate::error::Problem;
+use crate::plan::Plan;
+
+/// Loads the run to resume: a run id, or `latest`.
+///
+/// Only run directories runner could have written are trusted: a well-formed id, a `run.json`
+/// that is a regular file within its size limit, names that same id, and started no later than
+/// now. (Tools cannot write the state directory at all; this keeps a forged or stray directory,
+/// such as `99999999T999999-ffff`, from becoming "latest".)
+pub fn load_resume(state_dir: &Utf8Path, which: &str) -> Result<RunRecord, Problem> {
+    let runs = state_dir.join("runs");
+    if which != "latest" {
+        if !is_run_id(which) {
+            return Err(Problem::error(format!(
+                "--resume {which}: not a run id (run ids look like `20260101T120000123-ab12`)"
+            )));
+        }
+        return read_record(&runs, which)
+            .map_err(|why| Problem::error(format!("--resume {which}: {why}")));
+    }
+    let now = jiff::Timestamp::now();
+    let mut best: Option<(jiff::Timestamp, String, RunRecord)> = None;
+    for entry in runs.read_dir_utf8().into_iter().flatten().flatten() {
+        let id = entry.file_name().to_owned();
+        if !is_run_id(&id) || !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let Ok(record) = read_record(&runs, &id) else {
+            continue;
+        };
+        let Ok(started) = record.started_at.parse::<jiff::Timestamp>() else {
+            continue;
+        };
+        // A clock a little ahead elsewhere is fine; a run from the future is not.
+        if started > now + jiff::SignedDuration::from_mins(5) {
+            continue;
+        }
+        if best
+            .as_ref()
+            .is_none_or(|(t, best_id, _)| (started, &id) > (*t, best_id))
+        {
+            best = Some((started, id, record));
+        }
+    }
+    best.map(|(_, _, record)| record)
+        .ok_or_else(|| Problem::error(format!("--resume latest: there are no runs in `{runs}`")))
+}
+
+/// Whether `id` could be a run id runner made: letters, digits, `.`, `_`, `-`.
+pub fn is_run_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 64
+        && !id.starts_with('.')
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+fn read_record(runs: &Utf8Path, id: &str) -> Result<RunRecord, String> {
+    let path = runs.join(id).join("run.json");
+    match path.symlink_metadata() {
+        Ok(meta) if meta.is_file() => {}
+        Ok(_) => return Err(format!("`{path}` is not a regular file")),
+        Err(err) => return Err(format!("cannot read `{path}`: {err}")),
+    }
+    let text = crate::limits::read_text(&path, crate::limits::MAX_RUN_RECORD_BYTES)
+        .map_err(|err| format!("cannot read `{path}`: {err}"))?;
+    let record: RunRecord = serde_json::from_str(&text)
+        .map_err(|err| format!("`{path}` is not a run record: {err}"))?;
+    if record.run_id != id {
+        return Err(format!(
+            "`{path}` belongs to run `{}`, not `{id}`",
+            record.run_id
+        ));
+    }
+    Ok(record)
+}
+
+/// Removes the worktrees and empty branches a killed run left (its steps that did not succeed).
+/// Returns notes for the user.
+pub fn clean_up_after(workdir: &Utf8Path, resumed: &RunRecord) -> Vec<String> {
+    let Some(repo) = Repo::discover(workdir) else {
+        return Vec::new();
+    };
+    let succeeded: Vec<String> = resumed
+        .steps
+        .iter()
+        .filter(|(_, s)| s.status == StepStatus::Succeeded)
+        .map(|(id, _)| id.clone())
+        .collect();
+    repo.clean_up_run(&resumed.run_id, &succeeded)
+        .into_iter()
+        .map(|what| format!("removed the {what} left by run {}", resumed.run_id))
+        .collect()
+}
+
+/// Checks `--only` against the plan and the resumed run: every selected step exists and its
+/// needs succeeded in the resumed run.
+pub fn check_only(
+    plan: &Plan,
+    only: &BTreeSet<String>,
+    resume: Option<&RunRecord>,
+) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    for id in only {
+        let Some(step) = plan.steps().iter().find(|s| &s.id == id) else {
+            let help = crate::error::did_you_mean(id, plan.steps().iter().map(|s| s.id.as_str()));
+            problems.push(
+                Problem::error(format!("--only {id}: there is no step `{id}`")).with_help(help),
+            );
+            continue;
+        };
+        for need in &step.needs {
+            if only.contains(need) {
+                continue;
+            }
+            let done = resume
+                .and_then(|r| r.steps.get(need))
+                .is_some_and(|s| s.status == StepStatus::Succeeded);
+            if !done {
+                problems.push(
+                    Problem::error(format!("--only {id}: its need `{need}` has no result to reuse"))
+                        .help("pass --resume RUN_ID (or latest) with a run where it succeeded, or add it with --only"),
+                );
+            }
+        }
+    }
+    problems
+}

@@ -1,0 +1,416 @@
+//! The scheduler: a [`Walker`] hands out steps whose needs are done; on top of it this keeps at
+//! most `max_parallel` running, applies the stop policy (`--fail-fast`, interrupts, a state
+//! directory that cannot be written), decides skips and reuse, sets up worktrees, and turns what
+//! happens into events for the sinks. Steps themselves run in an [`Executor`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::decide::{Prepared, prepare};
+use super::executor::{Executor, StepJob};
+use super::outcome::{CancelReason, Outcome};
+use super::state::{RunRecord, StepRecord, StepStatus};
+use super::walker::Walker;
+use super::worktree::{Repo, Worktree};
+use super::{RunError, RunOptions};
+use crate::error::Problem;
+use crate::event::{Emitter, Event, EventKind, Sinks};
+use crate::plan::{Plan, PlannedStep};
+use crate::provider::message::Usage;
+use crate::report::record::RecordSink;
+use crate::report::transcript::TranscriptSink;
+use crate::session::FailureKind;
+use crate::template;
+use crate::workflow::Isolation;
+
+/// How a running step's task ended.
+enum Ended {
+    Done(Outcome),
+    TimedOut(Duration),
+    Cancelled,
+}
+
+/// What the scheduler counts of a running step, from its events: a step that times out or is
+/// cancelled still reports what it did.
+#[derive(Debug, Default)]
+struct Tally {
+    turns: u32,
+    tool_calls: u32,
+    usage: Usage,
+}
+
+struct Running {
+    tally: Tally,
+    started: Instant,
+    worktree: Option<Worktree>,
+}
+
+/// Everything the loop changes as it goes.
+struct Scheduler<'a> {
+    plan: &'a Plan,
+    options: &'a RunOptions,
+    sinks: &'a mut Sinks,
+    record: RunRecord,
+    walker: Walker,
+    ready: BTreeSet<usize>,
+    to_start: BTreeSet<usize>,
+    prompts: BTreeMap<usize, String>,
+    running: BTreeMap<usize, Running>,
+    stopping: bool,
+    cancel: CancellationToken,
+    repo: Option<Repo>,
+}
+
+/// Runs the plan and returns the finished record (also written to disk as it goes).
+pub async fn execute(
+    plan: &Plan,
+    executor: Arc<dyn Executor>,
+    options: &RunOptions,
+    sinks: &mut Sinks,
+) -> Result<RunRecord, RunError> {
+    let workdir = options.workdir.canonicalize_utf8().map_err(|err| {
+        RunError::Invalid(Problem::error(format!(
+            "cannot use `{}` as the working directory: {err}",
+            options.workdir
+        )))
+    })?;
+    // The world is checked once, here: planning never looks at git.
+    let needs_git = plan
+        .steps()
+        .iter()
+        .any(|s| s.isolation == Isolation::Worktree);
+    let repo = match (needs_git, Repo::discover(&workdir)) {
+        (true, None) => {
+            return Err(RunError::Invalid(Problem::error(format!(
+                "`{workdir}` is not inside a git repository with a commit, which `isolation = \"worktree\"` needs"
+            )).help("run inside a git checkout (or pass --workdir), or remove `isolation`")));
+        }
+        (_, repo) => repo,
+    };
+    let record = RunRecord::new(plan);
+    let run_dir = options.state_dir.join("runs").join(&record.run_id);
+    std::fs::create_dir_all(&run_dir)
+        .map_err(|err| RunError::Storage(format!("cannot create `{run_dir}`: {err}")))?;
+    // Keep run records out of the user's `git status`.
+    let ignore = options.state_dir.join(".gitignore");
+    if !ignore.exists() {
+        std::fs::write(&ignore, "*\n")
+            .map_err(|err| RunError::Storage(format!("cannot write `{ignore}`: {err}")))?;
+    }
+    sinks.add(RecordSink::new(&run_dir, record.clone()));
+    sinks.add(TranscriptSink::new(&run_dir));
+
+    let started = Instant::now();
+    let needs: Vec<Vec<usize>> = (0..plan.steps().len())
+        .map(|i| plan.needs_of(i).to_vec())
+        .collect();
+    let mut walker = Walker::new(&needs);
+    let ready = walker.start().into_iter().collect();
+    let mut scheduler = Scheduler {
+        plan,
+        options,
+        sinks,
+        record,
+        walker,
+        ready,
+        to_start: BTreeSet::new(),
+        prompts: BTreeMap::new(),
+        running: BTreeMap::new(),
+        stopping: false,
+        cancel: CancellationToken::new(),
+        repo,
+    };
+    scheduler.emit(EventKind::RunStarted {
+        run_id: scheduler.record.run_id.clone(),
+        workflow: plan.name.clone(),
+        steps: plan
+            .steps()
+            .iter()
+            .map(|s| (s.id.clone(), s.model.to_string()))
+            .collect(),
+    });
+    let interrupted = scheduler.drive(executor, workdir).await;
+    let mut record = scheduler.record;
+    record.storage_error = scheduler.sinks.failure().cloned();
+    record.finish(started.elapsed(), interrupted, plan);
+    scheduler.sinks.emit(
+        &EventKind::RunFinished {
+            status: record.status,
+            duration_ms: record.duration_ms,
+        }
+        .into(),
+    );
+    if record.storage_error.is_none() {
+        record.storage_error = scheduler.sinks.failure().cloned();
+        record.finish(started.elapsed(), interrupted, plan);
+    }
+    Ok(record)
+}
+
+impl Scheduler<'_> {
+    fn emit(&mut self, kind: EventKind) {
+        self.sinks.emit(&kind.into());
+    }
+
+    /// The main loop; returns whether the run was interrupted.
+    async fn drive(&mut self, executor: Arc<dyn Executor>, workdir: camino::Utf8PathBuf) -> bool {
+        let env = template::environment();
+        let max_parallel = self.plan.max_parallel.max(1) as usize;
+        let (sender, mut events) = mpsc::unbounded_channel::<Event>();
+        let mut tasks: JoinSet<(usize, Ended)> = JoinSet::new();
+        let mut task_steps: BTreeMap<tokio::task::Id, usize> = BTreeMap::new();
+        let mut interrupted = false;
+        loop {
+            // A state directory that cannot be written loses the run's record: stop at once.
+            if self.sinks.failure().is_some() {
+                self.stop();
+            }
+            self.decide_ready(&env);
+            if self.stopping {
+                for i in std::mem::take(&mut self.to_start) {
+                    self.finish_unstarted(i, Outcome::Cancelled(CancelReason::RunStopped));
+                }
+                if !self.ready.is_empty() {
+                    continue;
+                }
+            }
+            // Start what the limit allows, in plan order.
+            while self.running.len() < max_parallel {
+                let Some(i) = self.to_start.pop_first() else {
+                    break;
+                };
+                if let Some(future) = self.start(i, &executor, &workdir, &sender) {
+                    let cancelled = self.cancel.clone();
+                    let timeout = self.plan.steps()[i].timeout;
+                    let handle = tasks.spawn(async move {
+                        // Dropping the step's future on timeout or cancel aborts its HTTP
+                        // request and stops its bash calls.
+                        let ended = tokio::select! {
+                            result = tokio::time::timeout(timeout, future) => match result {
+                                Ok(outcome) => Ended::Done(outcome.into()),
+                                Err(_) => Ended::TimedOut(timeout),
+                            },
+                            () = cancelled.cancelled() => Ended::Cancelled,
+                        };
+                        (i, ended)
+                    });
+                    task_steps.insert(handle.id(), i);
+                }
+            }
+            if tasks.is_empty() {
+                if self.ready.is_empty() {
+                    break;
+                }
+                continue;
+            }
+            let tick = self.sinks.deadline().map(tokio::time::Instant::from_std);
+            tokio::select! {
+                Some(event) = events.recv() => self.dispatch(event),
+                () = async { if let Some(at) = tick { tokio::time::sleep_until(at).await } }, if tick.is_some() => {
+                    self.sinks.tick();
+                }
+                joined = tasks.join_next() => {
+                    let Some(joined) = joined else { continue };
+                    let (i, ended) = match joined {
+                        Ok(pair) => pair,
+                        // A step that panicked fails alone; the run and its record go on.
+                        Err(err) => match task_steps.get(&err.id()) {
+                            Some(&i) => (i, Ended::Done(Outcome::failed(FailureKind::Crashed, format!("the step crashed: {err}")))),
+                            None => continue,
+                        },
+                    };
+                    // The step's own events come first: they were sent before it ended.
+                    while let Ok(event) = events.try_recv() {
+                        self.dispatch(event);
+                    }
+                    let failed = self.finish_started(i, ended);
+                    let plan = self.plan;
+                    let step = &plan.steps()[i];
+                    if failed && self.options.fail_fast && !step.continue_on_error {
+                        self.stop();
+                    }
+                    self.ready.extend(self.walker.complete(i));
+                }
+                () = self.options.interrupt.cancelled(), if !interrupted => {
+                    interrupted = true;
+                    self.stop();
+                }
+            }
+        }
+        while let Ok(event) = events.try_recv() {
+            self.dispatch(event);
+        }
+        interrupted
+    }
+
+    fn stop(&mut self) {
+        if !self.stopping {
+            self.stopping = true;
+            self.cancel.cancel();
+        }
+    }
+
+    /// Counts what a running step reports, then hands the event to the sinks.
+    fn dispatch(&mut self, event: Event) {
+        if let Some(i) = event.kind.step().and_then(|id| self.plan.index_of(id))
+            && let Some(run) = self.running.get_mut(&i)
+        {
+            match &event.kind {
+                EventKind::TurnStarted { .. } => run.tally.turns += 1,
+                EventKind::ToolStarted { .. } => run.tally.tool_calls += 1,
+                EventKind::TurnFinished { usage, .. } => run.tally.usage.add(usage),
+                _ => {}
+            }
+        }
+        self.sinks.emit(&event);
+    }
+
+    /// Decides every ready step: skip, reuse, or queue to start.
+    fn decide_ready(&mut self, env: &minijinja::Environment<'static>) {
+        let plan = self.plan;
+        while let Some(i) = self.ready.pop_first() {
+            let step = &plan.steps()[i];
+            if self.stopping {
+                self.finish_unstarted(i, Outcome::Cancelled(CancelReason::RunStopped));
+                continue;
+            }
+            match prepare(step, plan, &self.record, self.options, env) {
+                Prepared::Ended(outcome) => {
+                    let failed = matches!(outcome, Outcome::Failed { .. });
+                    self.finish_unstarted(i, outcome);
+                    if failed && self.options.fail_fast && !step.continue_on_error {
+                        self.stop();
+                    }
+                }
+                Prepared::Reuse(previous) => {
+                    *self.record.step_mut(&step.id) = *previous;
+                    self.finished(i);
+                    self.ready.extend(self.walker.complete(i));
+                }
+                Prepared::Run {
+                    prompt,
+                    fingerprint,
+                } => {
+                    self.record.step_mut(&step.id).fingerprint = fingerprint;
+                    self.prompts.insert(i, prompt);
+                    self.to_start.insert(i);
+                }
+            }
+        }
+    }
+
+    /// Starts step `i`: its worktree, its record, its future. `None` when it could not start
+    /// (it has been recorded as failed).
+    fn start(
+        &mut self,
+        i: usize,
+        executor: &Arc<dyn Executor>,
+        workdir: &camino::Utf8Path,
+        sender: &mpsc::UnboundedSender<Event>,
+    ) -> Option<futures_util::future::BoxFuture<'static, crate::session::StepOutcome>> {
+        let step: Arc<PlannedStep> = Arc::new(self.plan.steps()[i].clone());
+        let tree = match (&self.repo, step.isolation) {
+            (Some(repo), Isolation::Worktree) => match repo.add(&self.record.run_id, &step.id) {
+                Ok(tree) => Some(tree),
+                Err(err) => {
+                    self.finish_unstarted(i, Outcome::failed(FailureKind::Worktree, err));
+                    return None;
+                }
+            },
+            _ => None,
+        };
+        let root = tree
+            .as_ref()
+            .map_or_else(|| workdir.to_owned(), |t| t.workdir.clone());
+        self.record.step_mut(&step.id).status = StepStatus::Running;
+        self.emit(EventKind::StepStarted {
+            step: step.id.clone(),
+            agent: step.agent.clone(),
+            model: step.model.to_string(),
+        });
+        self.running.insert(
+            i,
+            Running {
+                tally: Tally::default(),
+                started: Instant::now(),
+                worktree: tree,
+            },
+        );
+        Some(executor.run(StepJob {
+            prompt: self.prompts.remove(&i).unwrap_or_default(),
+            root,
+            events: Emitter::new(&step.id, sender.clone()),
+            step,
+        }))
+    }
+
+    /// Records a step that never ran.
+    fn finish_unstarted(&mut self, i: usize, outcome: Outcome) {
+        let plan = self.plan;
+        let id = &plan.steps()[i].id;
+        outcome.record(self.record.step_mut(id));
+        self.finished(i);
+        self.ready.extend(self.walker.complete(i));
+    }
+
+    /// Records how a started step ended and settles its worktree. Returns whether it failed.
+    fn finish_started(&mut self, i: usize, ended: Ended) -> bool {
+        let plan = self.plan;
+        let step = &plan.steps()[i];
+        let Some(run) = self.running.remove(&i) else {
+            return false;
+        };
+        let entry = self.record.step_mut(&step.id);
+        entry.turns = run.tally.turns;
+        entry.tool_calls = run.tally.tool_calls;
+        entry.input_tokens = run.tally.usage.input_tokens;
+        entry.output_tokens = run.tally.usage.output_tokens;
+        entry.cache_creation_input_tokens = run.tally.usage.cache_creation_input_tokens;
+        entry.cache_read_input_tokens = run.tally.usage.cache_read_input_tokens;
+        entry.duration_ms = run.started.elapsed().as_millis() as u64;
+        let cancelled = matches!(ended, Ended::Cancelled);
+        let outcome = match ended {
+            Ended::Done(outcome) => outcome,
+            Ended::TimedOut(after) => Outcome::failed(
+                FailureKind::Timeout,
+                format!(
+                    "timed out after {}",
+                    crate::workflow::duration::format_duration(after)
+                ),
+            ),
+            Ended::Cancelled => Outcome::Cancelled(CancelReason::WhileRunning),
+        };
+        outcome.record(entry);
+        if let (Some(repo), Some(tree)) = (&self.repo, &run.worktree) {
+            match repo.finish(tree, &step.id, cancelled) {
+                Ok(done) => {
+                    entry.branch = done.branch;
+                    entry.diff = Some(done.diff);
+                }
+                Err(err) => Outcome::failed(
+                    FailureKind::Worktree,
+                    format!("cannot record the worktree's changes: {err}"),
+                )
+                .record(entry),
+            }
+        }
+        let failed = entry.status == StepStatus::Failed;
+        self.finished(i);
+        failed
+    }
+
+    /// Tells the sinks how step `i` ended.
+    fn finished(&mut self, i: usize) {
+        let id = self.plan.steps()[i].id.clone();
+        let record: StepRecord = self.record.step_mut(&id).clone();
+        self.emit(EventKind::StepFinished {
+            step: id,
+            record: Box::new(record),
+        });
+    }
+}
