@@ -25,6 +25,8 @@ pub struct LoadedWorkflow {
     pub tree: Spanned<Node>,
     pub def: WorkflowFile,
     pub broken_steps: BTreeSet<String>,
+    /// Top-level sections (`steps`, `name`, ...) the schema found problems in.
+    pub broken_sections: BTreeSet<String>,
     pub problems: Vec<Problem>,
 }
 
@@ -128,8 +130,11 @@ pub fn load_workflow_source(
                 .retain(|_, p| serde_json::from_value::<super::ProviderDef>(p.clone()).is_ok());
         }
     }
-    let problems: Vec<Problem> = found.into_iter().map(|f| f.problem).collect();
-    let mut problems = problems;
+    let broken_sections = found
+        .iter()
+        .filter_map(|f| f.section().map(str::to_owned))
+        .collect();
+    let mut problems: Vec<Problem> = found.into_iter().map(|f| f.problem).collect();
     let def: WorkflowFile = match serde_json::from_value(json) {
         Ok(def) => def,
         Err(err) => {
@@ -145,6 +150,7 @@ pub fn load_workflow_source(
         tree,
         def,
         broken_steps,
+        broken_sections,
         problems,
     })
 }
@@ -199,7 +205,34 @@ pub struct SchemaProblem {
     pub path: Vec<Seg>,
     /// Set for an unknown key: the key, found in the table at `path`.
     pub unknown_key: Option<String>,
+    /// Set for a missing required key: the key, missing from the table at `path`.
+    pub missing_key: Option<String>,
     pub problem: Problem,
+}
+
+impl SchemaProblem {
+    /// The top-level section the problem is in (`steps`, `name`, ...), if any.
+    pub fn section(&self) -> Option<&str> {
+        match self.path.first() {
+            Some(Seg::Key(key)) => Some(key),
+            Some(Seg::Index(_)) => None,
+            None => self.unknown_key.as_deref().or(self.missing_key.as_deref()),
+        }
+    }
+}
+
+fn push(
+    problems: &mut Vec<SchemaProblem>,
+    path: &[Seg],
+    unknown_key: Option<String>,
+    problem: Problem,
+) {
+    problems.push(SchemaProblem {
+        path: path.to_vec(),
+        unknown_key,
+        missing_key: None,
+        problem,
+    })
 }
 
 /// Every schema violation in `json`, as problems pointing into `tree`.
@@ -212,13 +245,6 @@ pub fn check_schema(
     validator: &Validator,
 ) -> Vec<SchemaProblem> {
     let mut problems = Vec::new();
-    let mut push = |path: &[Seg], unknown_key: Option<String>, problem: Problem| {
-        problems.push(SchemaProblem {
-            path: path.to_vec(),
-            unknown_key,
-            problem,
-        })
-    };
     for error in validator.iter_errors(json) {
         let path: Vec<Seg> = error
             .instance_path()
@@ -258,6 +284,7 @@ pub fn check_schema(
                             })
                         });
                     push(
+                        &mut problems,
                         &path,
                         Some(key.clone()),
                         Problem::error(format!("unknown key `{key}`{place}"))
@@ -274,6 +301,7 @@ pub fn check_schema(
                     (tree.key_or_value_span(&path), format!(" in `{at}`"))
                 };
                 push(
+                    &mut problems,
                     &path,
                     None,
                     Problem::error(format!("missing required key `{key}`{place}")).at(
@@ -282,6 +310,9 @@ pub fn check_schema(
                         format!("`{key}` is required here"),
                     ),
                 );
+                if let Some(last) = problems.last_mut() {
+                    last.missing_key = Some(key.to_owned());
+                }
             }
             ValidationErrorKind::Type { kind } => {
                 let expected = match kind {
@@ -295,6 +326,7 @@ pub fn check_schema(
                 };
                 let found = value_word(error.instance(), syntax);
                 push(
+                    &mut problems,
                     &path,
                     None,
                     Problem::error(format!("`{at}` must be {expected}, not {found}")).at(
@@ -315,12 +347,14 @@ pub fn check_schema(
                     })
                     .unwrap_or_default();
                 push(
+                    &mut problems,
                     &path,
                     None,
                     not_one_of(&at, &options, error.instance(), file, value_span),
                 );
             }
             ValidationErrorKind::Minimum { limit } => push(
+                &mut problems,
                 &path,
                 None,
                 Problem::error(format!("`{at}` must be at least {limit}")).at(
@@ -330,6 +364,7 @@ pub fn check_schema(
                 ),
             ),
             ValidationErrorKind::Maximum { limit } => push(
+                &mut problems,
                 &path,
                 None,
                 Problem::error(format!("`{at}` must be at most {limit}")).at(
@@ -347,7 +382,7 @@ pub fn check_schema(
                         "invalid value",
                     ),
                 };
-                push(&path, None, problem)
+                push(&mut problems, &path, None, problem)
             }
         }
     }

@@ -1,0 +1,249 @@
+//! Checks of the workflow-wide settings: providers, model aliases, inputs, step ids and needs.
+
+use super::*;
+
+impl Builder<'_> {
+    pub(super) fn check_providers(&mut self) -> BTreeMap<String, ProviderSpec> {
+        for (name, def) in &self.loaded.def.providers {
+            if name.contains('/') || name.trim().is_empty() {
+                let span = self.key_span(&path!["providers", name.as_str()]);
+                self.error(
+                    format!("provider name `{name}` must not contain `/`"),
+                    span,
+                    "invalid name",
+                    None,
+                );
+            }
+            let url = def.base_url.trim();
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                let span = self.span(&path!["providers", name.as_str(), "base_url"]);
+                self.error(
+                    format!("`providers.{name}.base_url` must be an http:// or https:// URL"),
+                    span,
+                    "not a URL",
+                    None,
+                );
+            }
+            if let Some(var) = &def.api_key_env
+                && (var.is_empty() || var.contains(['=', '\0', ' ']))
+            {
+                let span = self.span(&path!["providers", name.as_str(), "api_key_env"]);
+                self.error(
+                    format!("`providers.{name}.api_key_env` must name an environment variable"),
+                    span,
+                    "not a variable name",
+                    None,
+                );
+            }
+        }
+        providers_for(&self.loaded.def.providers)
+    }
+
+    /// Checks `[models]` and `--model`, returning the alias table with overrides applied.
+    pub(super) fn check_models(
+        &mut self,
+        providers: &BTreeMap<String, ProviderSpec>,
+        options: &PlanOptions,
+    ) -> BTreeMap<String, ModelRef> {
+        let mut aliases = BTreeMap::new();
+        for (alias, value) in &self.loaded.def.models {
+            let span = self.span(&path!["models", alias.as_str()]);
+            match model_ref(value, providers, "") {
+                Ok(model) => {
+                    aliases.insert(alias.clone(), model);
+                }
+                // Reported here; steps using the alias say nothing more about it.
+                Err(problem) => {
+                    self.problems.push(problem.at(self.file, span, "here"));
+                    self.missing_aliases
+                        .insert(alias.clone(), MissingAlias::BadDefinition);
+                }
+            }
+        }
+        for (alias, value) in &options.models {
+            if alias.contains('/') || alias.is_empty() {
+                self.problems.push(Problem::error(format!(
+                    "`--model {alias}={value}`: the alias must be a name such as `default` or `small`"
+                )));
+                continue;
+            }
+            match model_ref(value, providers, "") {
+                Ok(model) => {
+                    aliases.insert(alias.clone(), model);
+                }
+                Err(problem) => self.problems.push(problem),
+            }
+        }
+        aliases
+    }
+
+    /// Input values: given, or defaults; `None` for a required input that was not given.
+    pub(super) fn check_inputs(
+        &mut self,
+        options: &PlanOptions,
+    ) -> BTreeMap<String, Option<String>> {
+        let declared = &self.loaded.def.inputs;
+        let mut values: BTreeMap<String, Option<String>> = declared
+            .iter()
+            .map(|(name, def)| (name.clone(), def.default.clone()))
+            .collect();
+        for (name, value) in &options.inputs {
+            if declared.contains_key(name) {
+                values.insert(name.clone(), Some(value.clone()));
+            } else {
+                let help = did_you_mean(name, declared.keys().map(String::as_str)).or_else(|| {
+                    Some(if declared.is_empty() {
+                        "this workflow declares no inputs".to_owned()
+                    } else {
+                        format!(
+                            "inputs are {}",
+                            declared
+                                .keys()
+                                .map(|k| format!("`{k}`"))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )
+                    })
+                });
+                self.problems.push(
+                    Problem::error(format!("unknown input `{name}` given with --input"))
+                        .in_file(self.file)
+                        .with_help(help),
+                );
+            }
+        }
+        if options.require_inputs {
+            for (name, value) in &values {
+                if value.is_none() {
+                    let span = self.key_span(&path!["inputs", name.as_str()]);
+                    let what = declared
+                        .get(name)
+                        .and_then(|d| d.description.as_deref())
+                        .map(|d| format!(" ({d})"))
+                        .unwrap_or_default();
+                    self.error(
+                        format!("missing input `{name}`{what}"),
+                        span,
+                        "required: it has no default",
+                        Some(format!(
+                            "pass `--input {name}=VALUE`, or `--input {name}=@FILE` to read a file"
+                        )),
+                    );
+                }
+            }
+        }
+        values
+    }
+
+    pub(super) fn check_id(&mut self, id: &str) {
+        let mut chars = id.chars();
+        let ok = chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !ok {
+            let span = self.key_span(&path!["steps", id]);
+            self.error(
+                format!("step id `{id}` must start with a letter or `_` and hold only letters, digits, `_` and `-`"),
+                span,
+                "invalid step id",
+                None,
+            );
+        } else if id.contains('-') {
+            let span = self.key_span(&path!["steps", id]);
+            self.problems.push(
+                Problem::warning(format!("step id `{id}` contains `-`"))
+                    .at(self.file, span, "here")
+                    .help(format!(
+                        "templates must then write `steps[\"{id}\"]` instead of `steps.{id}`; `_` avoids that"
+                    )),
+            );
+        }
+    }
+
+    pub(super) fn check_needs(
+        &mut self,
+        id: &str,
+        step: &Step,
+        index: &BTreeMap<&str, usize>,
+    ) -> Vec<usize> {
+        let mut out = Vec::new();
+        for (i, need) in step.needs.iter().enumerate() {
+            let span = self.span(&path!["steps", id, "needs", i]);
+            if let Some(&n) = index.get(need.as_str()) {
+                if out.contains(&n) {
+                    self.problems.push(
+                        Problem::warning(format!("step `{id}` lists `{need}` in `needs` twice"))
+                            .at(self.file, span, "repeated"),
+                    );
+                }
+                out.push(n);
+            } else if !self.loaded.broken_steps.contains(need) {
+                let known = index
+                    .keys()
+                    .copied()
+                    .chain(self.loaded.broken_steps.iter().map(String::as_str));
+                let help = did_you_mean(need, known);
+                self.error(
+                    format!("step `{id}` needs `{need}`, which is not a step"),
+                    span,
+                    "unknown step",
+                    help,
+                );
+            }
+        }
+        out
+    }
+
+    pub(super) fn report_cycle(&mut self, cycle: &[usize], ids: &[&String]) {
+        let names: Vec<&str> = cycle.iter().map(|&i| ids[i].as_str()).collect();
+        let first = names[0];
+        let second = names.get(1).copied().unwrap_or(first);
+        let need_at = self.loaded.def.steps[first]
+            .needs
+            .iter()
+            .position(|n| n == second)
+            .unwrap_or(0);
+        let span = self.span(&path!["steps", first, "needs", need_at]);
+        let chain = names.join(" -> ");
+        self.problems.push(
+            Problem::error(format!("dependency cycle: {chain}"))
+                .at(self.file, span, format!("`{first}` needs `{second}`"))
+                .help("each step in the cycle waits on the next one (`a -> b` means `a` needs `b`); remove one of these needs"),
+        );
+    }
+}
+
+/// Reads `provider/model`; the problem, when there is one, is not yet placed in a file. `context`
+/// ends its message (` (model of agent `x`)`).
+pub(super) fn model_ref(
+    text: &str,
+    providers: &BTreeMap<String, ProviderSpec>,
+    context: &str,
+) -> Result<ModelRef, Problem> {
+    let Some(model) = ModelRef::parse(text) else {
+        return Err(Problem::error(format!(
+            "`{text}` is not a model{context}: write `provider/model`"
+        ))
+        .help("for example `anthropic/claude-sonnet-4-5` or `openai/gpt-4.1`"));
+    };
+    if !providers.contains_key(&model.provider) {
+        let help = did_you_mean(&model.provider, providers.keys().map(String::as_str))
+            .unwrap_or_else(|| {
+                format!(
+                    "providers are {}; add others under `[providers.NAME]`",
+                    providers
+                        .keys()
+                        .map(|p| format!("`{p}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            });
+        return Err(Problem::error(format!(
+            "unknown provider `{}` in `{text}`{context}",
+            model.provider
+        ))
+        .help(help));
+    }
+    Ok(model)
+}

@@ -1,0 +1,336 @@
+//! Resolving one step: its agent, model, limits and output schema.
+
+use super::settings::model_ref;
+use super::*;
+
+impl Builder<'_> {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn resolve_step(
+        &mut self,
+        ctx: &StepCtx<'_>,
+        step: &Step,
+        catalog: &AgentCatalog,
+        aliases: &BTreeMap<String, ModelRef>,
+        providers: &BTreeMap<String, ProviderSpec>,
+        inputs: &BTreeMap<String, Option<String>>,
+        env: &minijinja::Environment<'static>,
+    ) -> Option<PlannedStep> {
+        let id = ctx.id;
+        let errors_before = self.error_count();
+        let agent = self.resolve_agent(id, step, catalog);
+        let defaults = &self.loaded.def.defaults;
+
+        let model = agent.and_then(|agent| self.resolve_model(id, step, agent, aliases, providers));
+        let tools = agent.and_then(|agent| self.resolve_tools(id, step, agent));
+
+        let max_turns = step
+            .max_turns
+            .or(agent.and_then(|a| a.max_turns))
+            .or(defaults.max_turns)
+            .unwrap_or(DEFAULT_MAX_TURNS);
+        let timeout = match (&step.timeout, &defaults.timeout) {
+            (Some(t), _) => self.duration(t, &path!["steps", id, "timeout"]),
+            (None, Some(t)) => self.duration(t, &path!["defaults", "timeout"]),
+            (None, None) => Some(DEFAULT_TIMEOUT),
+        };
+
+        let mut system_prompt = agent.map(|a| a.system_prompt.clone()).unwrap_or_default();
+        if let Some(level) = step.thoroughness {
+            if step.agent != "explore" {
+                let span = self.span(&path!["steps", id, "thoroughness"]);
+                self.error(
+                    format!(
+                        "`thoroughness` applies to `explore` steps; step `{id}` uses `{}`",
+                        step.agent
+                    ),
+                    span,
+                    "explore only",
+                    None,
+                );
+            } else {
+                system_prompt.push_str("\n\n");
+                system_prompt.push_str(builtin::thoroughness_instruction(level));
+            }
+        }
+
+        let output_schema = step
+            .output_schema
+            .as_ref()
+            .and_then(|schema| self.load_output_schema(id, schema));
+
+        let prompt = self.check_template(ctx, step, inputs, env);
+        if let Some(condition) = &step.condition {
+            self.check_condition(ctx, condition, env);
+        }
+
+        if self.error_count() > errors_before {
+            return None;
+        }
+        let agent = agent?;
+        let tools = tools?;
+        let sandbox = if self.sandbox_off {
+            crate::sandbox::Mode::Off
+        } else if self.registry.any_writes(&tools) {
+            crate::sandbox::Mode::Workdir
+        } else {
+            crate::sandbox::Mode::ReadOnly
+        };
+        Some(PlannedStep {
+            id: id.to_owned(),
+            description: step.description.clone(),
+            agent: agent.name.clone(),
+            agent_source: agent.source.clone(),
+            system_prompt,
+            model: model?,
+            tools,
+            needs: step.needs.clone(),
+            prompt_template: step.prompt.clone(),
+            prompt: prompt?,
+            max_turns,
+            timeout: timeout?,
+            max_tokens: step.max_tokens.or(defaults.max_tokens),
+            retries: step.retries.or(defaults.retries).unwrap_or(DEFAULT_RETRIES),
+            condition: step.condition.clone(),
+            output_schema,
+            continue_on_error: step.continue_on_error,
+            isolation: step.isolation,
+            sandbox,
+            network: step.network.or(defaults.network).unwrap_or(false),
+            wave: 0,
+        })
+    }
+
+    pub(super) fn resolve_agent<'c>(
+        &mut self,
+        id: &str,
+        step: &Step,
+        catalog: &'c AgentCatalog,
+    ) -> Option<&'c Agent> {
+        if let Some(agent) = catalog.get(&step.agent) {
+            if let Some(warnings) = catalog.warnings.get(&step.agent) {
+                self.problems.extend(warnings.iter().cloned());
+            }
+            return Some(agent);
+        }
+        let span = self.span(&path!["steps", id, "agent"]);
+        if let Some((path, problems)) = catalog.broken.get(&step.agent) {
+            self.error(
+                format!("agent `{}` (from `{path}`) is invalid", step.agent),
+                span,
+                "this agent's file has errors",
+                Some("fix the problems reported for that file".into()),
+            );
+            self.problems.extend(problems.iter().cloned());
+            return None;
+        }
+        let names: Vec<&str> = catalog.names().collect();
+        let help = did_you_mean(&step.agent, names.iter().copied()).unwrap_or_else(|| {
+            format!(
+                "agents are {}; user agents live in `agents/` beside the workflow's folder or in `.claude/agents/`",
+                names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+            )
+        });
+        self.error(
+            format!("unknown agent `{}` in step `{id}`", step.agent),
+            span,
+            "unknown agent",
+            Some(help),
+        );
+        None
+    }
+
+    /// SPEC §4: the step's model, else the agent's, else the agent's alias; `small` and `plan`
+    /// fall back to `default`; nothing is made up.
+    pub(super) fn resolve_model(
+        &mut self,
+        id: &str,
+        step: &Step,
+        agent: &Agent,
+        aliases: &BTreeMap<String, ModelRef>,
+        providers: &BTreeMap<String, ProviderSpec>,
+    ) -> Option<ModelRef> {
+        let (text, from_step) = match (&step.model, &agent.model) {
+            (Some(m), _) => (m.as_str(), true),
+            (None, Some(m)) => (m.as_str(), false),
+            (None, None) => (agent.default_alias, false),
+        };
+        let (span, label) = if from_step {
+            (self.span(&path!["steps", id, "model"]), "here".to_owned())
+        } else {
+            (
+                self.span(&path!["steps", id, "agent"]),
+                format!("agent `{}` picks the model", agent.name),
+            )
+        };
+        if text.contains('/') {
+            let context = if from_step {
+                String::new()
+            } else {
+                format!(" (model of agent `{}`)", agent.name)
+            };
+            return match model_ref(text, providers, &context) {
+                Ok(model) => Some(model),
+                Err(problem) => {
+                    self.problems.push(problem.at(self.file, span, label));
+                    None
+                }
+            };
+        }
+        if let Some(model) = aliases.get(text) {
+            return Some(model.clone());
+        }
+        if matches!(text, "small" | "plan") {
+            if let Some(model) = aliases.get("default") {
+                return Some(model.clone());
+            }
+            if matches!(
+                self.missing_aliases.get("default"),
+                Some(MissingAlias::BadDefinition)
+            ) {
+                return None;
+            }
+        }
+        match self.missing_aliases.get_mut(text) {
+            Some(MissingAlias::Undefined { others, .. }) => {
+                others.push(id.to_owned());
+                return None;
+            }
+            Some(MissingAlias::BadDefinition) => return None,
+            None => {}
+        }
+        let via = if text == "default" || !matches!(text, "small" | "plan") {
+            String::new()
+        } else {
+            " (which falls back to `default`)".to_owned()
+        };
+        let message = if from_step || agent.model.is_some() {
+            format!("step `{id}`: model alias `{text}`{via} is not defined")
+        } else {
+            format!(
+                "step `{id}` has no model: agent `{}` uses the alias `{text}`{via}, and no such alias is set",
+                agent.name
+            )
+        };
+        let alias_hint = closest(text, aliases.keys().map(String::as_str))
+            .map(|c| format!("did you mean `{c}`? Otherwise add "))
+            .unwrap_or_else(|| "add ".to_owned());
+        let help = if matches!(text, "small" | "plan") && !aliases.contains_key("default") {
+            format!(
+                "{alias_hint}`default = \"anthropic/claude-sonnet-4-5\"` (or any provider/model) under `models`, or `{text} = ...` for this kind of agent alone; or pass `--model default=provider/model`"
+            )
+        } else {
+            format!(
+                "{alias_hint}`{text} = \"anthropic/claude-sonnet-4-5\"` (or any provider/model) under `models`, or pass `--model {text}=provider/model`"
+            )
+        };
+        self.missing_aliases.insert(
+            text.to_owned(),
+            MissingAlias::Undefined {
+                message,
+                span,
+                label,
+                help,
+                others: Vec::new(),
+            },
+        );
+        None
+    }
+
+    /// Reports each undefined alias once, with every step that needs it.
+    pub(super) fn report_missing_aliases(&mut self) {
+        for missing in std::mem::take(&mut self.missing_aliases).into_values() {
+            let MissingAlias::Undefined {
+                message,
+                span,
+                label,
+                help,
+                others,
+            } = missing
+            else {
+                continue;
+            };
+            let also = if others.is_empty() {
+                String::new()
+            } else {
+                let list: Vec<String> = others.iter().take(5).map(|s| format!("`{s}`")).collect();
+                let more = others.len().saturating_sub(5);
+                let tail = if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                };
+                format!(" (also needed by {}{tail})", list.join(", "))
+            };
+            self.problems.push(
+                Problem::error(format!("{message}{also}"))
+                    .at(self.file, span, label)
+                    .help(help),
+            );
+        }
+    }
+
+    pub(super) fn duration(&mut self, text: &str, at: &[Seg]) -> Option<Duration> {
+        match parse_duration(text) {
+            Ok(d) => Some(d),
+            Err(why) => {
+                let span = self.span(at);
+                self.error(
+                    format!(
+                        "`{}` is not a duration: {why}",
+                        crate::workflow::load::dotted(at)
+                    ),
+                    span,
+                    "invalid duration",
+                    Some("write a number and a unit: `90s`, `10m`, `1h30m`".into()),
+                );
+                None
+            }
+        }
+    }
+
+    pub(super) fn load_output_schema(&mut self, id: &str, schema: &Value) -> Option<Value> {
+        let at = path!["steps", id, "output_schema"];
+        let span = self.span(&at);
+        let schema = match schema {
+            Value::String(rel) => {
+                let base = self.file.name.parent().unwrap_or(Utf8Path::new(""));
+                let path = base.join(rel);
+                let text = match crate::limits::read_text(&path, crate::limits::MAX_SCHEMA_BYTES) {
+                    Ok(text) => text,
+                    Err(err) => {
+                        self.error(
+                            format!("cannot read output schema `{path}`: {err}"),
+                            span,
+                            "schema file",
+                            None,
+                        );
+                        return None;
+                    }
+                };
+                match serde_json::from_str::<Value>(&text) {
+                    Ok(v) => v,
+                    Err(err) => {
+                        self.error(
+                            format!("output schema `{path}` is not valid JSON: {err}"),
+                            span,
+                            "schema file",
+                            None,
+                        );
+                        return None;
+                    }
+                }
+            }
+            other => other.clone(),
+        };
+        if let Err(err) = jsonschema::validator_for(&schema) {
+            self.error(
+                format!("`steps.{id}.output_schema` is not a valid JSON Schema: {err}"),
+                span,
+                "invalid schema",
+                None,
+            );
+            return None;
+        }
+        Some(schema)
+    }
+}

@@ -1,0 +1,260 @@
+//! A step's prompt and `if`: compiled, every name they read checked against what is upstream,
+//! and the prompt rendered with placeholders for results not known yet.
+
+use super::*;
+
+impl Builder<'_> {
+    /// Checks the names a prompt reads and renders it with placeholders for upstream results.
+    pub(super) fn check_template(
+        &mut self,
+        ctx: &StepCtx<'_>,
+        step: &Step,
+        inputs: &BTreeMap<String, Option<String>>,
+        env: &minijinja::Environment<'static>,
+    ) -> Option<String> {
+        let at = path!["steps", ctx.id, "prompt"];
+        let names = match template::template_names(env, &step.prompt) {
+            Ok(names) => names,
+            Err(err) => {
+                let span = self.template_span(&at, &step.prompt, &err);
+                self.error(
+                    format!(
+                        "step `{}`: invalid prompt template: {}",
+                        ctx.id,
+                        template::describe_error(&err)
+                    ),
+                    span,
+                    "template error",
+                    None,
+                );
+                return None;
+            }
+        };
+        let before = self.error_count();
+        self.check_names(ctx, &at, &names);
+        if self.error_count() > before {
+            return None;
+        }
+        match template::render(env, &step.prompt, plan_context(self.loaded, inputs)) {
+            Ok(text) => Some(text),
+            Err(err) => {
+                let span = self.template_span(&at, &step.prompt, &err);
+                self.error(
+                    format!(
+                        "step `{}`: the prompt does not render: {}",
+                        ctx.id,
+                        template::describe_error(&err)
+                    ),
+                    span,
+                    "template error",
+                    None,
+                );
+                None
+            }
+        }
+    }
+
+    pub(super) fn check_condition(
+        &mut self,
+        ctx: &StepCtx<'_>,
+        condition: &str,
+        env: &minijinja::Environment<'static>,
+    ) {
+        let at = path!["steps", ctx.id, "if"];
+        match template::expression_names(env, condition) {
+            Ok(names) => self.check_names(ctx, &at, &names),
+            Err(err) => {
+                let span = self.template_span(&at, condition, &err);
+                self.error(
+                    format!(
+                        "step `{}`: invalid `if` expression: {}",
+                        ctx.id,
+                        template::describe_error(&err)
+                    ),
+                    span,
+                    "expression error",
+                    None,
+                );
+            }
+        }
+    }
+
+    /// SPEC §1: `inputs.<declared>`, `workflow.name`, and `steps.<ancestor>.<field>`.
+    pub(super) fn check_names(&mut self, ctx: &StepCtx<'_>, at: &[Seg], names: &BTreeSet<String>) {
+        let id = ctx.id;
+        for name in names {
+            let parts: Vec<&str> = name.split('.').collect();
+            let span = self.name_span(at, name);
+            match parts.as_slice() {
+                ["inputs"] | ["workflow"] | ["steps"] => {}
+                ["inputs", input, ..] => {
+                    if !self.loaded.def.inputs.contains_key(*input) {
+                        let help =
+                            did_you_mean(input, self.loaded.def.inputs.keys().map(String::as_str))
+                                .or_else(|| Some(format!("declare it: `[inputs.{input}]`")));
+                        self.error(
+                            format!("step `{id}` reads `{name}`, but there is no input `{input}`"),
+                            span,
+                            "unknown input",
+                            help,
+                        );
+                    }
+                }
+                ["workflow", field, ..] => {
+                    if !matches!(*field, "name" | "description") {
+                        self.error(
+                            format!("step `{id}` reads `{name}`; `workflow` has `name` and `description`"),
+                            span,
+                            "unknown field",
+                            did_you_mean(field, ["name", "description"]),
+                        );
+                    }
+                }
+                ["steps", other, rest @ ..] => self.check_step_ref(ctx, name, other, rest, span),
+                [root, ..] => {
+                    let help = did_you_mean(root, ["inputs", "steps", "workflow"]).or_else(|| {
+                        Some("templates can read `inputs.<name>`, `workflow.name` and `steps.<id>.<field>`".into())
+                    });
+                    self.error(
+                        format!("step `{id}` reads unknown name `{root}`"),
+                        span,
+                        "unknown name",
+                        help,
+                    );
+                }
+                [] => {}
+            }
+        }
+    }
+
+    pub(super) fn check_step_ref(
+        &mut self,
+        ctx: &StepCtx<'_>,
+        name: &str,
+        other: &str,
+        rest: &[&str],
+        span: Range<usize>,
+    ) {
+        let id = ctx.id;
+        let Some(&other_index) = ctx.steps_index.get(other) else {
+            if !self.loaded.broken_steps.contains(other) {
+                let help = did_you_mean(other, ctx.steps_index.keys().copied());
+                self.error(
+                    format!("step `{id}` reads `{name}`, but there is no step `{other}`"),
+                    span,
+                    "unknown step",
+                    help,
+                );
+            }
+            return;
+        };
+        if let Some(graph) = ctx.graph
+            && !graph.is_ancestor(other_index, ctx.index)
+        {
+            self.error(
+                format!("step `{id}` reads `{name}`, but `{other}` is not in its `needs`"),
+                span,
+                "not an upstream step",
+                Some(format!(
+                    "a step sees only the results of steps it needs, directly or through others; add `{other}` to the `needs` of `{id}`"
+                )),
+            );
+            return;
+        }
+        let Some(field) = rest.first() else { return };
+        let target = &self.loaded.def.steps[other];
+        if !STEP_FIELDS.contains(field) {
+            let help = did_you_mean(field, STEP_FIELDS).or_else(|| {
+                Some(format!(
+                    "fields are {}",
+                    STEP_FIELDS.map(|f| format!("`{f}`")).join(", ")
+                ))
+            });
+            self.error(
+                format!("step `{id}` reads `{name}`: steps have no field `{field}`"),
+                span,
+                "unknown field",
+                help,
+            );
+        } else if *field == "output" && target.output_schema.is_none() {
+            self.error(
+                format!("step `{id}` reads `{name}`, but `{other}` has no `output_schema`"),
+                span,
+                "no structured output",
+                Some(format!(
+                    "give `{other}` an `output_schema`, or read `steps.{other}.summary`"
+                )),
+            );
+        } else if matches!(*field, "branch" | "diff") && target.isolation != Isolation::Worktree {
+            self.error(
+                format!("step `{id}` reads `{name}`, but `{other}` does not run in a worktree"),
+                span,
+                "no branch",
+                Some(format!("set `isolation = \"worktree\"` on `{other}`")),
+            );
+        }
+    }
+
+    /// Where in the file a name read by a template stands: the name's own text if it appears in
+    /// the value once, else the value.
+    pub(super) fn name_span(&self, at: &[Seg], name: &str) -> Range<usize> {
+        let value = self.span(at);
+        let raw = self.file.text.get(value.clone()).unwrap_or_default();
+        match raw.find(name) {
+            Some(i) => value.start + i..value.start + i + name.len(),
+            None => {
+                // `steps.a.summary` may be written `steps["a"].summary`; point at the root name.
+                let root = name.split('.').next().unwrap_or(name);
+                raw.find(root)
+                    .map(|i| value.start + i..value.start + i + root.len())
+                    .unwrap_or(value)
+            }
+        }
+    }
+
+    /// Maps a template error's range into the file, when the offending text can be found there.
+    pub(super) fn template_span(
+        &self,
+        at: &[Seg],
+        source: &str,
+        err: &minijinja::Error,
+    ) -> Range<usize> {
+        let value = self.span(at);
+        let raw = self.file.text.get(value.clone()).unwrap_or_default();
+        if let Some(range) = err.range()
+            && let Some(snippet) = source.get(range)
+            && !snippet.trim().is_empty()
+            && let Some(i) = raw.find(snippet)
+        {
+            return value.start + i..value.start + i + snippet.len();
+        }
+        if let Some(line) = err.line()
+            && let Some(text) = source.lines().nth(line.saturating_sub(1))
+            && !text.trim().is_empty()
+            && let Some(i) = raw.find(text.trim())
+        {
+            return value.start + i..value.start + i + text.trim().len();
+        }
+        value
+    }
+}
+
+/// The template context of a plan: inputs filled in, upstream results as placeholders.
+fn plan_context(loaded: &LoadedWorkflow, inputs: &BTreeMap<String, Option<String>>) -> JinjaValue {
+    let inputs: BTreeMap<&str, JinjaValue> = inputs
+        .iter()
+        .map(|(k, v)| {
+            let value = match v {
+                Some(v) => JinjaValue::from(v.as_str()),
+                None => Placeholder::value(format!("inputs.{k}")),
+            };
+            (k.as_str(), value)
+        })
+        .collect();
+    template::context(
+        inputs,
+        &loaded.def.name,
+        loaded.def.description.as_deref(),
+        Placeholder::value("steps"),
+    )
+}

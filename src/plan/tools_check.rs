@@ -1,0 +1,140 @@
+//! A step's tools: its lists read against the registry, and the warning about steps that may
+//! write the same directory at once.
+
+use super::*;
+
+impl Builder<'_> {
+    pub(super) fn resolve_tools(
+        &mut self,
+        id: &str,
+        step: &Step,
+        agent: &Agent,
+    ) -> Option<BTreeSet<String>> {
+        let step_tools = match &step.tools {
+            Some(list) => Some(self.tool_list(id, "tools", list)?),
+            None => None,
+        };
+        let disallowed = self
+            .tool_list(id, "disallowed_tools", &step.disallowed_tools)?
+            .expand(self.registry);
+        let tools = tools::resolve(
+            self.registry,
+            &agent.tools,
+            step_tools.as_ref(),
+            agent.disallowed.iter().chain(&disallowed),
+        );
+        if tools.is_empty() {
+            let key = if step.tools.is_some() {
+                "tools"
+            } else if !step.disallowed_tools.is_empty() {
+                "disallowed_tools"
+            } else {
+                "agent"
+            };
+            let span = self.span(&path!["steps", id, key]);
+            self.error(
+                format!("step `{id}` has no tools left"),
+                span,
+                "resolves to nothing",
+                Some(format!(
+                    "agent `{}` gives {}; `tools` replaces that list and `disallowed_tools` removes from it",
+                    agent.name,
+                    describe_tools(&agent.tools)
+                )),
+            );
+            return None;
+        }
+        Some(tools)
+    }
+
+    pub(super) fn tool_list(&mut self, id: &str, key: &str, names: &[String]) -> Option<ToolSet> {
+        let mut set = BTreeSet::new();
+        let mut ok = true;
+        let mut all = false;
+        for (i, name) in names.iter().enumerate() {
+            let span = self.span(&path!["steps", id, key, i]);
+            match self.registry.entry(name) {
+                ToolEntry::All => all = true,
+                ToolEntry::Tool(tool) => {
+                    set.insert(tool);
+                }
+                ToolEntry::Unsupported(name) => self.problems.push(
+                    Problem::warning(format!("tool `{name}` is not provided by runner; left out"))
+                        .at(self.file, span, "left out"),
+                ),
+                ToolEntry::Unknown(name) => {
+                    ok = false;
+                    let help = Some(self.registry.unknown_help(&name));
+                    self.error(
+                        format!("unknown tool `{name}` in step `{id}`"),
+                        span,
+                        "unknown tool",
+                        help,
+                    );
+                }
+            }
+        }
+        if !ok {
+            return None;
+        }
+        Some(if all {
+            ToolSet::All
+        } else {
+            ToolSet::Some(set)
+        })
+    }
+
+    /// Two steps that can change files, in the same directory, with nothing ordering them, may
+    /// overwrite each other's work: worth a warning.
+    pub(super) fn warn_concurrent_writers(
+        &mut self,
+        graph: &StepGraph,
+        ids: &[&String],
+        resolved: &[Option<PlannedStep>],
+    ) {
+        // Bash writes only in steps that have a write tool (otherwise its sandbox is read-only).
+        let writers: Vec<usize> = resolved
+            .iter()
+            .enumerate()
+            .filter(|(_, step)| {
+                step.as_ref().is_some_and(|s| {
+                    s.isolation != Isolation::Worktree && self.registry.any_writes(&s.tools)
+                })
+            })
+            .map(|(i, _)| i)
+            .collect();
+        let mut warned = 0;
+        for (n, &a) in writers.iter().enumerate() {
+            for &b in &writers[n + 1..] {
+                if warned >= 5 || graph.is_ancestor(a, b) || graph.is_ancestor(b, a) {
+                    continue;
+                }
+                warned += 1;
+                let span = self.key_span(&path!["steps", ids[b].as_str()]);
+                self.problems.push(
+                    Problem::warning(format!(
+                        "steps `{}` and `{}` can change files and may run at the same time in the same directory",
+                        ids[a], ids[b]
+                    ))
+                    .at(self.file, span, "may overlap")
+                    .help(format!(
+                        "set `isolation = \"worktree\"` on one of them, or order them with `needs = [\"{}\"]`",
+                        ids[a]
+                    )),
+                );
+            }
+        }
+    }
+}
+
+fn describe_tools(tools: &ToolSet) -> String {
+    match tools {
+        ToolSet::All => "all tools".into(),
+        ToolSet::Some(set) if set.is_empty() => "no tools".into(),
+        ToolSet::Some(set) => set
+            .iter()
+            .map(|t| format!("`{t}`"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
+}
