@@ -9,8 +9,8 @@ use std::os::unix::fs::OpenOptionsExt;
 
 use camino::Utf8Path;
 
-/// A workflow or agent file.
-pub const MAX_SOURCE_BYTES: u64 = 4 << 20;
+/// A workflow or agent file (a generated pipeline of 50,000 steps is about 7 MiB).
+pub const MAX_SOURCE_BYTES: u64 = 16 << 20;
 /// An `output_schema` file.
 pub const MAX_SCHEMA_BYTES: u64 = 1 << 20;
 /// A `--input NAME=@FILE` value.

@@ -88,12 +88,14 @@ pub fn to_text(plan: &Plan) -> String {
         let _ = writeln!(out, "inputs: {}", inputs.join(", "));
     }
     let width = plan.steps().iter().map(|s| s.id.len()).max().unwrap_or(0);
-    for w in 0..plan.waves().len() {
-        let _ = writeln!(out, "\nwave {}", w + 1);
-        // Steps are stored wave by wave, so this is one pass over them in all.
-        for step in plan.steps().iter().filter(|s| s.wave == w) {
-            step_text(&mut out, step, width);
+    // Steps are stored wave by wave: one pass over them prints every wave.
+    let mut wave = None;
+    for step in plan.steps() {
+        if wave != Some(step.wave) {
+            wave = Some(step.wave);
+            let _ = writeln!(out, "\nwave {}", step.wave + 1);
         }
+        step_text(&mut out, step, width);
     }
     out
 }

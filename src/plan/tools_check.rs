@@ -3,6 +3,11 @@
 
 use super::*;
 
+/// Warnings about steps that may write at once, at most.
+const MAX_OVERLAP_WARNINGS: usize = 5;
+/// Graph searches spent looking for such steps in different waves.
+const MAX_ANCESTRY_CHECKS: usize = 2_000;
+
 impl Builder<'_> {
     pub(super) fn resolve_tools(
         &mut self,
@@ -103,26 +108,68 @@ impl Builder<'_> {
             })
             .map(|(i, _)| i)
             .collect();
-        let mut warned = 0;
-        for (n, &a) in writers.iter().enumerate() {
+        // Steps of one wave never wait for each other; steps of different waves may or may not
+        // (one may need the other). Same-wave pairs need no graph search, so they come first;
+        // other pairs are searched within a budget, so a huge plan stays fast.
+        let Some(waves) = graph.waves() else {
+            return;
+        };
+        let mut wave_of = vec![0; ids.len()];
+        for (w, wave) in waves.iter().enumerate() {
+            for &i in wave {
+                wave_of[i] = w;
+            }
+        }
+        let mut by_wave: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        for &w in &writers {
+            by_wave.entry(wave_of[w]).or_default().push(w);
+        }
+        let mut pairs = Vec::new();
+        'same: for group in by_wave.values() {
+            for (n, &a) in group.iter().enumerate() {
+                for &b in &group[n + 1..] {
+                    if pairs.len() >= MAX_OVERLAP_WARNINGS {
+                        break 'same;
+                    }
+                    pairs.push((a, b));
+                }
+            }
+        }
+        pairs.sort_unstable();
+        let mut budget = MAX_ANCESTRY_CHECKS;
+        'search: for (n, &a) in writers.iter().enumerate() {
             for &b in &writers[n + 1..] {
-                if warned >= 5 || graph.is_ancestor(a, b) || graph.is_ancestor(b, a) {
+                if pairs.len() >= MAX_OVERLAP_WARNINGS || budget == 0 {
+                    break 'search;
+                }
+                if wave_of[a] == wave_of[b] {
                     continue;
                 }
-                warned += 1;
-                let span = self.key_span(&path!["steps", ids[b].as_str()]);
-                self.problems.push(
-                    Problem::warning(format!(
-                        "steps `{}` and `{}` can change files and may run at the same time in the same directory",
-                        ids[a], ids[b]
-                    ))
-                    .at(self.file, span, "may overlap")
-                    .help(format!(
-                        "set `isolation = \"worktree\"` on one of them, or order them with `needs = [\"{}\"]`",
-                        ids[a]
-                    )),
-                );
+                budget -= 1;
+                // Only a step of an earlier wave can be the other's ancestor.
+                let (early, late) = if wave_of[a] < wave_of[b] {
+                    (a, b)
+                } else {
+                    (b, a)
+                };
+                if !graph.is_ancestor(early, late) {
+                    pairs.push((a, b));
+                }
             }
+        }
+        for (a, b) in pairs.into_iter().take(MAX_OVERLAP_WARNINGS) {
+            let span = self.key_span(&path!["steps", ids[b].as_str()]);
+            self.problems.push(
+                Problem::warning(format!(
+                    "steps `{}` and `{}` can change files and may run at the same time in the same directory",
+                    ids[a], ids[b]
+                ))
+                .at(self.file, span, "may overlap")
+                .help(format!(
+                    "set `isolation = \"worktree\"` on one of them, or order them with `needs = [\"{}\"]`",
+                    ids[a]
+                )),
+            );
         }
     }
 }

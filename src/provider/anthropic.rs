@@ -61,9 +61,7 @@ impl ModelApi for AnthropicApi {
             let body = format::anthropic::request_body(request);
             let raw =
                 http::post_json(&self.http, &self.url, self.headers(), &body, &ERRORS).await?;
-            let response = format::anthropic::parse_response(&raw)
-                .map_err(|e| ProviderError::InvalidResponse { message: e.0 })?;
-            Ok(Exchange { response, raw })
+            Exchange::read(raw, format::anthropic::parse_response)
         })
     }
 }

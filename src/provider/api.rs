@@ -6,6 +6,7 @@ use futures_util::future::BoxFuture;
 use serde_json::Value;
 
 use super::error::ProviderError;
+use super::format::FormatError;
 use super::message::{ChatRequest, ChatResponse};
 
 /// One reply: what it means, and the body as the API sent it (for the transcript).
@@ -13,6 +14,17 @@ use super::message::{ChatRequest, ChatResponse};
 pub struct Exchange {
     pub response: ChatResponse,
     pub raw: Value,
+}
+
+impl Exchange {
+    /// A reply body, read by the API's parser; what it cannot read is an invalid reply.
+    pub fn read(
+        raw: Value,
+        parse: fn(&Value) -> Result<ChatResponse, FormatError>,
+    ) -> Result<Self, ProviderError> {
+        let response = parse(&raw).map_err(|e| ProviderError::InvalidResponse { message: e.0 })?;
+        Ok(Exchange { response, raw })
+    }
 }
 
 pub trait ModelApi: Send + Sync {

@@ -19,6 +19,9 @@ pub struct ErrorBodies {
 
 /// The HTTP client every API uses: long generations take minutes, connecting should not.
 pub fn client() -> reqwest::Client {
+    // TLS through rustls with ring (far quicker to build than aws-lc). Installing twice is
+    // harmless: the second call reports the first provider and changes nothing.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(30))
         .timeout(Duration::from_secs(600))

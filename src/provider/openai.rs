@@ -102,9 +102,7 @@ impl ModelApi for OpenAiApi {
                 }
                 other => other?,
             };
-            let response = format::openai::parse_response(&raw)
-                .map_err(|e| ProviderError::InvalidResponse { message: e.0 })?;
-            Ok(Exchange { response, raw })
+            Exchange::read(raw, format::openai::parse_response)
         })
     }
 }

@@ -3,50 +3,30 @@
 
 use std::fmt;
 
-use serde_json::Value;
-
 use super::state::{StepRecord, StepStatus};
 use crate::session::{FailureKind, StepOutcome};
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
-    Succeeded {
-        summary: String,
-        output: Value,
-    },
-    Failed {
-        kind: FailureKind,
-        message: String,
-        summary: String,
-    },
+    /// It ran (or failed before it could, for a reason of its own): succeeded or failed.
+    Ran(StepOutcome),
     Skipped(SkipReason),
     Cancelled(CancelReason),
 }
 
 impl From<StepOutcome> for Outcome {
     fn from(outcome: StepOutcome) -> Self {
-        match outcome {
-            StepOutcome::Succeeded { summary, output } => Outcome::Succeeded { summary, output },
-            StepOutcome::Failed {
-                kind,
-                message,
-                summary,
-            } => Outcome::Failed {
-                kind,
-                message,
-                summary,
-            },
-        }
+        Outcome::Ran(outcome)
     }
 }
 
 impl Outcome {
     pub fn failed(kind: FailureKind, message: impl Into<String>) -> Self {
-        Outcome::Failed {
-            kind,
-            message: message.into(),
-            summary: String::new(),
-        }
+        Outcome::Ran(StepOutcome::failed(kind, message))
+    }
+
+    pub fn is_failure(&self) -> bool {
+        matches!(self, Outcome::Ran(StepOutcome::Failed { .. }))
     }
 
     /// Writes the outcome into a step's record. Text from the model and the server is redacted:
@@ -54,15 +34,15 @@ impl Outcome {
     pub fn record(self, entry: &mut StepRecord) {
         use crate::secrets::redact_owned;
         match self {
-            Outcome::Succeeded { summary, output } => {
+            Outcome::Ran(StepOutcome::Succeeded { summary, output }) => {
                 entry.status = StepStatus::Succeeded;
                 entry.summary = redact_owned(summary);
                 entry.output = output;
                 entry.error = None;
             }
-            Outcome::Failed {
+            Outcome::Ran(StepOutcome::Failed {
                 message, summary, ..
-            } => {
+            }) => {
                 entry.status = StepStatus::Failed;
                 entry.summary = redact_owned(summary);
                 entry.error = Some(redact_owned(message));

@@ -281,7 +281,7 @@ impl Scheduler<'_> {
             }
             match prepare(step, plan, &self.record, self.options, env) {
                 Prepared::Ended(outcome) => {
-                    let failed = matches!(outcome, Outcome::Failed { .. });
+                    let failed = outcome.is_failure();
                     self.finish_unstarted(i, outcome);
                     if failed && self.options.fail_fast && !step.continue_on_error {
                         self.stop();
