@@ -49,22 +49,7 @@ pub fn agents(args: AgentsArgs, io: &mut Io<'_>) -> Exit {
             tools,
         ]);
     }
-    let widths: Vec<usize> = (0..4)
-        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
-        .collect();
-    for row in &rows {
-        let line = format!(
-            "{:<w0$}  {:<w1$}  {:<w2$}  {}",
-            row[0],
-            row[1],
-            row[2],
-            row[3],
-            w0 = widths[0],
-            w1 = widths[1],
-            w2 = widths[2]
-        );
-        let _ = writeln!(io.out, "{}", line.trim_end());
-    }
+    let _ = write!(io.out, "{}", crate::report::table(&rows));
     for agent in &catalog.shadowed {
         let _ = writeln!(
             io.err,

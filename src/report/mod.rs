@@ -29,6 +29,32 @@ pub fn total_tokens(r: &StepRecord) -> u64 {
     r.input_tokens + r.cache_creation_input_tokens + r.cache_read_input_tokens + r.output_tokens
 }
 
+/// Rows as aligned columns, two spaces apart, no trailing spaces.
+pub fn table<R: AsRef<[String]>>(rows: &[R]) -> String {
+    let columns = rows.iter().map(|r| r.as_ref().len()).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.as_ref().get(c))
+                .map(|cell| cell.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let cells: Vec<String> = row
+            .as_ref()
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
 /// The final table: status, turns, tool calls, tokens and time of every step.
 pub fn summary_table(plan: &Plan, record: &RunRecord) -> String {
     let mut rows =
@@ -51,19 +77,8 @@ pub fn summary_table(plan: &Plan, record: &RunRecord) -> String {
             seconds(r.duration_ms),
         ]);
     }
-    let widths: Vec<usize> = (0..6)
-        .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
-        .collect();
     let mut out = String::from("\n");
-    for row in &rows {
-        let cells: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(cell, w)| format!("{cell:<w$}"))
-            .collect();
-        out.push_str(cells.join("  ").trim_end());
-        out.push('\n');
-    }
+    out.push_str(&table(&rows));
     // Why each failed step failed, so that a CI log without progress lines still says it.
     for step in plan.steps() {
         let Some(r) = record.steps.get(&step.id) else {

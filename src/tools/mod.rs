@@ -5,6 +5,7 @@
 
 pub mod bash;
 pub mod confine;
+pub mod edit;
 pub mod fs;
 pub mod registry;
 pub mod search;
@@ -162,28 +163,6 @@ impl ToolSet {
             ToolSet::All => "*".into(),
             ToolSet::Some(set) => set.iter().cloned().collect::<Vec<_>>().join(", "),
         }
-    }
-
-    /// Reads a tool list; entries other than tools come back apart (for warnings and errors).
-    pub fn parse(names: &[String], registry: &Registry) -> (ToolSet, Vec<ToolEntry>) {
-        let mut set = BTreeSet::new();
-        let mut others = Vec::new();
-        let mut all = false;
-        for name in names {
-            match registry.entry(name) {
-                ToolEntry::All => all = true,
-                ToolEntry::Tool(tool) => {
-                    set.insert(tool);
-                }
-                other => others.push(other),
-            }
-        }
-        let tools = if all {
-            ToolSet::All
-        } else {
-            ToolSet::Some(set)
-        };
-        (tools, others)
     }
 }
 

@@ -28,8 +28,8 @@ impl Registry {
         registry
             .register(super::fs::ReadFile)
             .register(super::fs::ListDir)
-            .register(super::fs::WriteFile)
-            .register(super::fs::EditFile)
+            .register(super::edit::WriteFile)
+            .register(super::edit::EditFile)
             .register(super::search::Glob)
             .register(super::search::Grep)
             .register(super::bash::Bash);

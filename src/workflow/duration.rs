@@ -2,45 +2,35 @@
 
 use std::time::Duration;
 
-/// Parses a sequence of `<number><unit>` parts (`ms`, `s`, `m`, `h`, `d`).
+/// Parses a duration as people write it (`90s`, `10m`, `1h30m`, `1h 30m`, `500ms`, `2d`,
+/// `15 minutes`, or ISO 8601 `PT1H`), with jiff. A day is 24 hours. Zero, negative and bare
+/// numbers are refused, the last with the unit it probably lacks.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     if text.is_empty() {
         return Err("empty duration".into());
     }
-    let mut total = Duration::ZERO;
-    let mut rest = text;
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        if digits == 0 {
-            return Err(format!("expected a number at `{rest}`"));
-        }
-        let number: u64 = rest[..digits]
-            .parse()
-            .map_err(|_| format!("`{}` is too large", &rest[..digits]))?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let unit = rest[..unit_len].trim();
-        rest = rest[unit_len..].trim_start();
-        let part = match unit {
-            "ms" => Duration::from_millis(number),
-            "s" | "sec" | "secs" => Duration::from_secs(number),
-            "m" | "min" | "mins" => Duration::from_secs(number.saturating_mul(60)),
-            "h" | "hr" | "hrs" => Duration::from_secs(number.saturating_mul(3600)),
-            "d" => Duration::from_secs(number.saturating_mul(86_400)),
-            "" => return Err(format!("`{number}` needs a unit (ms, s, m, h)")),
-            other => return Err(format!("unknown unit `{other}` (use ms, s, m, h)")),
-        };
-        total = total.saturating_add(part);
+    if text.chars().all(|c| c.is_ascii_digit()) {
+        return Err(format!("`{text}` needs a unit: did you mean `{text}s`?"));
     }
-    if total.is_zero() {
+    let span: jiff::Span = text.parse().map_err(|err: jiff::Error| {
+        // jiff says which format it tried first; the rest is what went wrong.
+        let why = err.to_string();
+        match why.split_once(" format: ") {
+            Some((_, rest)) => rest.to_owned(),
+            None => why,
+        }
+    })?;
+    let duration = span
+        .to_duration(jiff::SpanRelativeTo::days_are_24_hours())
+        .map_err(|err| err.to_string())?;
+    if duration.is_negative() {
+        return Err("a duration cannot be negative".into());
+    }
+    if duration.is_zero() {
         return Err("a duration must be longer than zero".into());
     }
-    Ok(total)
+    Duration::try_from(duration).map_err(|err| err.to_string())
 }
 
 /// Formats a duration the short way users write it (`15m`, `1h30m`, `90s` -> `1m30s`).
@@ -70,13 +60,20 @@ mod tests {
         assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
         assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("1h 30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("2d"), Ok(Duration::from_secs(2 * 86_400)));
+        assert_eq!(parse_duration("15 minutes"), Ok(Duration::from_secs(900)));
     }
 
     #[test]
     fn rejects_bad_text() {
         assert!(parse_duration("").is_err());
-        assert!(parse_duration("90").unwrap_err().contains("needs a unit"));
-        assert!(parse_duration("5y").unwrap_err().contains("unknown unit"));
+        assert_eq!(
+            parse_duration("90").unwrap_err(),
+            "`90` needs a unit: did you mean `90s`?"
+        );
+        assert!(parse_duration("5q").is_err());
+        assert!(parse_duration("-5m").is_err());
         assert!(parse_duration("m").is_err());
         assert!(parse_duration("0s").is_err());
         assert!(parse_duration("99999999999999999999s").is_err());

@@ -3,6 +3,7 @@
 pub mod duration;
 pub mod load;
 pub mod source;
+mod yaml;
 
 use std::collections::BTreeMap;
 

@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use camino::Utf8PathBuf;
 use runner::tools::confine::Workspace;
-use runner::tools::fs::{read_file, write_file};
+use runner::tools::edit::write_file;
+use runner::tools::fs::read_file;
 use serde_json::json;
 
 /// Tries at least this many times, and on until the swap has shown both states.
