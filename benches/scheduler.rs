@@ -3,7 +3,11 @@
 //! 1. A grid of 8 parallel x 3 dependent steps through the real binary against a fake model API
 //!    answering every request after 400 ms: the critical path is 3 x 400 ms = 1.2 s, and the run
 //!    should take within 1.1x of that plus process start.
-//! 2. The scheduler's own cost per step: 1,000 steps (a 50-wide, 20-deep layered DAG) run with an
+//! 2. Delegation: one step fanning out 50 subagents in one turn, every model call answered after
+//!    200 ms, through the real binary. With at most L subagents at once the ideal is the step's
+//!    two calls plus ceil(50 / L) rounds of subagents; the run should take within 1.15x of that
+//!    plus process start.
+//! 3. The scheduler's own cost per step: 1,000 steps (a 50-wide, 20-deep layered DAG) run with an
 //!    executor that finishes each step at once, so only the walk, the decisions, prompt rendering
 //!    and run.json writing are measured.
 
@@ -120,6 +124,107 @@ fn grid(runtime: &tokio::runtime::Runtime) {
     );
 }
 
+const FAN_OUT: usize = 50;
+const SUBAGENT_LATENCY: Duration = Duration::from_millis(200);
+
+/// The lead step asks for 50 subagents at once, then answers; every subagent answers at once.
+struct FanOut;
+
+impl wiremock::Respond for FanOut {
+    fn respond(&self, request: &wiremock::Request) -> ResponseTemplate {
+        let body: serde_json::Value = serde_json::from_slice(&request.body).unwrap_or_default();
+        let messages = body["messages"].as_array().cloned().unwrap_or_default();
+        let lead = messages.first().is_some_and(|m| {
+            m["content"][0]["text"]
+                .as_str()
+                .unwrap_or("")
+                .contains("LEAD")
+        });
+        let reply = if lead && messages.len() == 1 {
+            let calls: Vec<serde_json::Value> = (0..FAN_OUT)
+                .map(|i| {
+                    json!({"type": "tool_use", "id": format!("t{i}"), "name": "task", "input": {
+                        "description": format!("part {i}"),
+                        "prompt": format!("Look at part {i}."),
+                        "subagent_type": "explore"
+                    }})
+                })
+                .collect();
+            json!({"content": calls, "stop_reason": "tool_use", "usage": {"input_tokens": 10, "output_tokens": 2}})
+        } else {
+            json!({"content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn", "usage": {"input_tokens": 10, "output_tokens": 2}})
+        };
+        ResponseTemplate::new(200)
+            .set_body_json(reply)
+            .set_delay(SUBAGENT_LATENCY)
+    }
+}
+
+fn fan_out(runtime: &tokio::runtime::Runtime) {
+    let server = runtime.block_on(async {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .and(path("/v1/messages"))
+            .respond_with(FanOut)
+            .mount(&server)
+            .await;
+        server
+    });
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(
+        dir.path().join("w.toml"),
+        "name = \"fan\"\n[models]\ndefault = \"anthropic/bench\"\n[steps.lead]\nagent = \"code\"\nprompt = \"LEAD: split the work\"\n",
+    )
+    .expect("write");
+    let binary = env!("CARGO_BIN_EXE_runner");
+    let time = |args: &[&str]| {
+        let started = Instant::now();
+        let out = Command::new(binary)
+            .args(args)
+            .current_dir(dir.path())
+            .env("ANTHROPIC_BASE_URL", server.uri())
+            .env("ANTHROPIC_API_KEY", "bench")
+            .output()
+            .expect("run runner");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        started.elapsed()
+    };
+    let start = median((0..10).map(|_| time(&["--version"])).collect());
+    println!(
+        "fan-out: one step, {FAN_OUT} subagents in one turn, {} ms per model call",
+        SUBAGENT_LATENCY.as_millis()
+    );
+    for limit in [8usize, 16, 50] {
+        let runs: Vec<Duration> = (0..3)
+            .map(|_| {
+                time(&[
+                    "run",
+                    "w.toml",
+                    "--no-progress",
+                    "--max-subagents",
+                    &limit.to_string(),
+                ])
+            })
+            .collect();
+        let run = median(runs);
+        let rounds = FAN_OUT.div_ceil(limit) as u32;
+        let ideal = SUBAGENT_LATENCY * (2 + rounds);
+        let budget = ideal.mul_f64(1.15) + start;
+        println!(
+            "  --max-subagents {limit}: median of 3 {:.3} s; ideal {:.1} s ({rounds} rounds + 2 step calls); run / ideal = {:.3}; budget 1.15 x ideal + start = {:.3} s: {}",
+            run.as_secs_f64(),
+            ideal.as_secs_f64(),
+            run.as_secs_f64() / ideal.as_secs_f64(),
+            budget.as_secs_f64(),
+            if run <= budget { "within" } else { "OVER" }
+        );
+    }
+}
+
 /// Finishes every step at once.
 struct Instantly;
 
@@ -198,5 +303,6 @@ fn main() {
         .expect("runtime");
     // `cargo bench` passes `--bench`; `cargo test --benches` would pass nothing: run either way.
     grid(&runtime);
+    fan_out(&runtime);
     overhead(&runtime);
 }

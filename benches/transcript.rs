@@ -76,10 +76,10 @@ async fn transcript_bytes(turns: usize) -> (u64, u64) {
     let tools = StepTools {
         registry: Arc::new(Registry::builtin()),
         allowed: BTreeSet::from(["read_file".to_owned()]),
-        context: ToolContext {
-            workspace: Arc::new(Workspace::new(&root).expect("workspace")),
-            bash: Arc::new(BashEnv::new(Mode::ReadOnly, false)),
-        },
+        context: ToolContext::new(
+            Arc::new(Workspace::new(&root).expect("workspace")),
+            Arc::new(BashEnv::new(Mode::ReadOnly, false)),
+        ),
     };
     let api = Scripted(Mutex::new(script(turns)));
     let (sender, mut events) = tokio::sync::mpsc::unbounded_channel();
@@ -88,6 +88,7 @@ async fn transcript_bytes(turns: usize) -> (u64, u64) {
         api: &api,
         model: "m",
         system: "You read notes.".into(),
+        history: Vec::new(),
         first_message: "Read the notes.".into(),
         max_turns: turns as u32,
         max_tokens: 1000,

@@ -61,6 +61,17 @@ pub(crate) struct ResolveArgs {
     pub(crate) sandbox: SandboxSetting,
 }
 
+/// How much runs at once, shared by `run` and `plan`.
+#[derive(Debug, Args, Clone, Copy, Default)]
+pub(crate) struct LimitArgs {
+    /// Steps running at once (overrides the file's max_parallel)
+    #[arg(long, value_name = "N")]
+    pub(crate) max_parallel: Option<u32>,
+    /// Subagents (`task`) running at once across the run (overrides the file's max_subagents)
+    #[arg(long, value_name = "N")]
+    pub(crate) max_subagents: Option<u32>,
+}
+
 #[derive(Debug, Clone, Copy, ValueEnum, Default, PartialEq, Eq)]
 pub(crate) enum SandboxSetting {
     #[default]
@@ -81,9 +92,8 @@ pub(crate) struct RunArgs {
     pub(crate) workflow: Utf8PathBuf,
     #[command(flatten)]
     pub(crate) resolve: ResolveArgs,
-    /// Steps running at once (overrides the file's max_parallel)
-    #[arg(long, value_name = "N")]
-    pub(crate) max_parallel: Option<u32>,
+    #[command(flatten)]
+    pub(crate) limits: LimitArgs,
     /// Run only this step, taking its needs from --resume (repeatable)
     #[arg(long, value_name = "STEP")]
     pub(crate) only: Vec<String>,
@@ -119,9 +129,8 @@ pub(crate) struct PlanArgs {
     pub(crate) workflow: Utf8PathBuf,
     #[command(flatten)]
     pub(crate) resolve: ResolveArgs,
-    /// Steps running at once (overrides the file's max_parallel)
-    #[arg(long, value_name = "N")]
-    pub(crate) max_parallel: Option<u32>,
+    #[command(flatten)]
+    pub(crate) limits: LimitArgs,
     /// Output format: `text` for people, `json` for programs
     #[arg(long, value_enum, default_value_t)]
     pub(crate) format: Format,
@@ -233,13 +242,9 @@ pub fn run_cli(args: Vec<OsString>, io: &mut Io<'_>) -> Exit {
     };
     match cli.command {
         Command::Run(args) => commands::run::run(args, io),
-        Command::Plan(args) => commands::plan::plan(
-            &args.workflow,
-            &args.resolve,
-            args.max_parallel,
-            args.format,
-            io,
-        ),
+        Command::Plan(args) => {
+            commands::plan::plan(&args.workflow, &args.resolve, args.limits, args.format, io)
+        }
         Command::Validate(args) => commands::validate::validate(args, io),
         Command::Graph(args) => commands::graph::graph(args, io),
         Command::Agents(args) => commands::agents::agents(args, io),

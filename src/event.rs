@@ -9,13 +9,16 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::provider::message::{Message, ToolDef, Usage};
-use crate::run::StepRecord;
+use crate::run::{StepRecord, SubagentRecord};
 
 /// An event and when it happened.
 #[derive(Debug, Clone, Serialize)]
 pub struct Event {
     /// RFC 3339, UTC.
     pub at: String,
+    /// The subagent the event is about (`explore#2`), when it is not the step itself.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
     #[serde(flatten)]
     pub kind: EventKind,
 }
@@ -89,6 +92,20 @@ pub enum EventKind {
     },
     /// The step's own account of how it ended, before the scheduler records it.
     StepError { step: String, error: String },
+    /// A step (or a subagent) started a subagent through `task`.
+    SubagentStarted {
+        step: String,
+        /// Its id, `explore#2`.
+        id: String,
+        agent: String,
+        model: String,
+        description: String,
+        background: bool,
+    },
+    SubagentFinished {
+        step: String,
+        record: Box<SubagentRecord>,
+    },
     StepFinished {
         step: String,
         record: Box<StepRecord>,
@@ -113,6 +130,8 @@ impl EventKind {
             | EventKind::ToolFinished { step, .. }
             | EventKind::OutputInvalid { step, .. }
             | EventKind::StepError { step, .. }
+            | EventKind::SubagentStarted { step, .. }
+            | EventKind::SubagentFinished { step, .. }
             | EventKind::StepFinished { step, .. } => Some(step),
         }
     }
@@ -122,6 +141,7 @@ impl From<EventKind> for Event {
     fn from(kind: EventKind) -> Self {
         Event {
             at: jiff::Timestamp::now().to_string(),
+            agent: None,
             kind,
         }
     }
@@ -194,6 +214,8 @@ impl Sinks {
 #[derive(Debug, Clone)]
 pub struct Emitter {
     step: Arc<str>,
+    /// The subagent this emitter speaks for, if not the step itself.
+    agent: Option<Arc<str>>,
     sender: mpsc::UnboundedSender<Event>,
 }
 
@@ -201,8 +223,23 @@ impl Emitter {
     pub fn new(step: &str, sender: mpsc::UnboundedSender<Event>) -> Self {
         Self {
             step: Arc::from(step),
+            agent: None,
             sender,
         }
+    }
+
+    /// The emitter of a subagent of this step.
+    pub fn subagent(&self, id: &str) -> Self {
+        Self {
+            step: self.step.clone(),
+            agent: Some(Arc::from(id)),
+            sender: self.sender.clone(),
+        }
+    }
+
+    /// The subagent this emitter speaks for.
+    pub fn agent(&self) -> Option<&str> {
+        self.agent.as_deref()
     }
 
     /// An emitter whose events go nowhere (for callers that keep none).
@@ -216,7 +253,9 @@ impl Emitter {
     }
 
     pub fn emit(&self, kind: EventKind) {
+        let mut event = Event::from(kind);
+        event.agent = self.agent.as_deref().map(str::to_owned);
         // The receiver is gone only when the run is over; nothing is left to record then.
-        let _ = self.sender.send(kind.into());
+        let _ = self.sender.send(event);
     }
 }

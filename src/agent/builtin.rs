@@ -71,6 +71,7 @@ pub fn builtins() -> Vec<Agent> {
             default_alias: "small",
             max_turns: None,
             system_prompt: EXPLORE_PROMPT.into(),
+            fork_context: false,
         },
         Agent {
             name: "plan".into(),
@@ -82,6 +83,7 @@ pub fn builtins() -> Vec<Agent> {
             default_alias: "plan",
             max_turns: None,
             system_prompt: PLAN_PROMPT.into(),
+            fork_context: false,
         },
         Agent {
             name: "code".into(),
@@ -93,6 +95,7 @@ pub fn builtins() -> Vec<Agent> {
             default_alias: "default",
             max_turns: None,
             system_prompt: CODE_PROMPT.into(),
+            fork_context: false,
         },
     ]
 }

@@ -51,6 +51,8 @@ pub struct Agent {
     pub default_alias: &'static str,
     pub max_turns: Option<u32>,
     pub system_prompt: String,
+    /// As a subagent, it starts from the spawning agent's conversation.
+    pub fork_context: bool,
 }
 
 /// A list of tool names, written as a YAML/TOML list or, as Claude Code does, one
@@ -140,6 +142,17 @@ pub struct AgentFile {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub max_turns: Option<u32>,
+    /// As a subagent, start from the spawning agent's conversation instead of a clean one
+    /// (Claude Code spelling).
+    #[serde(
+        default,
+        rename = "forkContext",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub fork_context_camel: Option<bool>,
+    /// As a subagent, start from the spawning agent's conversation instead of a clean one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fork_context: Option<bool>,
     /// The system prompt (TOML and YAML agent files; a Markdown file's body is its prompt).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_prompt: Option<String>,
@@ -295,6 +308,8 @@ fn build_agent(
     );
     let both_turns = def.max_turns_camel.is_some() && def.max_turns.is_some();
     pair(both_turns, "maxTurns", "max_turns", &mut errors);
+    let both_fork = def.fork_context_camel.is_some() && def.fork_context.is_some();
+    pair(both_fork, "forkContext", "fork_context", &mut errors);
 
     let system_prompt = match (body, &def.system_prompt) {
         (Some(_), Some(_)) => {
@@ -406,6 +421,7 @@ fn build_agent(
             default_alias: "default",
             max_turns: def.max_turns_camel.or(def.max_turns),
             system_prompt,
+            fork_context: def.fork_context_camel.or(def.fork_context).unwrap_or(false),
         },
         warnings,
     })

@@ -11,7 +11,7 @@ pub mod validate;
 use camino::{Utf8Path, Utf8PathBuf};
 
 use crate::agent::{AgentCatalog, lookup_dirs};
-use crate::cli::{Io, ResolveArgs, SandboxSetting};
+use crate::cli::{Io, LimitArgs, ResolveArgs, SandboxSetting};
 use crate::error::{Problem, Renderer, count_summary};
 use crate::plan::{Plan, PlanOptions, build_plan};
 use crate::tools::Registry;
@@ -52,7 +52,7 @@ pub(crate) fn workdir(args: &ResolveArgs) -> Result<Utf8PathBuf, Problem> {
 /// Turns `--input`/`--model` flags into options, reading `NAME=@FILE` values.
 pub(crate) fn plan_options(
     args: &ResolveArgs,
-    max_parallel: Option<u32>,
+    limits: LimitArgs,
     require_inputs: bool,
 ) -> Result<PlanOptions, Vec<Problem>> {
     let mut problems = Vec::new();
@@ -96,9 +96,10 @@ pub(crate) fn plan_options(
     Ok(PlanOptions {
         inputs,
         models,
-        max_parallel,
+        max_parallel: limits.max_parallel,
         require_inputs,
         sandbox_off: args.sandbox == SandboxSetting::Off,
+        max_subagents: limits.max_subagents,
     })
 }
 
@@ -106,13 +107,13 @@ pub(crate) fn plan_options(
 pub(crate) fn load_plan(
     workflow: &Utf8Path,
     args: &ResolveArgs,
-    max_parallel: Option<u32>,
+    limits: LimitArgs,
     require_inputs: bool,
     io: &mut Io<'_>,
 ) -> Option<Plan> {
-    let prepared = workdir(args).map_err(|p| vec![p]).and_then(|dir| {
-        plan_options(args, max_parallel, require_inputs).map(|options| (dir, options))
-    });
+    let prepared = workdir(args)
+        .map_err(|p| vec![p])
+        .and_then(|dir| plan_options(args, limits, require_inputs).map(|options| (dir, options)));
     let (dir, options) = match prepared {
         Ok(ok) => ok,
         Err(problems) => {

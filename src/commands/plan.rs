@@ -3,18 +3,18 @@
 use camino::Utf8Path;
 
 use super::load_plan;
-use crate::cli::{Format, Io, ResolveArgs};
+use crate::cli::{Format, Io, LimitArgs, ResolveArgs};
 use crate::error::Exit;
 use crate::plan::render;
 
 pub fn plan(
     workflow: &Utf8Path,
     args: &ResolveArgs,
-    max_parallel: Option<u32>,
+    limits: LimitArgs,
     format: Format,
     io: &mut Io<'_>,
 ) -> Exit {
-    let Some(plan) = load_plan(workflow, args, max_parallel, true, io) else {
+    let Some(plan) = load_plan(workflow, args, limits, true, io) else {
         return Exit::Invalid;
     };
     let text = match format {

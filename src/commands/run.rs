@@ -10,6 +10,7 @@ use camino::Utf8PathBuf;
 use tokio_util::sync::CancellationToken;
 
 use super::{load_plan, report};
+use crate::agent::{AgentCatalog, lookup_dirs};
 use crate::cli::{Format, Io, RunArgs};
 use crate::error::Exit;
 use crate::event::Sinks;
@@ -20,20 +21,15 @@ use crate::report::summary_table;
 use crate::run::executor::ModelExecutor;
 use crate::run::{self, RunOptions, RunStatus};
 use crate::sandbox::Support;
+use crate::session::subagent::Team;
 use crate::tools::Registry;
 use crate::tools::bash::scrubbed_vars;
 
 pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
     if args.dry_run {
-        return super::plan::plan(
-            &args.workflow,
-            &args.resolve,
-            args.max_parallel,
-            args.format,
-            io,
-        );
+        return super::plan::plan(&args.workflow, &args.resolve, args.limits, args.format, io);
     }
-    let Some(plan) = load_plan(&args.workflow, &args.resolve, args.max_parallel, true, io) else {
+    let Some(plan) = load_plan(&args.workflow, &args.resolve, args.limits, true, io) else {
         return Exit::Invalid;
     };
     let workdir = args
@@ -109,9 +105,13 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
     if let Some(warning) = support.warning(bash_modes) {
         let _ = writeln!(io.err, "warning: {warning}");
     }
+    let registry = Arc::new(Registry::builtin());
+    let catalog = Arc::new(AgentCatalog::load(
+        &lookup_dirs(&args.resolve.agents_dirs, Some(&args.workflow), &workdir),
+        &registry,
+    ));
     let executor = Arc::new(ModelExecutor {
-        apis,
-        registry: Arc::new(Registry::builtin()),
+        team: Arc::new(Team::new(&plan, registry, catalog, apis)),
         scrub: scrubbed_vars(&configured),
         state_dir: state_dir.clone(),
         support,

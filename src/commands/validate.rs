@@ -1,14 +1,20 @@
 //! `runner validate WORKFLOW...`: every problem of every file.
 
 use super::load_plan;
-use crate::cli::{Io, ValidateArgs};
+use crate::cli::{Io, LimitArgs, ValidateArgs};
 use crate::error::Exit;
 
 pub fn validate(args: ValidateArgs, io: &mut Io<'_>) -> Exit {
     let require_inputs = !args.resolve.inputs.is_empty();
     let mut failed = false;
     for workflow in &args.workflows {
-        match load_plan(workflow, &args.resolve, None, require_inputs, io) {
+        match load_plan(
+            workflow,
+            &args.resolve,
+            LimitArgs::default(),
+            require_inputs,
+            io,
+        ) {
             Some(plan) => {
                 let (steps, waves) = (plan.steps().len(), plan.waves().len());
                 let _ = writeln!(

@@ -33,6 +33,8 @@ pub const DEFAULT_MAX_PARALLEL: u32 = 4;
 pub const DEFAULT_MAX_TURNS: u32 = 50;
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 pub const DEFAULT_RETRIES: u32 = 4;
+pub const DEFAULT_MAX_SUBAGENTS: u32 = 8;
+pub const DEFAULT_SUBAGENT_DEPTH: u32 = 1;
 
 /// What the command line adds to a workflow.
 #[derive(Debug, Clone, Default)]
@@ -47,6 +49,8 @@ pub struct PlanOptions {
     pub require_inputs: bool,
     /// `--sandbox off`: bash runs unconfined.
     pub sandbox_off: bool,
+    /// `--max-subagents`.
+    pub max_subagents: Option<u32>,
 }
 
 /// A sealed plan: everything a run needs, with nothing left to resolve. Only [`build_plan`]
@@ -58,8 +62,12 @@ pub struct Plan {
     pub description: Option<String>,
     pub file: Utf8PathBuf,
     pub max_parallel: u32,
+    /// Subagents running at once, across the run.
+    pub max_subagents: u32,
     pub inputs: BTreeMap<String, String>,
     pub providers: BTreeMap<String, ProviderSpec>,
+    /// Model aliases, resolved (`--model` applied): subagents pick their models with them.
+    pub aliases: BTreeMap<String, ModelRef>,
     /// Step ids, sorted within each wave.
     waves: Vec<Vec<String>>,
     /// In wave order, then by id.
@@ -124,6 +132,10 @@ pub struct PlannedStep {
     pub sandbox: crate::sandbox::Mode,
     /// Whether the step's `bash` may open network connections.
     pub network: bool,
+    /// Agents its `task` tool may spawn (empty without `task`).
+    pub subagents: Vec<String>,
+    /// How deep its subagents may nest.
+    pub max_subagent_depth: u32,
     pub wave: usize,
 }
 
@@ -198,6 +210,10 @@ pub fn build_plan(
         b.problems
             .push(Problem::error("`--max-parallel` must be at least 1"));
     }
+    if options.max_subagents == Some(0) {
+        b.problems
+            .push(Problem::error("`--max-subagents` must be at least 1"));
+    }
 
     b.report_missing_aliases();
     if cycles.is_empty() {
@@ -248,6 +264,11 @@ pub fn build_plan(
         description: def.description.clone(),
         file: loaded.file.name.clone(),
         max_parallel,
+        max_subagents: options
+            .max_subagents
+            .or(def.max_subagents)
+            .unwrap_or(DEFAULT_MAX_SUBAGENTS),
+        aliases,
         inputs: inputs
             .into_iter()
             .filter_map(|(k, v)| v.map(|v| (k, v)))

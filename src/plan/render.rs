@@ -12,6 +12,8 @@ use crate::workflow::duration::format_duration;
 #[derive(Serialize)]
 struct JsonPlan<'a> {
     name: &'a str,
+    /// Subagents running at once across the run.
+    max_subagents: u32,
     waves: &'a [Vec<String>],
     steps: Vec<JsonStep<'a>>,
 }
@@ -31,11 +33,15 @@ struct JsonStep<'a> {
     /// What the step's bash may write: `read-only`, `workdir` or `off`.
     sandbox: &'static str,
     network: bool,
+    /// Agents the step's `task` may spawn (empty without `task`).
+    subagents: &'a [String],
+    max_subagent_depth: u32,
 }
 
 pub fn to_json(plan: &Plan) -> String {
     let doc = JsonPlan {
         name: &plan.name,
+        max_subagents: plan.max_subagents,
         waves: plan.waves(),
         steps: plan
             .steps
@@ -54,6 +60,8 @@ pub fn to_json(plan: &Plan) -> String {
                 condition: s.condition.as_deref(),
                 sandbox: s.sandbox.as_str(),
                 network: s.network,
+                subagents: &s.subagents,
+                max_subagent_depth: s.max_subagent_depth,
             })
             .collect(),
     };
@@ -72,13 +80,17 @@ pub fn to_text(plan: &Plan) -> String {
     out.push('\n');
     let steps = plan.steps().len();
     let waves = plan.waves().len();
-    let _ = writeln!(
+    let _ = write!(
         out,
         "{steps} step{} in {waves} wave{}, at most {} at once",
         plural(steps),
         plural(waves),
         plan.max_parallel
     );
+    if plan.steps().iter().any(|s| !s.subagents.is_empty()) {
+        let _ = write!(out, " (subagents: at most {})", plan.max_subagents);
+    }
+    out.push('\n');
     if !plan.inputs.is_empty() {
         let inputs: Vec<String> = plan
             .inputs
@@ -117,6 +129,18 @@ fn step_text(out: &mut String, step: &PlannedStep, width: usize) {
     }
     let tools: Vec<&str> = step.tools.iter().map(String::as_str).collect();
     let _ = writeln!(out, "    {:<9}{}", "tools", tools.join(", "));
+    if !step.subagents.is_empty() {
+        let nesting = match step.max_subagent_depth {
+            1 => String::new(),
+            depth => format!(" (nesting {depth} deep)"),
+        };
+        let _ = writeln!(
+            out,
+            "    {:<9}{}{nesting}",
+            "spawns",
+            step.subagents.join(", ")
+        );
+    }
     if step.tools.contains("bash") {
         let sandbox = match step.sandbox {
             Mode::Off => "off (bash is not confined)".to_owned(),

@@ -62,6 +62,7 @@ impl Builder<'_> {
         if let Some(condition) = &step.condition {
             self.check_condition(ctx, condition, env);
         }
+        let subagents = self.subagents(id, step, catalog, tools.as_ref());
 
         if self.error_count() > errors_before {
             return None;
@@ -96,8 +97,70 @@ impl Builder<'_> {
             isolation: step.isolation,
             sandbox,
             network: step.network.or(defaults.network).unwrap_or(false),
+            subagents,
+            max_subagent_depth: step
+                .max_subagent_depth
+                .or(defaults.max_subagent_depth)
+                .unwrap_or(DEFAULT_SUBAGENT_DEPTH),
             wave: 0,
         })
+    }
+
+    /// The agents the step's `task` may spawn: its `subagents` list, checked, or every agent the
+    /// workflow sees (sorted either way).
+    fn subagents(
+        &mut self,
+        id: &str,
+        step: &Step,
+        catalog: &AgentCatalog,
+        tools: Option<&BTreeSet<String>>,
+    ) -> Vec<String> {
+        let delegates = tools.is_some_and(|t| t.contains(crate::tools::TASK));
+        let Some(list) = &step.subagents else {
+            return if delegates {
+                catalog.names().map(str::to_owned).collect()
+            } else {
+                Vec::new()
+            };
+        };
+        if tools.is_some() && !delegates {
+            let span = self.key_span(&path!["steps", id, "subagents"]);
+            self.problems.push(
+                Problem::warning(format!(
+                    "step `{id}` has no `task` tool, so `subagents` has no effect"
+                ))
+                .at(self.file, span, "no effect"),
+            );
+        }
+        let mut names = BTreeSet::new();
+        for (i, name) in list.iter().enumerate() {
+            if catalog.get(name).is_some() {
+                names.insert(name.clone());
+                continue;
+            }
+            let span = self.span(&path!["steps", id, "subagents", i]);
+            let help = did_you_mean(name, catalog.names()).unwrap_or_else(|| {
+                format!(
+                    "agents are {}",
+                    catalog
+                        .names()
+                        .map(|n| format!("`{n}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            });
+            self.error(
+                format!("unknown agent `{name}` in `subagents` of step `{id}`"),
+                span,
+                "unknown agent",
+                Some(help),
+            );
+        }
+        if delegates {
+            names.into_iter().collect()
+        } else {
+            Vec::new()
+        }
     }
 
     pub(super) fn resolve_agent<'c>(

@@ -1,6 +1,7 @@
 //! Progress on stderr, as sinks of the run's events: on a terminal, one live line per running
 //! step (`[explore] find_auth ⠙ 5 tools · 2.1k tok · 3.2s`); otherwise a plain line per start and
-//! finish (`[explore] find_auth done (8 tools, 5.1s, 12.3k tokens)`).
+//! finish (`[explore] find_auth done (8 tools, 5.1s, 12.3k tokens)`). Subagents show under their
+//! step: `[code] implement › explore#2 done (3 tools, 1.2s, 4.1k tokens)`.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -11,7 +12,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressState, P
 use super::{seconds, terminal, tokens, total_tokens};
 use crate::event::{Event, EventKind, Sink};
 use crate::plan::Plan;
-use crate::run::{StepRecord, StepStatus};
+use crate::run::{StepRecord, StepStatus, SubagentRecord};
 
 /// The line printed when a step finishes, whatever the display.
 pub fn finish_line(agent: &str, id: &str, record: &StepRecord) -> String {
@@ -48,6 +49,25 @@ pub fn finish_line(agent: &str, id: &str, record: &StepRecord) -> String {
     }
 }
 
+/// The line printed when a subagent finishes.
+pub fn subagent_finish_line(label: &str, record: &SubagentRecord) -> String {
+    let word = match record.status {
+        StepStatus::Succeeded => "done",
+        status => status.as_str(),
+    };
+    let mut line = format!(
+        "{label} › {} {word} ({} tools, {}, {} tokens)",
+        record.id,
+        record.tool_calls,
+        seconds(record.duration_ms),
+        tokens(record.input_tokens + record.output_tokens)
+    );
+    if let Some(error) = &record.error {
+        line.push_str(&format!(": {}", terminal::clean(error)));
+    }
+    line
+}
+
 /// Each step's agent, for labels.
 fn agents(plan: &Plan) -> BTreeMap<String, String> {
     plan.steps()
@@ -75,6 +95,19 @@ impl Sink for PlainProgress {
         let line = match &event.kind {
             EventKind::StepStarted { step, agent, .. } => format!("[{agent}] {step} started"),
             EventKind::StepFinished { step, record } => finish_line(agent(step), step, record),
+            EventKind::SubagentStarted {
+                step,
+                id,
+                description,
+                ..
+            } => format!(
+                "[{}] {step} › {id} started: {}",
+                agent(step),
+                terminal::clean(description)
+            ),
+            EventKind::SubagentFinished { step, record } => {
+                subagent_finish_line(&format!("[{}] {step}", agent(step)), record)
+            }
             _ => return Ok(()),
         };
         // Progress is best effort: a closed stderr must not stop the run.
@@ -105,11 +138,25 @@ impl Live {
     }
 }
 
-/// Live lines on a terminal, one per running step, redrawn as its events arrive.
+/// Live lines on a terminal, one per running step and one under it per running subagent,
+/// redrawn as their events arrive.
 pub struct LiveProgress {
     multi: MultiProgress,
     agents: BTreeMap<String, String>,
-    live: BTreeMap<String, Live>,
+    /// By step, and subagent id for a subagent's line.
+    live: BTreeMap<(String, Option<String>), Live>,
+}
+
+fn spinner_style() -> ProgressStyle {
+    ProgressStyle::with_template("{prefix} {spinner} {msg} · {elapsed_secs}")
+        .unwrap_or_else(|_| ProgressStyle::default_spinner())
+        .with_key(
+            "elapsed_secs",
+            |state: &ProgressState, w: &mut dyn std::fmt::Write| {
+                let _ = write!(w, "{:.1}s", state.elapsed().as_secs_f64());
+            },
+        )
+        .tick_chars("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏…")
 }
 
 impl LiveProgress {
@@ -122,42 +169,76 @@ impl LiveProgress {
     }
 }
 
+impl LiveProgress {
+    fn start(
+        &mut self,
+        key: (String, Option<String>),
+        prefix: String,
+        after: Option<&ProgressBar>,
+    ) {
+        let bar = ProgressBar::new_spinner().with_style(spinner_style());
+        let bar = match after {
+            Some(above) => self.multi.insert_after(above, bar),
+            None => self.multi.add(bar),
+        };
+        bar.set_prefix(prefix);
+        bar.enable_steady_tick(Duration::from_millis(100));
+        let live = Live {
+            bar,
+            tools: 0,
+            tokens: 0,
+            doing: None,
+        };
+        live.redraw();
+        self.live.insert(key, live);
+    }
+
+    fn end(&mut self, key: &(String, Option<String>), line: String) {
+        if let Some(live) = self.live.remove(key) {
+            live.bar.finish_and_clear();
+            self.multi.remove(&live.bar);
+        }
+        let _ = self.multi.println(line);
+    }
+}
+
 impl Sink for LiveProgress {
     fn handle(&mut self, event: &Event) -> Result<(), String> {
         match &event.kind {
             EventKind::StepStarted { step, agent, .. } => {
-                let style =
-                    ProgressStyle::with_template("{prefix} {spinner} {msg} · {elapsed_secs}")
-                        .unwrap_or_else(|_| ProgressStyle::default_spinner())
-                        .with_key(
-                            "elapsed_secs",
-                            |state: &ProgressState, w: &mut dyn std::fmt::Write| {
-                                let _ = write!(w, "{:.1}s", state.elapsed().as_secs_f64());
-                            },
-                        )
-                        .tick_chars("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏…");
-                let bar = self.multi.add(ProgressBar::new_spinner().with_style(style));
-                bar.set_prefix(format!("[{agent}] {step}"));
-                bar.enable_steady_tick(Duration::from_millis(100));
-                let live = Live {
-                    bar,
-                    tools: 0,
-                    tokens: 0,
-                    doing: None,
-                };
-                live.redraw();
-                self.live.insert(step.clone(), live);
+                self.start((step.clone(), None), format!("[{agent}] {step}"), None);
             }
             EventKind::StepFinished { step, record } => {
-                if let Some(live) = self.live.remove(step) {
-                    live.bar.finish_and_clear();
-                    self.multi.remove(&live.bar);
-                }
                 let agent = self.agents.get(step).map_or("?", String::as_str);
-                let _ = self.multi.println(finish_line(agent, step, record));
+                let line = finish_line(agent, step, record);
+                self.end(&(step.clone(), None), line);
+            }
+            EventKind::SubagentStarted { step, id, .. } => {
+                let agent = self.agents.get(step).map_or("?", String::as_str);
+                let prefix = format!("[{agent}] {step} › {id}");
+                let above = self
+                    .live
+                    .get(&(step.clone(), event.agent.clone()))
+                    .map(|l| l.bar.clone());
+                self.start((step.clone(), Some(id.clone())), prefix, above.as_ref());
+            }
+            EventKind::SubagentFinished { step, record } => {
+                let agent = self.agents.get(step).map_or("?", String::as_str);
+                let line = subagent_finish_line(&format!("[{agent}] {step}"), record);
+                self.end(&(step.clone(), Some(record.id.clone())), line);
             }
             kind => {
-                let Some(live) = kind.step().and_then(|s| self.live.get_mut(s)) else {
+                let Some(step) = kind.step() else {
+                    return Ok(());
+                };
+                // The step's line counts its subagents' tokens too, as its record does.
+                if let (EventKind::TurnFinished { usage, .. }, Some(_)) = (kind, &event.agent)
+                    && let Some(line) = self.live.get_mut(&(step.to_owned(), None))
+                {
+                    line.tokens += usage.total_input() + usage.output_tokens;
+                    line.redraw();
+                }
+                let Some(live) = self.live.get_mut(&(step.to_owned(), event.agent.clone())) else {
                     return Ok(());
                 };
                 match kind {

@@ -1,7 +1,8 @@
 //! `steps/<id>/transcript.jsonl` as a sink: every event of a step, one JSON object a line,
 //! appended and flushed as it happens, so a crash or an interrupt keeps everything up to that
 //! moment. Requests are logged by what they add (see [`EventKind::TurnStarted`]), so a
-//! transcript grows with the conversation, not with its square.
+//! transcript grows with the conversation, not with its square. A subagent's events go to
+//! `steps/<id>/subagents/<agent_id>/transcript.jsonl`; its start and end are in the step's.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -13,7 +14,8 @@ use crate::event::{Event, EventKind, Sink};
 
 pub struct TranscriptSink {
     run_dir: Utf8PathBuf,
-    files: BTreeMap<String, File>,
+    /// Open files by step and subagent.
+    files: BTreeMap<(String, Option<String>), File>,
 }
 
 impl TranscriptSink {
@@ -28,6 +30,27 @@ impl TranscriptSink {
     pub fn path(run_dir: &Utf8Path, step: &str) -> Utf8PathBuf {
         run_dir.join("steps").join(step).join("transcript.jsonl")
     }
+
+    /// Where a subagent's transcript is. Agent names come from files the user may not trust, so
+    /// anything but a plain name character becomes `_`.
+    pub fn subagent_path(run_dir: &Utf8Path, step: &str, agent: &str) -> Utf8PathBuf {
+        let safe: String = agent
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '#') {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        run_dir
+            .join("steps")
+            .join(step)
+            .join("subagents")
+            .join(safe)
+            .join("transcript.jsonl")
+    }
 }
 
 impl Sink for TranscriptSink {
@@ -36,22 +59,31 @@ impl Sink for TranscriptSink {
             return Ok(());
         };
         // Steps that never ran (skipped, reused) have no transcript.
-        if matches!(event.kind, EventKind::StepFinished { .. }) && !self.files.contains_key(step) {
+        let key = (step.to_owned(), event.agent.clone());
+        // A finished subagent writes no more (until resumed): do not keep its file open.
+        if let EventKind::SubagentFinished { record, .. } = &event.kind {
+            self.files
+                .remove(&(step.to_owned(), Some(record.id.clone())));
+        }
+        if matches!(event.kind, EventKind::StepFinished { .. }) && !self.files.contains_key(&key) {
             return Ok(());
         }
-        let path = Self::path(&self.run_dir, step);
-        if !self.files.contains_key(step) {
+        let path = match &event.agent {
+            Some(agent) => Self::subagent_path(&self.run_dir, step, agent),
+            None => Self::path(&self.run_dir, step),
+        };
+        if !self.files.contains_key(&key) {
             let file = path
                 .parent()
                 .map_or(Ok(()), std::fs::create_dir_all)
                 .and_then(|()| OpenOptions::new().create(true).append(true).open(&path))
                 .map_err(|err| format!("cannot write `{path}`: {err}"))?;
-            self.files.insert(step.to_owned(), file);
+            self.files.insert(key.clone(), file);
         }
         let mut line =
             crate::secrets::redact_owned(serde_json::to_string(event).unwrap_or_default());
         line.push('\n');
-        let file = self.files.get_mut(step).ok_or("transcript file missing")?;
+        let file = self.files.get_mut(&key).ok_or("transcript file missing")?;
         file.write_all(line.as_bytes())
             .and_then(|()| file.flush())
             .map_err(|err| format!("cannot write `{path}`: {err}"))

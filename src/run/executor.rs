@@ -1,7 +1,6 @@
 //! What runs one step. The scheduler walks the same way whatever runs the steps: the model
 //! executor for real runs, others for tests and benchmarks.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -10,12 +9,13 @@ use futures_util::future::BoxFuture;
 
 use crate::event::Emitter;
 use crate::plan::PlannedStep;
-use crate::provider::ModelApi;
+use crate::sandbox::Mode;
 use crate::sandbox::Support;
+use crate::session::subagent::{Delegation, StepScope, Team};
 use crate::session::{self, DEFAULT_MAX_TOKENS, FailureKind, Session, StepOutcome};
 use crate::tools::bash::BashEnv;
 use crate::tools::confine::Workspace;
-use crate::tools::{Registry, StepTools, ToolContext};
+use crate::tools::{StepTools, TASK, ToolContext};
 use crate::workflow::Isolation;
 
 /// One step, ready to run: its prompt rendered, its directory chosen.
@@ -34,10 +34,8 @@ pub trait Executor: Send + Sync + 'static {
 
 /// Runs steps as subagents against their models.
 pub struct ModelExecutor {
-    /// One API per provider, by provider name.
-    pub apis: BTreeMap<String, Arc<dyn ModelApi>>,
-    /// The tools steps may be given.
-    pub registry: Arc<Registry>,
+    /// The APIs, tools, agents and limits every step (and its subagents) share.
+    pub team: Arc<Team>,
     /// Environment variables removed from `bash`.
     pub scrub: Vec<String>,
     /// runner's state directory: no tool may touch it.
@@ -76,12 +74,9 @@ impl ModelExecutor {
             step.isolation == Isolation::Worktree,
         );
         Ok(StepTools {
-            registry: self.registry.clone(),
+            registry: self.team.registry.clone(),
             allowed: step.tools.clone(),
-            context: ToolContext {
-                workspace: Arc::new(workspace),
-                bash: Arc::new(bash),
-            },
+            context: ToolContext::new(Arc::new(workspace), Arc::new(bash)),
         })
     }
 }
@@ -89,8 +84,15 @@ impl ModelExecutor {
 impl Executor for ModelExecutor {
     fn run(&self, job: StepJob) -> BoxFuture<'static, StepOutcome> {
         let step = job.step.clone();
-        let api = self.apis.get(&step.model.provider).cloned();
+        let api = self
+            .team
+            .apis
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&step.model.provider)
+            .cloned();
         let tools = self.tools(&step, &job.root);
+        let team = self.team.clone();
         Box::pin(async move {
             let Some(api) = api else {
                 return StepOutcome::failed(
@@ -98,18 +100,40 @@ impl Executor for ModelExecutor {
                     format!("no API for provider `{}`", step.model.provider),
                 );
             };
-            let tools = match tools {
+            let mut tools = match tools {
                 Ok(tools) => tools,
                 Err(err) => return StepOutcome::failed(FailureKind::Setup, err),
             };
+            // A step with `task` gets subagents; they end with it, whatever ends it.
+            let scope = step.tools.contains(TASK).then(|| {
+                Arc::new(StepScope::new(
+                    team,
+                    step.subagents.clone(),
+                    step.max_subagent_depth,
+                    step.max_turns,
+                    step.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+                    step.retries,
+                    step.sandbox == Mode::Off,
+                    step.network,
+                ))
+            });
+            let _stop_subagents = scope.as_ref().map(|s| s.cancel.clone().drop_guard());
+            if let Some(scope) = &scope {
+                tools.context.delegate = Some(Arc::new(Delegation::for_step(
+                    scope.clone(),
+                    step.tools.clone(),
+                    job.events.clone(),
+                )));
+            }
             let workdir = tools.context.workspace.root().to_string();
-            session::run(Session {
+            let outcome = session::run(Session {
                 api: api.as_ref(),
                 model: &step.model.model,
                 system: session::prompt::system_prompt(
                     &step.system_prompt,
                     step.output_schema.as_ref(),
                 ),
+                history: Vec::new(),
                 first_message: session::prompt::first_message(&workdir, &job.prompt),
                 max_turns: step.max_turns,
                 max_tokens: step.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
@@ -118,7 +142,12 @@ impl Executor for ModelExecutor {
                 tools: &tools,
                 events: &job.events,
             })
-            .await
+            .await;
+            // A step does not end before its background subagents do.
+            if let Some(scope) = &scope {
+                scope.wait_background().await;
+            }
+            outcome
         })
     }
 }

@@ -41,7 +41,9 @@ enum Ended {
 struct Tally {
     turns: u32,
     tool_calls: u32,
+    /// The step's tokens and its subagents' (SPEC §6: the step's counts include them).
     usage: Usage,
+    subagents: Vec<super::state::SubagentRecord>,
 }
 
 struct Running {
@@ -260,10 +262,15 @@ impl Scheduler<'_> {
         if let Some(i) = event.kind.step().and_then(|id| self.plan.index_of(id))
             && let Some(run) = self.running.get_mut(&i)
         {
+            // Turns and tool calls are the step's own; a subagent's show in its record.
+            let own = event.agent.is_none();
             match &event.kind {
-                EventKind::TurnStarted { .. } => run.tally.turns += 1,
-                EventKind::ToolStarted { .. } => run.tally.tool_calls += 1,
+                EventKind::TurnStarted { .. } if own => run.tally.turns += 1,
+                EventKind::ToolStarted { .. } if own => run.tally.tool_calls += 1,
                 EventKind::TurnFinished { usage, .. } => run.tally.usage.add(usage),
+                EventKind::SubagentFinished { record, .. } => {
+                    run.tally.subagents.push((**record).clone());
+                }
                 _ => {}
             }
         }
@@ -372,6 +379,7 @@ impl Scheduler<'_> {
         entry.output_tokens = run.tally.usage.output_tokens;
         entry.cache_creation_input_tokens = run.tally.usage.cache_creation_input_tokens;
         entry.cache_read_input_tokens = run.tally.usage.cache_read_input_tokens;
+        entry.subagents = run.tally.subagents;
         entry.duration_ms = run.started.elapsed().as_millis() as u64;
         let cancelled = matches!(ended, Ended::Cancelled);
         let outcome = match ended {

@@ -103,6 +103,26 @@ pub struct StepRecord {
     /// The run this result was taken from, when `--resume` reused it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reused_from: Option<String>,
+    /// Subagents the step started with `task`, in the order they finished. Their tokens are in
+    /// the step's counts too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subagents: Vec<SubagentRecord>,
+}
+
+/// One subagent of a step (SPEC §6).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SubagentRecord {
+    /// `explore#2`.
+    pub id: String,
+    pub agent: String,
+    pub model: String,
+    pub status: StepStatus,
+    pub turns: u32,
+    pub tool_calls: u32,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub duration_ms: u64,
+    pub error: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -152,6 +172,7 @@ impl RunRecord {
                         diff: None,
                         fingerprint: String::new(),
                         reused_from: None,
+                        subagents: Vec::new(),
                     },
                 )
             })

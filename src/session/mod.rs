@@ -4,6 +4,7 @@
 
 pub mod output;
 pub mod prompt;
+pub mod subagent;
 
 use std::time::Instant;
 
@@ -12,7 +13,7 @@ use sha2::{Digest, Sha256};
 
 use crate::event::{Emitter, EventKind};
 use crate::provider::ModelApi;
-use crate::provider::message::{Block, ChatRequest, Message, Role, StopReason};
+use crate::provider::message::{Block, ChatRequest, Message, Role, StopReason, Usage};
 use crate::provider::retry::{self, RetryPolicy};
 use crate::tools::StepTools;
 
@@ -78,11 +79,14 @@ impl StepOutcome {
     }
 }
 
-/// What one step's conversation needs.
+/// What one step's (or subagent's) conversation needs.
 pub struct Session<'a> {
     pub api: &'a dyn ModelApi,
     pub model: &'a str,
     pub system: String,
+    /// A conversation to go on from (a resumed or forked subagent); empty for a fresh one.
+    pub history: Vec<Message>,
+    /// The first message, or the next one after `history`.
     pub first_message: String,
     pub max_turns: u32,
     pub max_tokens: u32,
@@ -90,6 +94,68 @@ pub struct Session<'a> {
     pub output_schema: Option<&'a Value>,
     pub tools: &'a StepTools,
     pub events: &'a Emitter,
+}
+
+/// Runs a turn's tool calls: `task` calls all at once (each is a subagent, and they are
+/// independent by design), the others one after another in order, alongside. Results come back
+/// in the order of the calls.
+async fn call_tools(
+    session: &Session<'_>,
+    step: &str,
+    turn: u32,
+    calls: Vec<(String, String, Value)>,
+) -> Vec<Block> {
+    let one = |id: String, name: String, input: Value| async move {
+        session.events.emit(EventKind::ToolStarted {
+            step: step.to_owned(),
+            turn,
+            id: id.clone(),
+            name: name.clone(),
+            input: input.clone(),
+        });
+        let started = Instant::now();
+        let output = session.tools.call(&name, &input).await;
+        session.events.emit(EventKind::ToolFinished {
+            step: step.to_owned(),
+            turn,
+            id: id.clone(),
+            name,
+            is_error: output.is_error,
+            duration_ms: started.elapsed().as_millis() as u64,
+            output: output.text.clone(),
+        });
+        Block::ToolResult {
+            tool_use_id: id,
+            content: output.text,
+            is_error: output.is_error,
+        }
+    };
+    let is_task = |name: &str| {
+        session.tools.registry.entry(name)
+            == crate::tools::ToolEntry::Tool(crate::tools::TASK.to_owned())
+    };
+    let mut tasks = Vec::new();
+    let mut others = Vec::new();
+    for (i, (id, name, input)) in calls.into_iter().enumerate() {
+        if is_task(&name) {
+            tasks.push((i, one(id, name, input)));
+        } else {
+            others.push((i, id, name, input));
+        }
+    }
+    let sequential = async {
+        let mut done = Vec::with_capacity(others.len());
+        for (i, id, name, input) in others {
+            done.push((i, one(id, name, input).await));
+        }
+        done
+    };
+    let (indexes, futures): (Vec<usize>, Vec<_>) = tasks.into_iter().unzip();
+    let (mut done, concurrent) =
+        futures_util::future::join(sequential, futures_util::future::join_all(futures)).await;
+    done.extend(indexes.into_iter().zip(concurrent));
+    done.sort_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, block)| block).collect()
 }
 
 /// A digest of the neutral request, so a transcript can show which request a turn sent without
@@ -102,7 +168,59 @@ fn digest(request: &ChatRequest) -> String {
         .collect()
 }
 
+/// How a conversation ended, and what it was.
+#[derive(Debug, Clone)]
+pub struct Conversation {
+    pub outcome: StepOutcome,
+    /// Every message, the last reply included (a resumed subagent goes on from here).
+    pub messages: Vec<Message>,
+    pub turns: u32,
+    pub tool_calls: u32,
+    pub usage: Usage,
+}
+
 pub async fn run(session: Session<'_>) -> StepOutcome {
+    converse(session).await.outcome
+}
+
+/// Appends a user message, joining it to a user message already at the end (both APIs want turns
+/// to alternate).
+pub fn push_user_text(messages: &mut Vec<Message>, text: String) {
+    match messages.last_mut() {
+        Some(last) if last.role == Role::User => last.content.push(Block::Text { text }),
+        _ => messages.push(Message::user_text(text)),
+    }
+}
+
+pub async fn converse(session: Session<'_>) -> Conversation {
+    let mut turns = 0;
+    let mut tool_calls = 0;
+    let mut usage = Usage::default();
+    let mut messages = Vec::new();
+    let outcome = turns_until_done(
+        session,
+        &mut turns,
+        &mut tool_calls,
+        &mut usage,
+        &mut messages,
+    )
+    .await;
+    Conversation {
+        outcome,
+        messages,
+        turns,
+        tool_calls,
+        usage,
+    }
+}
+
+async fn turns_until_done(
+    session: Session<'_>,
+    turns: &mut u32,
+    tool_calls: &mut u32,
+    usage: &mut Usage,
+    messages: &mut Vec<Message>,
+) -> StepOutcome {
     let step = session.events.step().to_owned();
     let emit = |kind: EventKind| session.events.emit(kind);
     let definitions = session.tools.definitions();
@@ -114,10 +232,12 @@ pub async fn run(session: Session<'_>) -> StepOutcome {
         max_tokens: session.max_tokens,
     });
     let policy = RetryPolicy::new(session.retries);
+    let mut history = session.history.clone();
+    push_user_text(&mut history, session.first_message.clone());
     let mut request = ChatRequest {
         model: session.model.to_owned(),
         system: session.system.clone(),
-        messages: vec![Message::user_text(session.first_message.clone())],
+        messages: history,
         tools: definitions,
         max_tokens: session.max_tokens,
     };
@@ -132,6 +252,7 @@ pub async fn run(session: Session<'_>) -> StepOutcome {
     let mut turn = 0;
     while turn < turn_limit {
         turn += 1;
+        *turns = turn;
         emit(EventKind::TurnStarted {
             step: step.clone(),
             turn,
@@ -160,6 +281,7 @@ pub async fn run(session: Session<'_>) -> StepOutcome {
             }
         };
         let response = exchange.response;
+        usage.add(&response.usage);
         emit(EventKind::TurnFinished {
             step: step.clone(),
             turn,
@@ -177,37 +299,19 @@ pub async fn run(session: Session<'_>) -> StepOutcome {
                 content: response.content.clone(),
             });
         }
+        messages.clone_from(&request.messages);
         if !calls.is_empty() {
-            let mut results = Vec::with_capacity(calls.len());
-            for (id, name, input) in calls {
-                emit(EventKind::ToolStarted {
-                    step: step.clone(),
-                    turn,
-                    id: id.clone(),
-                    name: name.clone(),
-                    input: input.clone(),
-                });
-                let started = Instant::now();
-                let output = session.tools.call(&name, &input).await;
-                emit(EventKind::ToolFinished {
-                    step: step.clone(),
-                    turn,
-                    id: id.clone(),
-                    name,
-                    is_error: output.is_error,
-                    duration_ms: started.elapsed().as_millis() as u64,
-                    output: output.text.clone(),
-                });
-                results.push(Block::ToolResult {
-                    tool_use_id: id,
-                    content: output.text,
-                    is_error: output.is_error,
-                });
+            *tool_calls += calls.len() as u32;
+            // A forked subagent starts from the conversation as it stands.
+            if let Ok(mut current) = session.tools.context.conversation.lock() {
+                *current = Some(request.clone());
             }
+            let results = call_tools(&session, &step, turn, calls).await;
             request.messages.push(Message {
                 role: Role::User,
                 content: results,
             });
+            messages.clone_from(&request.messages);
             continue;
         }
         let text = response.text();

@@ -38,8 +38,8 @@ impl Tool for Bash {
     fn name(&self) -> &str {
         "bash"
     }
-    fn alias(&self) -> Option<&str> {
-        Some("Bash")
+    fn aliases(&self) -> &[&str] {
+        &["Bash"]
     }
     fn description(&self) -> &str {
         "Run a command with `bash -c` in the working directory, in a sandbox: it can write only where this step may (nowhere in a read-only step, never `.git`), cannot open network connections unless the step allows them, and everything it starts is stopped when it returns. `$TMPDIR` is yours for scratch files. Returns the exit code, stdout and stderr."

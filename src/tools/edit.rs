@@ -21,8 +21,8 @@ impl Tool for WriteFile {
     fn name(&self) -> &str {
         "write_file"
     }
-    fn alias(&self) -> Option<&str> {
-        Some("Write")
+    fn aliases(&self) -> &[&str] {
+        &["Write"]
     }
     fn description(&self) -> &str {
         "Create a file, or overwrite it, with the given content. Missing folders are created."
@@ -48,8 +48,8 @@ impl Tool for EditFile {
     fn name(&self) -> &str {
         "edit_file"
     }
-    fn alias(&self) -> Option<&str> {
-        Some("Edit")
+    fn aliases(&self) -> &[&str] {
+        &["Edit"]
     }
     fn description(&self) -> &str {
         "Replace `old_string` with `new_string` in a file. `old_string` must occur exactly once unless `replace_all` is true; copy it exactly, whitespace included."

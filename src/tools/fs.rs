@@ -26,8 +26,8 @@ impl Tool for ReadFile {
     fn name(&self) -> &str {
         "read_file"
     }
-    fn alias(&self) -> Option<&str> {
-        Some("Read")
+    fn aliases(&self) -> &[&str] {
+        &["Read"]
     }
     fn description(&self) -> &str {
         "Read a text file. Lines come numbered from 1. Long files are paged: pass `offset` (a line number) and `limit` to read more."
@@ -51,8 +51,8 @@ impl Tool for ListDir {
     fn name(&self) -> &str {
         "list_dir"
     }
-    fn alias(&self) -> Option<&str> {
-        Some("LS")
+    fn aliases(&self) -> &[&str] {
+        &["LS"]
     }
     fn description(&self) -> &str {
         "List the entries of a directory; directories end with `/`."

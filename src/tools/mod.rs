@@ -9,9 +9,10 @@ pub mod edit;
 pub mod fs;
 pub mod registry;
 pub mod search;
+pub mod task;
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use futures_util::future::BoxFuture;
 use serde::Deserialize;
@@ -20,6 +21,9 @@ use serde_json::Value;
 use bash::BashEnv;
 use confine::Workspace;
 pub use registry::{Registry, StepTools};
+pub use task::{Delegate, TASK, TASK_OUTPUT};
+
+use crate::provider::message::ChatRequest;
 
 /// What a tool call answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,20 +49,45 @@ impl ToolOutput {
 }
 
 /// Everything a step's tool calls may use.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ToolContext {
     pub workspace: Arc<Workspace>,
     /// How `bash` runs in this step.
     pub bash: Arc<BashEnv>,
+    /// Runs subagents for `task`, when the agent may delegate.
+    pub delegate: Option<Arc<dyn Delegate>>,
+    /// The request whose reply made the current tool calls (a forked subagent starts from it).
+    pub conversation: Arc<Mutex<Option<ChatRequest>>>,
+}
+
+impl ToolContext {
+    pub fn new(workspace: Arc<Workspace>, bash: Arc<BashEnv>) -> Self {
+        Self {
+            workspace,
+            bash,
+            delegate: None,
+            conversation: Arc::default(),
+        }
+    }
+}
+
+impl std::fmt::Debug for ToolContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolContext")
+            .field("workspace", &self.workspace)
+            .field("bash", &self.bash)
+            .field("delegates", &self.delegate.is_some())
+            .finish()
+    }
 }
 
 /// A tool a model can call.
 pub trait Tool: Send + Sync + 'static {
     /// The name the model calls it by and tool lists use.
     fn name(&self) -> &str;
-    /// Another name accepted in tool lists (Claude Code's, such as `Read`).
-    fn alias(&self) -> Option<&str> {
-        None
+    /// Other names accepted in tool lists (Claude Code's, such as `Read`).
+    fn aliases(&self) -> &[&str] {
+        &[]
     }
     /// What the model is told the tool does.
     fn description(&self) -> &str;
@@ -125,7 +154,6 @@ pub const CLAUDE_ONLY_TOOLS: &[&str] = &[
     "NotebookRead",
     "Skill",
     "SlashCommand",
-    "Task",
     "TodoWrite",
     "WebFetch",
     "WebSearch",

@@ -32,7 +32,9 @@ impl Registry {
             .register(super::edit::EditFile)
             .register(super::search::Glob)
             .register(super::search::Grep)
-            .register(super::bash::Bash);
+            .register(super::bash::Bash)
+            .register(super::task::Task)
+            .register(super::task::TaskOutput);
         registry
     }
 
@@ -68,7 +70,7 @@ impl Registry {
         if let Some(tool) = self
             .tools
             .values()
-            .find(|t| t.name() == spelled || t.alias() == Some(spelled))
+            .find(|t| t.name() == spelled || t.aliases().contains(&spelled))
         {
             return ToolEntry::Tool(tool.name().to_owned());
         }
@@ -80,7 +82,7 @@ impl Registry {
                 || self
                     .tools
                     .values()
-                    .any(|t| t.name() == name || t.alias() == Some(name))
+                    .any(|t| t.name() == name || t.aliases().contains(&name))
         };
         if (spelled.contains('(') && known(bare))
             || CLAUDE_ONLY_TOOLS.contains(&bare)
@@ -96,8 +98,7 @@ impl Registry {
         let spellings = self
             .tools
             .values()
-            .flat_map(|t| [Some(t.name()), t.alias()])
-            .flatten();
+            .flat_map(|t| std::iter::once(t.name()).chain(t.aliases().iter().copied()));
         crate::error::did_you_mean(name, spellings).unwrap_or_else(|| {
             format!(
                 "tools are {}",
@@ -162,10 +163,10 @@ mod tests {
         let tools = StepTools {
             registry: Arc::new(Registry::builtin()),
             allowed: ["read_file".to_owned()].into_iter().collect(),
-            context: ToolContext {
-                workspace: Arc::new(Workspace::new(&root).unwrap()),
-                bash: Arc::new(BashEnv::new(crate::sandbox::Mode::ReadOnly, false)),
-            },
+            context: ToolContext::new(
+                Arc::new(Workspace::new(&root).unwrap()),
+                Arc::new(BashEnv::new(crate::sandbox::Mode::ReadOnly, false)),
+            ),
         };
         let denied = tools
             .call("write_file", &json!({"path": "x", "content": "y"}))

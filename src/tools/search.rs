@@ -72,8 +72,8 @@ impl Tool for Glob {
     fn name(&self) -> &str {
         "glob"
     }
-    fn alias(&self) -> Option<&str> {
-        Some("Glob")
+    fn aliases(&self) -> &[&str] {
+        &["Glob"]
     }
     fn description(&self) -> &str {
         "Find files whose path matches a glob such as `**/*.rs` or `src/*.ts`. Honours .gitignore."
@@ -96,8 +96,8 @@ impl Tool for Grep {
     fn name(&self) -> &str {
         "grep"
     }
-    fn alias(&self) -> Option<&str> {
-        Some("Grep")
+    fn aliases(&self) -> &[&str] {
+        &["Grep"]
     }
     fn description(&self) -> &str {
         "Search file contents with a regular expression (Rust regex syntax). Returns `path:line:text`. Honours .gitignore."

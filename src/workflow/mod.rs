@@ -27,6 +27,10 @@ pub struct WorkflowFile {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub max_parallel: Option<u32>,
+    /// How many subagents (`task`) may run at once across the whole run (default 8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_subagents: Option<u32>,
     /// Inputs given on the command line as `--input NAME=VALUE`.
     #[serde(default)]
     pub inputs: IndexMap<String, InputDef>,
@@ -95,6 +99,11 @@ pub struct Defaults {
     /// Whether `bash` may open network connections (default false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<bool>,
+    /// How deep subagents may nest: 1 (the default) lets a step spawn subagents that cannot spawn
+    /// their own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_subagent_depth: Option<u32>,
 }
 
 /// One subagent step.
@@ -154,6 +163,13 @@ pub struct Step {
     /// Whether `bash` may open network connections (default false, or `[defaults]`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<bool>,
+    /// Agents this step's `task` tool may spawn (default: every agent the workflow sees).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subagents: Option<Vec<String>>,
+    /// How deep subagents may nest (default 1, or `[defaults]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_subagent_depth: Option<u32>,
 }
 
 fn output_schema_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {

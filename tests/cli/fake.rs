@@ -49,6 +49,17 @@ impl Respond for Routed {
     }
 }
 
+/// Answers with a function of the request body.
+type Answer = Box<dyn Fn(&Value) -> ResponseTemplate + Send + Sync>;
+struct ByBody(Answer);
+
+impl Respond for ByBody {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        let body: Value = serde_json::from_slice(&request.body).unwrap_or_default();
+        (self.0)(&body)
+    }
+}
+
 pub struct Fake {
     pub server: MockServer,
 }
@@ -66,13 +77,35 @@ impl Fake {
 
     /// An Anthropic API whose answers depend on which step asks (see [`Routed`]).
     pub async fn anthropic_routed(routes: Vec<(&str, Vec<ResponseTemplate>)>) -> Self {
+        Self::routed("/v1/messages", routes).await
+    }
+
+    /// An OpenAI-compatible API whose answers depend on which step asks (see [`Routed`]).
+    pub async fn openai_routed(routes: Vec<(&str, Vec<ResponseTemplate>)>) -> Self {
+        Self::routed("/v1/chat/completions", routes).await
+    }
+
+    /// An Anthropic API answering each request with what `answer` makes of its body.
+    pub async fn anthropic_fn(
+        answer: impl Fn(&Value) -> ResponseTemplate + Send + Sync + 'static,
+    ) -> Self {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .and(path("/v1/messages"))
+            .respond_with(ByBody(Box::new(answer)))
+            .mount(&server)
+            .await;
+        Self { server }
+    }
+
+    async fn routed(endpoint: &str, routes: Vec<(&str, Vec<ResponseTemplate>)>) -> Self {
         let server = MockServer::start().await;
         let routes = routes
             .into_iter()
             .map(|(marker, script)| (marker.to_owned(), Mutex::new(script.into())))
             .collect();
         Mock::given(method("POST"))
-            .and(path("/v1/messages"))
+            .and(path(endpoint))
             .respond_with(Routed(routes))
             .mount(&server)
             .await;
@@ -143,6 +176,36 @@ pub fn anthropic_text(text: &str) -> ResponseTemplate {
         "content": [{"type": "text", "text": text}],
         "stop_reason": "end_turn",
         "usage": {"input_tokens": 10, "output_tokens": 30, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 150}
+    }))
+}
+
+/// An Anthropic turn that calls several tools at once.
+pub fn anthropic_tools(calls: &[(&str, &str, Value)]) -> ResponseTemplate {
+    let content: Vec<Value> = calls
+        .iter()
+        .map(
+            |(id, name, input)| json!({"type": "tool_use", "id": id, "name": name, "input": input}),
+        )
+        .collect();
+    ok(json!({
+        "id": "msg", "type": "message", "role": "assistant", "model": "m",
+        "content": content,
+        "stop_reason": "tool_use",
+        "usage": {"input_tokens": 100, "output_tokens": 20}
+    }))
+}
+
+/// An OpenAI turn that calls several tools at once.
+pub fn openai_tools(calls: &[(&str, &str, Value)]) -> ResponseTemplate {
+    let calls: Vec<Value> = calls
+        .iter()
+        .map(|(id, name, input)| {
+            json!({"id": id, "type": "function", "function": {"name": name, "arguments": input.to_string()}})
+        })
+        .collect();
+    ok(json!({
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": null, "tool_calls": calls}, "finish_reason": "tool_calls"}],
+        "usage": {"prompt_tokens": 100, "completion_tokens": 20}
     }))
 }
 

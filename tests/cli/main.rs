@@ -2,6 +2,7 @@
 
 mod agents;
 mod bash;
+mod delegate;
 mod diagnostics;
 mod fake;
 mod hostile;

@@ -52,7 +52,7 @@ fn check_json_shape(plan: &serde_json::Value) {
         .map(String::as_str)
         .collect();
     keys.sort();
-    assert_eq!(keys, ["name", "steps", "waves"]);
+    assert_eq!(keys, ["max_subagents", "name", "steps", "waves"]);
     for wave in plan["waves"].as_array().unwrap() {
         assert_sorted_strings(wave);
     }
@@ -71,12 +71,14 @@ fn check_json_shape(plan: &serde_json::Value) {
                 "condition",
                 "id",
                 "isolation",
+                "max_subagent_depth",
                 "max_turns",
                 "model",
                 "needs",
                 "network",
                 "prompt",
                 "sandbox",
+                "subagents",
                 "timeout_secs",
                 "tools"
             ]

@@ -14,6 +14,7 @@ use runner::provider::{Exchange, ModelApi, ProviderError};
 use runner::run::executor::ModelExecutor;
 use runner::run::{self, RunOptions, RunStatus};
 use runner::sandbox::Support;
+use runner::session::subagent::Team;
 use runner::tools::{Registry, Tool, ToolContext, ToolOutput};
 use runner::workflow::load_workflow;
 use serde_json::{Value, json};
@@ -119,9 +120,10 @@ async fn a_tool_and_a_model_api_plug_in_by_registration() {
     ]);
     let apis: BTreeMap<String, Arc<dyn ModelApi>> =
         BTreeMap::from([("anthropic".to_owned(), api.clone() as Arc<dyn ModelApi>)]);
+    let catalog = Arc::new(AgentCatalog::load(&[], &registry));
+    let team = Team::new(&plan, Arc::new(registry), catalog, apis);
     let executor = Arc::new(ModelExecutor {
-        apis,
-        registry: Arc::new(registry),
+        team: Arc::new(team),
         scrub: Vec::new(),
         state_dir: root.join(".runner"),
         support: Support::probe(),
