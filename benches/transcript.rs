@@ -96,6 +96,7 @@ async fn transcript_bytes(turns: usize) -> (u64, u64) {
         output_schema: None,
         tools: &tools,
         events: &emitter,
+        meter: &runner::budget::Meter::unlimited("s"),
     })
     .await;
     assert!(

@@ -65,6 +65,9 @@ pub enum EventKind {
         turn: u32,
         duration_ms: u64,
         usage: Usage,
+        /// What the reply cost, when its model has a price.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cost_usd: Option<f64>,
         /// The reply as the API sent it.
         body: Value,
     },

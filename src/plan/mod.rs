@@ -64,6 +64,12 @@ pub struct Plan {
     pub max_parallel: u32,
     /// Subagents running at once, across the run.
     pub max_subagents: u32,
+    /// `[budget] max_tokens`.
+    pub max_tokens: Option<u64>,
+    /// `[budget] max_cost_usd`.
+    pub max_cost_usd: Option<f64>,
+    /// USD per million tokens, by `provider/model`.
+    pub prices: BTreeMap<String, crate::workflow::Price>,
     pub inputs: BTreeMap<String, String>,
     pub providers: BTreeMap<String, ProviderSpec>,
     /// Model aliases, resolved (`--model` applied): subagents pick their models with them.
@@ -136,6 +142,8 @@ pub struct PlannedStep {
     pub subagents: Vec<String>,
     /// How deep its subagents may nest.
     pub max_subagent_depth: u32,
+    /// Tokens the step (with its subagents) may use.
+    pub max_tokens_total: Option<u64>,
     pub wave: usize,
 }
 
@@ -216,6 +224,7 @@ pub fn build_plan(
     }
 
     b.report_missing_aliases();
+    let prices = b.check_prices(&providers, &resolved);
     if cycles.is_empty() {
         b.warn_concurrent_writers(&graph, &ids, &resolved);
     }
@@ -268,6 +277,9 @@ pub fn build_plan(
             .max_subagents
             .or(def.max_subagents)
             .unwrap_or(DEFAULT_MAX_SUBAGENTS),
+        max_tokens: def.budget.as_ref().and_then(|b| b.max_tokens),
+        max_cost_usd: def.budget.as_ref().and_then(|b| b.max_cost_usd),
+        prices,
         aliases,
         inputs: inputs
             .into_iter()

@@ -12,10 +12,18 @@ use crate::workflow::duration::format_duration;
 #[derive(Serialize)]
 struct JsonPlan<'a> {
     name: &'a str,
+    /// The run's ceilings: `max_tokens`, `max_cost_usd` (null when not set).
+    budget: JsonBudget,
     /// Subagents running at once across the run.
     max_subagents: u32,
     waves: &'a [Vec<String>],
     steps: Vec<JsonStep<'a>>,
+}
+
+#[derive(Serialize)]
+struct JsonBudget {
+    max_tokens: Option<u64>,
+    max_cost_usd: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -36,11 +44,16 @@ struct JsonStep<'a> {
     /// Agents the step's `task` may spawn (empty without `task`).
     subagents: &'a [String],
     max_subagent_depth: u32,
+    max_tokens_total: Option<u64>,
 }
 
 pub fn to_json(plan: &Plan) -> String {
     let doc = JsonPlan {
         name: &plan.name,
+        budget: JsonBudget {
+            max_tokens: plan.max_tokens,
+            max_cost_usd: plan.max_cost_usd,
+        },
         max_subagents: plan.max_subagents,
         waves: plan.waves(),
         steps: plan
@@ -62,6 +75,7 @@ pub fn to_json(plan: &Plan) -> String {
                 network: s.network,
                 subagents: &s.subagents,
                 max_subagent_depth: s.max_subagent_depth,
+                max_tokens_total: s.max_tokens_total,
             })
             .collect(),
     };
@@ -91,6 +105,16 @@ pub fn to_text(plan: &Plan) -> String {
         let _ = write!(out, " (subagents: at most {})", plan.max_subagents);
     }
     out.push('\n');
+    let mut ceilings = Vec::new();
+    if let Some(tokens) = plan.max_tokens {
+        ceilings.push(format!("{tokens} tokens"));
+    }
+    if let Some(usd) = plan.max_cost_usd {
+        ceilings.push(format!("${usd:.2}"));
+    }
+    if !ceilings.is_empty() {
+        let _ = writeln!(out, "budget: {}", ceilings.join(", "));
+    }
     if !plan.inputs.is_empty() {
         let inputs: Vec<String> = plan
             .inputs
@@ -162,6 +186,9 @@ fn step_text(out: &mut String, step: &PlannedStep, width: usize) {
     ];
     if let Some(tokens) = step.max_tokens {
         limits.push(format!("{tokens} tokens per reply"));
+    }
+    if let Some(tokens) = step.max_tokens_total {
+        limits.push(format!("{tokens} tokens in all"));
     }
     let _ = writeln!(out, "    {:<9}{}", "limits", limits.join(", "));
     let mut flags = Vec::new();

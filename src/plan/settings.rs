@@ -3,6 +3,53 @@
 use super::*;
 
 impl Builder<'_> {
+    /// `[prices]`: keys must be `provider/model` of a known provider. With a cost ceiling, a
+    /// step whose model has no price is a warning: its replies cannot be counted.
+    pub(super) fn check_prices(
+        &mut self,
+        providers: &BTreeMap<String, ProviderSpec>,
+        steps: &[Option<PlannedStep>],
+    ) -> BTreeMap<String, crate::workflow::Price> {
+        let def = &self.loaded.def;
+        let mut prices = BTreeMap::new();
+        for (key, price) in &def.prices {
+            match model_ref(key, providers, " (a key of `[prices]`)") {
+                Ok(model) => {
+                    prices.insert(model.to_string(), *price);
+                }
+                Err(problem) => {
+                    let span = self.key_span(&path!["prices", key.as_str()]);
+                    self.problems
+                        .push(problem.at(self.file, span, "not a known provider/model"));
+                }
+            }
+        }
+        if def.budget.as_ref().and_then(|b| b.max_cost_usd).is_some() {
+            let unpriced: BTreeSet<String> = steps
+                .iter()
+                .flatten()
+                .map(|s| s.model.to_string())
+                .filter(|m| !prices.contains_key(m))
+                .collect();
+            if !unpriced.is_empty() {
+                let span = self.key_span(&path!["budget", "max_cost_usd"]);
+                let list: Vec<String> = unpriced.iter().map(|m| format!("`{m}`")).collect();
+                self.problems.push(
+                    Problem::warning(format!(
+                        "`max_cost_usd` cannot count replies of {}: no price",
+                        list.join(", ")
+                    ))
+                    .at(self.file, span, "cost ceiling")
+                    .help(format!(
+                        "add `[prices.\"{}\"]` with `input` and `output` in USD per million tokens",
+                        unpriced.iter().next().map_or("", String::as_str)
+                    )),
+                );
+            }
+        }
+        prices
+    }
+
     pub(super) fn check_providers(&mut self) -> BTreeMap<String, ProviderSpec> {
         for (name, def) in &self.loaded.def.providers {
             if name.contains('/') || name.trim().is_empty() {

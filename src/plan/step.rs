@@ -102,6 +102,7 @@ impl Builder<'_> {
                 .max_subagent_depth
                 .or(defaults.max_subagent_depth)
                 .unwrap_or(DEFAULT_SUBAGENT_DEPTH),
+            max_tokens_total: step.max_tokens_total.or(defaults.max_tokens_total),
             wave: 0,
         })
     }

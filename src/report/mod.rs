@@ -25,6 +25,15 @@ pub fn tokens(n: u64) -> String {
 }
 
 /// Every token the step sent and received, cached or not.
+/// Dollars as people read them: cents, or more digits below a cent.
+pub fn usd(amount: f64) -> String {
+    if amount >= 0.01 {
+        format!("${amount:.2}")
+    } else {
+        format!("${amount:.4}")
+    }
+}
+
 pub fn total_tokens(r: &StepRecord) -> u64 {
     r.input_tokens + r.cache_creation_input_tokens + r.cache_read_input_tokens + r.output_tokens
 }
@@ -57,8 +66,15 @@ pub fn table<R: AsRef<[String]>>(rows: &[R]) -> String {
 
 /// The final table: status, turns, tool calls, tokens and time of every step.
 pub fn summary_table(plan: &Plan, record: &RunRecord) -> String {
-    let mut rows =
-        vec![["STEP", "STATUS", "TURNS", "TOOLS", "TOKENS IN/OUT", "TIME"].map(String::from)];
+    // A cost column only when a price is known.
+    let costs = record.steps.values().any(|s| s.cost_usd.is_some());
+    let mut header: Vec<String> = ["STEP", "STATUS", "TURNS", "TOOLS", "TOKENS IN/OUT", "TIME"]
+        .map(String::from)
+        .to_vec();
+    if costs {
+        header.push("COST".into());
+    }
+    let mut rows = vec![header];
     for step in plan.steps() {
         let Some(r) = record.steps.get(&step.id) else {
             continue;
@@ -68,14 +84,18 @@ pub fn summary_table(plan: &Plan, record: &RunRecord) -> String {
             Some(run) => format!("{} (reused from {run})", r.status.as_str()),
             None => r.status.as_str().to_owned(),
         };
-        rows.push([
+        let mut row = vec![
             step.id.clone(),
             status,
             r.turns.to_string(),
             r.tool_calls.to_string(),
             format!("{}/{}", tokens(input), tokens(r.output_tokens)),
             seconds(r.duration_ms),
-        ]);
+        ];
+        if costs {
+            row.push(r.cost_usd.map_or_else(|| "-".to_owned(), usd));
+        }
+        rows.push(row);
     }
     let mut out = String::from("\n");
     out.push_str(&table(&rows));

@@ -93,6 +93,12 @@ impl Executor for ModelExecutor {
             .cloned();
         let tools = self.tools(&step, &job.root);
         let team = self.team.clone();
+        let meter = crate::budget::Meter::new(
+            team.budget.clone(),
+            &step.id,
+            step.max_tokens_total,
+            &step.model,
+        );
         Box::pin(async move {
             let Some(api) = api else {
                 return StepOutcome::failed(
@@ -115,6 +121,7 @@ impl Executor for ModelExecutor {
                     step.retries,
                     step.sandbox == Mode::Off,
                     step.network,
+                    meter.clone(),
                 ))
             });
             let _stop_subagents = scope.as_ref().map(|s| s.cancel.clone().drop_guard());
@@ -141,6 +148,7 @@ impl Executor for ModelExecutor {
                 output_schema: step.output_schema.as_ref(),
                 tools: &tools,
                 events: &job.events,
+                meter: &meter,
             })
             .await;
             // A step does not end before its background subagents do.

@@ -44,6 +44,8 @@ struct Tally {
     /// The step's tokens and its subagents' (SPEC §6: the step's counts include them).
     usage: Usage,
     subagents: Vec<super::state::SubagentRecord>,
+    /// USD of the replies with a known price.
+    cost_usd: Option<f64>,
 }
 
 struct Running {
@@ -267,7 +269,14 @@ impl Scheduler<'_> {
             match &event.kind {
                 EventKind::TurnStarted { .. } if own => run.tally.turns += 1,
                 EventKind::ToolStarted { .. } if own => run.tally.tool_calls += 1,
-                EventKind::TurnFinished { usage, .. } => run.tally.usage.add(usage),
+                EventKind::TurnFinished {
+                    usage, cost_usd, ..
+                } => {
+                    run.tally.usage.add(usage);
+                    if let Some(cost) = cost_usd {
+                        *run.tally.cost_usd.get_or_insert(0.0) += cost;
+                    }
+                }
                 EventKind::SubagentFinished { record, .. } => {
                     run.tally.subagents.push((**record).clone());
                 }
@@ -380,6 +389,7 @@ impl Scheduler<'_> {
         entry.cache_creation_input_tokens = run.tally.usage.cache_creation_input_tokens;
         entry.cache_read_input_tokens = run.tally.usage.cache_read_input_tokens;
         entry.subagents = run.tally.subagents;
+        entry.cost_usd = run.tally.cost_usd;
         entry.duration_ms = run.started.elapsed().as_millis() as u64;
         let cancelled = matches!(ended, Ended::Cancelled);
         let outcome = match ended {

@@ -107,6 +107,9 @@ pub struct StepRecord {
     /// the step's counts too.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub subagents: Vec<SubagentRecord>,
+    /// USD, subagents included, when `[prices]` knows a model the step used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
 }
 
 /// One subagent of a step (SPEC §6).
@@ -133,6 +136,9 @@ pub struct RunRecord {
     pub started_at: String,
     pub duration_ms: u64,
     pub steps: BTreeMap<String, StepRecord>,
+    /// USD across the steps that have a cost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
     /// The first failure to write the state directory (`run.json`, a transcript). It stops the
     /// run and fails it; it cannot be in the file it failed to write, so it is not serialized.
     #[serde(skip)]
@@ -173,6 +179,7 @@ impl RunRecord {
                         fingerprint: String::new(),
                         reused_from: None,
                         subagents: Vec::new(),
+                        cost_usd: None,
                     },
                 )
             })
@@ -184,6 +191,7 @@ impl RunRecord {
             started_at: now.to_string(),
             duration_ms: 0,
             steps,
+            cost_usd: None,
             storage_error: None,
         }
     }
@@ -201,6 +209,12 @@ impl RunRecord {
     /// `continue_on_error`, or was cancelled by `--fail-fast`), or succeeded.
     pub fn finish(&mut self, elapsed: Duration, interrupted: bool, plan: &Plan) {
         self.duration_ms = elapsed.as_millis() as u64;
+        self.cost_usd = self
+            .steps
+            .values()
+            .filter(|s| s.reused_from.is_none())
+            .filter_map(|s| s.cost_usd)
+            .reduce(|a, b| a + b);
         for step in self.steps.values_mut() {
             if !step.status.is_finished() {
                 step.status = StepStatus::Cancelled;

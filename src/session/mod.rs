@@ -43,6 +43,8 @@ pub enum FailureKind {
     Worktree,
     /// Its task panicked.
     Crashed,
+    /// A token or cost budget was used up.
+    Budget,
 }
 
 /// How a step ended.
@@ -94,6 +96,8 @@ pub struct Session<'a> {
     pub output_schema: Option<&'a Value>,
     pub tools: &'a StepTools,
     pub events: &'a Emitter,
+    /// The budgets every request is checked against and every reply charged to.
+    pub meter: &'a crate::budget::Meter,
 }
 
 /// Runs a turn's tool calls: `task` calls all at once (each is a subagent, and they are
@@ -251,6 +255,10 @@ async fn turns_until_done(
     let mut turn_limit = session.max_turns;
     let mut turn = 0;
     while turn < turn_limit {
+        // Before every request: a budget is passed by at most the replies already coming.
+        if let Err(used_up) = session.meter.check() {
+            return StepOutcome::failed(FailureKind::Budget, used_up);
+        }
         turn += 1;
         *turns = turn;
         emit(EventKind::TurnStarted {
@@ -282,11 +290,13 @@ async fn turns_until_done(
         };
         let response = exchange.response;
         usage.add(&response.usage);
+        let cost_usd = session.meter.charge(&response.usage);
         emit(EventKind::TurnFinished {
             step: step.clone(),
             turn,
             duration_ms: started.elapsed().as_millis() as u64,
             usage: response.usage,
+            cost_usd,
             body: exchange.raw,
         });
         let calls: Vec<(String, String, Value)> = response

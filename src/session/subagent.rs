@@ -34,6 +34,8 @@ pub struct Team {
     pub apis: Mutex<BTreeMap<String, Arc<dyn ModelApi>>>,
     /// `max_subagents`: subagents running at once, across the run.
     pub slots: Arc<Semaphore>,
+    /// The run's budget, which every step and subagent charges.
+    pub budget: Arc<crate::budget::RunBudget>,
 }
 
 impl Team {
@@ -51,6 +53,11 @@ impl Team {
             providers: plan.providers.clone(),
             apis: Mutex::new(apis),
             slots: Arc::new(Semaphore::new(plan.max_subagents as usize)),
+            budget: Arc::new(crate::budget::RunBudget::new(
+                plan.max_tokens,
+                plan.max_cost_usd,
+                plan.prices.clone(),
+            )),
         }
     }
 
@@ -109,6 +116,8 @@ pub struct StepScope {
     pub network: bool,
     /// Cancelled when the step ends or is dropped: background subagents stop with it.
     pub cancel: CancellationToken,
+    /// The step's budgets: its subagents charge them too.
+    pub meter: crate::budget::Meter,
     state: Mutex<State>,
 }
 
@@ -141,8 +150,10 @@ impl StepScope {
         retries: u32,
         sandbox_off: bool,
         network: bool,
+        meter: crate::budget::Meter,
     ) -> Self {
         Self {
+            meter,
             team,
             spawnable,
             max_depth,
@@ -460,6 +471,7 @@ impl Delegation {
             output_schema: None,
             tools: &job.tools,
             events: &job.events,
+            meter: &scope.meter.for_model(&job.model),
         })
         .await;
         if let Some(child) = child {

@@ -43,8 +43,47 @@ pub struct WorkflowFile {
     /// Limits applied to every step that does not set its own.
     #[serde(default)]
     pub defaults: Defaults,
+    /// Ceilings for the whole run: tokens, and cost in USD (with `[prices]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
+    /// USD per million tokens, by `provider/model`, for costs and `max_cost_usd`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub prices: BTreeMap<String, Price>,
     /// The steps, by id.
     pub steps: IndexMap<String, Step>,
+}
+
+/// The run's ceilings (SPEC §9): checked before each model request, so a run passes one by at
+/// most the replies already on their way.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Budget {
+    /// Tokens (input + output, cache reads and writes included) across every step and subagent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_tokens: Option<u64>,
+    /// USD across the run, priced with `[prices]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub max_cost_usd: Option<f64>,
+}
+
+/// What a model costs, in USD per million tokens.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    #[schemars(range(min = 0))]
+    pub input: f64,
+    #[schemars(range(min = 0))]
+    pub output: f64,
+    /// Cache reads (default: the input price).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub cache_read: Option<f64>,
+    /// Cache writes (default: the input price).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub cache_write: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
@@ -104,6 +143,10 @@ pub struct Defaults {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub max_subagent_depth: Option<u32>,
+    /// Tokens a step may use, its subagents included (input + output).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_tokens_total: Option<u64>,
 }
 
 /// One subagent step.
@@ -170,6 +213,11 @@ pub struct Step {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub max_subagent_depth: Option<u32>,
+    /// Tokens the step may use, its subagents included (input + output); reaching it fails the
+    /// step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_tokens_total: Option<u64>,
 }
 
 fn output_schema_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {

@@ -2,6 +2,7 @@
 
 mod agents;
 mod bash;
+mod budget;
 mod delegate;
 mod diagnostics;
 mod fake;

@@ -52,7 +52,7 @@ fn check_json_shape(plan: &serde_json::Value) {
         .map(String::as_str)
         .collect();
     keys.sort();
-    assert_eq!(keys, ["max_subagents", "name", "steps", "waves"]);
+    assert_eq!(keys, ["budget", "max_subagents", "name", "steps", "waves"]);
     for wave in plan["waves"].as_array().unwrap() {
         assert_sorted_strings(wave);
     }
@@ -72,6 +72,7 @@ fn check_json_shape(plan: &serde_json::Value) {
                 "id",
                 "isolation",
                 "max_subagent_depth",
+                "max_tokens_total",
                 "max_turns",
                 "model",
                 "needs",
