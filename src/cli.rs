@@ -86,6 +86,14 @@ pub(crate) enum Format {
     Json,
 }
 
+#[derive(Debug, Clone, Copy, ValueEnum, Default, PartialEq, Eq)]
+pub(crate) enum RunFormat {
+    #[default]
+    Text,
+    Json,
+    Jsonl,
+}
+
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
     /// The workflow file (.toml, .yaml or .yml)
@@ -106,9 +114,10 @@ pub(crate) struct RunArgs {
     /// Reuse the successful steps of an earlier run (a run id, or `latest`)
     #[arg(long, value_name = "RUN_ID")]
     pub(crate) resume: Option<String>,
-    /// Output format: `text` for people, `json` for programs
+    /// Output format: `text` for people, `json` (run.json at the end) or `jsonl` (one event per
+    /// line as it happens) for programs
     #[arg(long, value_enum, default_value_t)]
-    pub(crate) format: Format,
+    pub(crate) format: RunFormat,
     /// Write a JUnit XML report here
     #[arg(long, value_name = "FILE")]
     pub(crate) junit: Option<Utf8PathBuf>,

@@ -11,10 +11,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::{load_plan, report};
 use crate::agent::{AgentCatalog, lookup_dirs};
-use crate::cli::{Format, Io, RunArgs};
+use crate::cli::{Format, Io, RunArgs, RunFormat};
 use crate::error::Exit;
 use crate::event::Sinks;
 use crate::provider::{ModelApi, connect};
+use crate::report::github::GithubSink;
+use crate::report::jsonl::JsonlSink;
 use crate::report::junit::JunitSink;
 use crate::report::progress::{LiveProgress, PlainProgress};
 use crate::report::summary_table;
@@ -27,7 +29,18 @@ use crate::tools::bash::scrubbed_vars;
 
 pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
     if args.dry_run {
-        return super::plan::plan(&args.workflow, &args.resolve, args.limits, args.format, io);
+        let format = match args.format {
+            RunFormat::Text => Format::Text,
+            RunFormat::Json => Format::Json,
+            RunFormat::Jsonl => {
+                let _ = writeln!(
+                    io.err,
+                    "error: `--format jsonl` is the event stream of a run; with `--dry-run` use `text` or `json`"
+                );
+                return Exit::Invalid;
+            }
+        };
+        return super::plan::plan(&args.workflow, &args.resolve, args.limits, format, io);
     }
     let Some(plan) = load_plan(&args.workflow, &args.resolve, args.limits, true, io) else {
         return Exit::Invalid;
@@ -125,12 +138,21 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
         interrupt,
     };
     let mut sinks = Sinks::default();
+    let terminal = std::io::stderr().is_terminal();
+    // In a GitHub Actions job, its sink prints the log lines (grouped by step) instead.
+    let github = crate::report::github::detected();
     if !args.no_progress {
-        if std::io::stderr().is_terminal() {
+        if terminal {
             sinks.add(LiveProgress::new(&plan));
-        } else {
+        } else if !github {
             sinks.add(PlainProgress::new(&plan));
         }
+    }
+    if github {
+        sinks.add(GithubSink::new(&plan, !args.no_progress && !terminal));
+    }
+    if args.format == RunFormat::Jsonl {
+        sinks.add(JsonlSink::stdout());
     }
     if let Some(path) = &args.junit {
         sinks.add(JunitSink::new(path.clone(), &plan));
@@ -151,7 +173,7 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
         }
     };
     let _ = write!(io.err, "{}", summary_table(&plan, &record));
-    if args.format == Format::Json {
+    if args.format == RunFormat::Json {
         let _ = writeln!(io.out, "{}", record.to_json());
     }
     match record.status {

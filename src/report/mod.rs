@@ -1,6 +1,8 @@
 //! The sinks of a run's events (live progress or plain lines on stderr, `run.json`, transcripts,
 //! JUnit) and the final table. Only this layer knows how things look.
 
+pub mod github;
+pub mod jsonl;
 pub mod junit;
 pub mod progress;
 pub mod record;

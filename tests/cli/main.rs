@@ -3,6 +3,7 @@
 mod agents;
 mod bash;
 mod budget;
+mod ci;
 mod delegate;
 mod diagnostics;
 mod fake;

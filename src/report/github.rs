@@ -1,0 +1,275 @@
+//! GitHub Actions (SPEC §9), on when `GITHUB_ACTIONS=true`: each step's log lines in a
+//! `::group::` (printed whole when the step ends, so steps running at once do not interleave),
+//! `::error`/`::warning` annotations for failed and skipped steps, and a Markdown table appended
+//! to `$GITHUB_STEP_SUMMARY`. Workflow commands go to stderr, which GitHub reads as it reads
+//! stdout, so `--format json` output stays clean.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::Write as _;
+
+use camino::Utf8PathBuf;
+
+use super::progress::{finish_line, subagent_finish_line};
+use super::{seconds, terminal, tokens, total_tokens, usd};
+use crate::event::{Event, EventKind, Sink};
+use crate::plan::Plan;
+use crate::run::{RunStatus, StepRecord, StepStatus};
+
+/// Whether runner runs inside a GitHub Actions job.
+pub fn detected() -> bool {
+    std::env::var("GITHUB_ACTIONS").is_ok_and(|v| v == "true")
+}
+
+pub struct GithubSink {
+    workflow: String,
+    /// Steps in plan order, with their agents.
+    steps: Vec<(String, String)>,
+    /// Whether to print grouped log lines (not with `--no-progress`).
+    groups: bool,
+    summary: Option<Utf8PathBuf>,
+    /// Each running step's lines, printed in its group when it ends.
+    lines: BTreeMap<String, Vec<String>>,
+    records: BTreeMap<String, StepRecord>,
+}
+
+impl GithubSink {
+    pub fn new(plan: &Plan, groups: bool) -> Self {
+        Self {
+            workflow: plan.name.clone(),
+            steps: plan
+                .steps()
+                .iter()
+                .map(|s| (s.id.clone(), s.agent.clone()))
+                .collect(),
+            groups,
+            summary: std::env::var("GITHUB_STEP_SUMMARY")
+                .ok()
+                .filter(|p| !p.is_empty())
+                .map(Utf8PathBuf::from),
+            lines: BTreeMap::new(),
+            records: BTreeMap::new(),
+        }
+    }
+
+    fn agent(&self, step: &str) -> &str {
+        self.steps
+            .iter()
+            .find(|(id, _)| id == step)
+            .map_or("?", |(_, agent)| agent.as_str())
+    }
+
+    fn note(&mut self, step: &str, line: String) {
+        self.lines.entry(step.to_owned()).or_default().push(line);
+    }
+
+    fn step_finished(&mut self, step: &str, record: &StepRecord) {
+        let agent = self.agent(step).to_owned();
+        let lines = self.lines.remove(step).unwrap_or_default();
+        let mut out = String::new();
+        if self.groups {
+            let _ = writeln!(
+                out,
+                "::group::{}",
+                escape_data(&finish_line(&agent, step, record))
+            );
+            for line in lines {
+                let _ = writeln!(out, "{}", terminal::clean(&line));
+            }
+            let _ = writeln!(out, "::endgroup::");
+        }
+        let reason = || {
+            record
+                .error
+                .as_deref()
+                .unwrap_or("no reason was recorded")
+                .to_owned()
+        };
+        match record.status {
+            StepStatus::Failed => {
+                let _ = writeln!(
+                    out,
+                    "::error title={}::{}",
+                    escape_property(&format!("step {step} failed")),
+                    escape_data(&terminal::clean(&reason()))
+                );
+            }
+            StepStatus::Skipped => {
+                let _ = writeln!(
+                    out,
+                    "::warning title={}::{}",
+                    escape_property(&format!("step {step} skipped")),
+                    escape_data(&terminal::clean(&reason()))
+                );
+            }
+            _ => {}
+        }
+        // Log output is best effort, like progress.
+        let _ = std::io::stderr().write_all(out.as_bytes());
+        self.records.insert(step.to_owned(), record.clone());
+    }
+
+    /// The Markdown appended to the job summary.
+    fn summary_markdown(&self, status: RunStatus, duration_ms: u64) -> String {
+        let mark = |s: StepStatus| match s {
+            StepStatus::Succeeded => "✅",
+            StepStatus::Failed => "❌",
+            StepStatus::Skipped => "⏭️",
+            StepStatus::Cancelled => "🚫",
+            StepStatus::Pending | StepStatus::Running => "…",
+        };
+        let mut out = format!(
+            "### runner: {} {}\n\n| Step | Status | Tokens | Cost | Time |\n|---|---|---|---|---|\n",
+            cell(&self.workflow),
+            match status {
+                RunStatus::Succeeded => format!("succeeded in {}", seconds(duration_ms)),
+                other => format!("{} after {}", other.as_str(), seconds(duration_ms)),
+            }
+        );
+        let mut failures = Vec::new();
+        for (id, _) in &self.steps {
+            let Some(r) = self.records.get(id) else {
+                continue;
+            };
+            let status = match &r.reused_from {
+                Some(run) => format!(
+                    "{} {} (reused from {run})",
+                    mark(r.status),
+                    r.status.as_str()
+                ),
+                None => format!("{} {}", mark(r.status), r.status.as_str()),
+            };
+            let _ = writeln!(
+                out,
+                "| `{}` | {} | {} | {} | {} |",
+                cell(id),
+                status,
+                tokens(total_tokens(r)),
+                r.cost_usd.map_or_else(|| "-".to_owned(), usd),
+                seconds(r.duration_ms)
+            );
+            if r.status == StepStatus::Failed {
+                let reason = r.error.as_deref().unwrap_or("no reason was recorded");
+                failures.push(format!(
+                    "- `{}`: {}",
+                    cell(id),
+                    cell(terminal::clean(reason).lines().next().unwrap_or_default())
+                ));
+            }
+        }
+        if !failures.is_empty() {
+            out.push_str("\n**Failures**\n\n");
+            for failure in failures {
+                out.push_str(&failure);
+                out.push('\n');
+            }
+        }
+        out.push('\n');
+        out
+    }
+}
+
+/// Text that is safe in a Markdown table cell.
+fn cell(text: &str) -> String {
+    text.replace('|', "\\|")
+        .replace(['\n', '\r'], " ")
+        .replace('`', "'")
+}
+
+/// The message part of a workflow command.
+fn escape_data(text: &str) -> String {
+    text.replace('%', "%25")
+        .replace('\r', "%0D")
+        .replace('\n', "%0A")
+}
+
+/// A property (`title=`) of a workflow command.
+fn escape_property(text: &str) -> String {
+    escape_data(text).replace(':', "%3A").replace(',', "%2C")
+}
+
+impl Sink for GithubSink {
+    fn handle(&mut self, event: &Event) -> Result<(), String> {
+        let who = |event: &Event| {
+            event
+                .agent
+                .as_deref()
+                .map_or_else(String::new, |a| format!("{a}: "))
+        };
+        match &event.kind {
+            EventKind::StepStarted { step, agent, model } => {
+                let _ = writeln!(std::io::stderr(), "[{agent}] {step} started ({model})");
+            }
+            EventKind::ToolFinished {
+                step,
+                name,
+                is_error,
+                duration_ms,
+                ..
+            } => {
+                let line = format!(
+                    "{}{name}{} ({})",
+                    who(event),
+                    if *is_error { " failed" } else { "" },
+                    seconds(*duration_ms)
+                );
+                self.note(step, line);
+            }
+            EventKind::Retrying {
+                step,
+                attempt,
+                error,
+                ..
+            } => {
+                let line = format!("{}retrying (attempt {attempt}): {error}", who(event));
+                self.note(step, line);
+            }
+            EventKind::SubagentStarted {
+                step,
+                id,
+                description,
+                ..
+            } => {
+                let line = format!("{}started subagent {id}: {description}", who(event));
+                self.note(step, line);
+            }
+            EventKind::SubagentFinished { step, record } => {
+                let label = format!("[{}] {step}", self.agent(step));
+                self.note(step, subagent_finish_line(&label, record));
+            }
+            EventKind::StepFinished { step, record } => self.step_finished(step, record),
+            EventKind::RunFinished {
+                status,
+                duration_ms,
+            } => {
+                let Some(path) = &self.summary else {
+                    return Ok(());
+                };
+                let markdown = self.summary_markdown(*status, *duration_ms);
+                // Appended, never truncated: other steps of the job write there too.
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .and_then(|mut f| f.write_all(markdown.as_bytes()))
+                    .map_err(|err| {
+                        format!("cannot append to GITHUB_STEP_SUMMARY `{path}`: {err}")
+                    })?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workflow_commands_escape_what_would_end_them() {
+        assert_eq!(escape_data("50% done\nnext"), "50%25 done%0Anext");
+        assert_eq!(escape_property("step a: x, y"), "step a%3A x%2C y");
+        assert_eq!(cell("a|b\nc `d`"), "a\\|b c 'd'");
+    }
+}
