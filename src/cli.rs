@@ -121,6 +121,12 @@ pub(crate) struct RunArgs {
     /// Write a JUnit XML report here
     #[arg(long, value_name = "FILE")]
     pub(crate) junit: Option<Utf8PathBuf>,
+    /// Keep every model exchange as cassettes in DIR, for `--replay`
+    #[arg(long, value_name = "DIR", conflicts_with = "replay")]
+    pub(crate) record: Option<Utf8PathBuf>,
+    /// Answer model requests from the cassettes in DIR: no network, no key
+    #[arg(long, value_name = "DIR")]
+    pub(crate) replay: Option<Utf8PathBuf>,
     /// No live progress on stderr
     #[arg(long)]
     pub(crate) no_progress: bool,

@@ -14,6 +14,7 @@ use crate::agent::{AgentCatalog, lookup_dirs};
 use crate::cli::{Format, Io, RunArgs, RunFormat};
 use crate::error::Exit;
 use crate::event::Sinks;
+use crate::provider::tape::{Mode as TapeMode, Tapes};
 use crate::provider::{ModelApi, connect};
 use crate::report::github::GithubSink;
 use crate::report::jsonl::JsonlSink;
@@ -75,12 +76,29 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
         report(io, &problems);
         return Exit::Invalid;
     }
-    // Keys are checked before anything starts: a missing one costs nothing.
-    let keys = match run::provider_keys(&plan) {
-        Ok(keys) => keys,
-        Err(problems) => {
-            report(io, &problems);
+    let tapes = match (&args.record, &args.replay) {
+        (Some(dir), _) => Some(Arc::new(Tapes::new(TapeMode::Record, dir.clone()))),
+        (_, Some(dir)) if !dir.is_dir() => {
+            let _ = writeln!(
+                io.err,
+                "error: `--replay {dir}`: there is no such directory of cassettes (make one with `--record {dir}`)"
+            );
             return Exit::Invalid;
+        }
+        (_, Some(dir)) => Some(Arc::new(Tapes::new(TapeMode::Replay, dir.clone()))),
+        (None, None) => None,
+    };
+    let replaying = tapes.as_ref().is_some_and(|t| t.replaying());
+    // Keys are checked before anything starts: a missing one costs nothing. A replay needs none.
+    let keys = if replaying {
+        BTreeMap::new()
+    } else {
+        match run::provider_keys(&plan) {
+            Ok(keys) => keys,
+            Err(problems) => {
+                report(io, &problems);
+                return Exit::Invalid;
+            }
         }
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -103,7 +121,7 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
     let apis: BTreeMap<String, Arc<dyn ModelApi>> = plan
         .providers
         .values()
-        .filter(|spec| plan.steps().iter().any(|s| s.model.provider == spec.name))
+        .filter(|spec| !replaying && plan.steps().iter().any(|s| s.model.provider == spec.name))
         .map(|spec| {
             let key = keys.get(&spec.name).cloned().flatten();
             (spec.name.clone(), connect(spec, key))
@@ -123,8 +141,13 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
         &lookup_dirs(&args.resolve.agents_dirs, Some(&args.workflow), &workdir),
         &registry,
     ));
+    let mut team = Team::new(&plan, registry, catalog, apis);
+    team.tapes = tapes;
     let executor = Arc::new(ModelExecutor {
-        team: Arc::new(Team::new(&plan, registry, catalog, apis)),
+        team: Arc::new(team),
+        workdir: workdir
+            .canonicalize_utf8()
+            .unwrap_or_else(|_| workdir.clone()),
         scrub: scrubbed_vars(&configured),
         state_dir: state_dir.clone(),
         support,

@@ -32,6 +32,10 @@ pub enum ProviderError {
     /// The reply could not be understood (garbage, or too large): not retried.
     #[error("the reply could not be read: {message}")]
     InvalidResponse { message: String },
+    /// Record or replay failed: a request with no recording, a cassette that cannot be
+    /// written. Not retried: it would fail the same way.
+    #[error("{message}")]
+    Tape { message: String },
 }
 
 impl ProviderError {

@@ -9,6 +9,7 @@ mod http;
 pub mod message;
 pub mod openai;
 pub mod retry;
+pub mod tape;
 
 use std::collections::BTreeMap;
 use std::fmt;

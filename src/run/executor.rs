@@ -40,6 +40,8 @@ pub struct ModelExecutor {
     pub scrub: Vec<String>,
     /// runner's state directory: no tool may touch it.
     pub state_dir: Utf8PathBuf,
+    /// The run's working directory (canonical), as requests show it.
+    pub workdir: Utf8PathBuf,
     /// What the kernel can enforce, probed once for the run.
     pub support: Support,
 }
@@ -84,14 +86,19 @@ impl ModelExecutor {
 impl Executor for ModelExecutor {
     fn run(&self, job: StepJob) -> BoxFuture<'static, StepOutcome> {
         let step = job.step.clone();
-        let api = self
-            .team
-            .apis
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(&step.model.provider)
-            .cloned();
         let tools = self.tools(&step, &job.root);
+        let api = self.team.api_for(
+            &step.model.provider,
+            &step.id,
+            vec![
+                job.root.to_string(),
+                job.root
+                    .canonicalize_utf8()
+                    .unwrap_or_else(|_| job.root.clone())
+                    .to_string(),
+                self.workdir.to_string(),
+            ],
+        );
         let team = self.team.clone();
         let meter = crate::budget::Meter::new(
             team.budget.clone(),
@@ -100,11 +107,9 @@ impl Executor for ModelExecutor {
             &step.model,
         );
         Box::pin(async move {
-            let Some(api) = api else {
-                return StepOutcome::failed(
-                    FailureKind::Setup,
-                    format!("no API for provider `{}`", step.model.provider),
-                );
+            let api = match api {
+                Ok(api) => api,
+                Err(err) => return StepOutcome::failed(FailureKind::Setup, err),
             };
             let mut tools = match tools {
                 Ok(tools) => tools,

@@ -36,6 +36,8 @@ pub struct Team {
     pub slots: Arc<Semaphore>,
     /// The run's budget, which every step and subagent charges.
     pub budget: Arc<crate::budget::RunBudget>,
+    /// `--record` / `--replay`: every request goes through the cassettes.
+    pub tapes: Option<Arc<crate::provider::tape::Tapes>>,
 }
 
 impl Team {
@@ -58,6 +60,22 @@ impl Team {
                 plan.max_cost_usd,
                 plan.prices.clone(),
             )),
+            tapes: None,
+        }
+    }
+
+    /// The API a step (or its subagent) working in `roots` sends to: the provider's, through
+    /// the cassettes when recording; only the cassettes when replaying (no key, no network).
+    pub fn api_for(
+        &self,
+        provider: &str,
+        step: &str,
+        roots: Vec<String>,
+    ) -> Result<Arc<dyn ModelApi>, String> {
+        match &self.tapes {
+            Some(tapes) if tapes.replaying() => Ok(tapes.wrap(None, step, roots)),
+            Some(tapes) => Ok(tapes.wrap(Some(self.api(provider)?), step, roots)),
+            None => self.api(provider),
         }
     }
 
@@ -345,7 +363,11 @@ impl Delegation {
                 None => team.model(agent.default_alias)?,
             },
         };
-        let api = team.api(&model.provider)?;
+        let api = team.api_for(
+            &model.provider,
+            self.events.step(),
+            vec![ctx.workspace.root().to_string()],
+        )?;
         let files = context_files(ctx, &input.context_files)?;
         let id = match &input.resume {
             Some(id) => id.clone(),

@@ -151,3 +151,142 @@ async fn github_actions_get_a_summary_annotations_and_groups() {
     assert!(again.starts_with(&text));
     assert_eq!(again.matches("### runner: gh").count(), 2);
 }
+
+/// A run worth replaying: a tool call, a result passed on, and a subagent.
+const PIPELINE: &str = "name = \"p\"\n[models]\ndefault = \"anthropic/m\"\n[steps.a]\nagent = \"explore\"\nprompt = \"MARK-a list the files\"\n[steps.b]\nagent = \"code\"\nneeds = [\"a\"]\nprompt = \"MARK-b check {{ steps.a.summary }}\"\n";
+
+fn summaries(run: &Value) -> Vec<(String, String, String)> {
+    run["steps"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(id, s)| {
+            (
+                id.clone(),
+                s["status"].as_str().unwrap().to_owned(),
+                s["summary"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_recorded_run_replays_elsewhere_without_network_or_key() {
+    let fake = Fake::anthropic_routed(vec![
+        (
+            "MARK-a",
+            vec![
+                anthropic_tool("t1", "list_dir", json!({"path": "."})),
+                anthropic_text("There is notes.txt."),
+            ],
+        ),
+        (
+            "MARK-b",
+            vec![
+                crate::fake::anthropic_tools(&[(
+                    "t2",
+                    "task",
+                    json!({"description": "read notes", "prompt": "MARK-sub read notes.txt", "subagent_type": "explore"}),
+                )]),
+                anthropic_text("Checked: the notes are fine."),
+            ],
+        ),
+        ("MARK-sub", vec![anthropic_text("The notes say hello.")]),
+    ])
+    .await;
+    let recorded = Test::new()
+        .file("w.toml", PIPELINE)
+        .file("notes.txt", "hello\n");
+    let (out, recorded) = recorded
+        .env("ANTHROPIC_BASE_URL", &fake.uri())
+        .env("ANTHROPIC_API_KEY", KEY)
+        .args(&["run", "w.toml", "--format", "json", "--record", "cassettes"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let original: Value = serde_json::from_str(&out.stdout).unwrap();
+    let requests = fake.requests().await.len();
+    assert_eq!(requests, 5);
+
+    // Cassettes are plain JSON, one per request, by step.
+    let count = |step: &str| {
+        std::fs::read_dir(recorded.path().join("cassettes").join(step))
+            .unwrap()
+            .count()
+    };
+    assert_eq!((count("a"), count("b")), (2, 3));
+    let some = std::fs::read_dir(recorded.path().join("cassettes/a"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let text = std::fs::read_to_string(some).unwrap();
+    assert!(!text.contains(KEY));
+    let cassette: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(cassette["step"], "a");
+    assert!(
+        cassette["request"]["messages"][0]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("Working directory: <workdir>")
+    );
+
+    // Elsewhere, with no key and an API that cannot be reached.
+    let replay = Test::new()
+        .file("w.toml", PIPELINE)
+        .file("notes.txt", "hello\n");
+    copy_dir(
+        &recorded.path().join("cassettes"),
+        &replay.path().join("cassettes"),
+    );
+    let (out, replay) = replay
+        .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+        .args(&["run", "w.toml", "--format", "json", "--replay", "cassettes"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let again: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(summaries(&again), summaries(&original));
+    assert_eq!(
+        again["steps"]["b"]["subagents"][0]["id"],
+        original["steps"]["b"]["subagents"][0]["id"]
+    );
+    assert_eq!(
+        fake.requests().await.len(),
+        requests,
+        "the replay sent nothing"
+    );
+
+    // A changed prompt fails only its step, naming where its cassettes are.
+    std::fs::write(
+        replay.path().join("w.toml"),
+        PIPELINE.replace("MARK-b check", "MARK-b double-check"),
+    )
+    .unwrap();
+    let (out, _replay) = replay.run_async().await;
+    assert_eq!(out.status, 1, "{}", out.transcript());
+    let changed: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(changed["steps"]["a"]["status"], "succeeded");
+    assert_eq!(changed["steps"]["a"]["summary"], "There is notes.txt.");
+    assert_eq!(changed["steps"]["b"]["status"], "failed");
+    let error = changed["steps"]["b"]["error"].as_str().unwrap();
+    assert!(
+        error.contains("step `b` sent a request that was not recorded")
+            && error.contains("cassettes/b`"),
+        "{error}"
+    );
+}

@@ -126,6 +126,7 @@ async fn a_tool_and_a_model_api_plug_in_by_registration() {
         team: Arc::new(team),
         scrub: Vec::new(),
         state_dir: root.join(".runner"),
+        workdir: root.clone(),
         support: Support::probe(),
     });
     let options = RunOptions {
