@@ -273,6 +273,7 @@ fn overhead(runtime: &tokio::runtime::Runtime) {
             fail_fast: false,
             resume: None,
             only: BTreeSet::new(),
+            run_id: None,
             interrupt: CancellationToken::new(),
         };
         let started = Instant::now();

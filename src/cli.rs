@@ -114,6 +114,9 @@ pub(crate) struct RunArgs {
     /// Reuse the successful steps of an earlier run (a run id, or `latest`)
     #[arg(long, value_name = "RUN_ID")]
     pub(crate) resume: Option<String>,
+    /// Name the run (e.g. the CI run's id); steps other jobs recorded under it are reused
+    #[arg(long, value_name = "ID", conflicts_with = "resume")]
+    pub(crate) run_id: Option<String>,
     /// Output format: `text` for people, `json` (run.json at the end) or `jsonl` (one event per
     /// line as it happens) for programs
     #[arg(long, value_enum, default_value_t)]

@@ -55,6 +55,27 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
         .state_dir
         .clone()
         .unwrap_or_else(|| run::default_state_dir(&workdir));
+    // `--run-id` of a run other jobs recorded (their state directories copied here): its
+    // results are what this job builds on.
+    let merged = match &args.run_id {
+        Some(id) if !run::is_run_id(id) => {
+            report(
+                io,
+                &[crate::error::Problem::error(format!(
+                    "--run-id {id}: use letters, digits, `.`, `_` and `-` (at most 64)"
+                ))],
+            );
+            return Exit::Invalid;
+        }
+        Some(id) => match run::load_merged(&state_dir, id) {
+            Ok(merged) => merged,
+            Err(problem) => {
+                report(io, &[problem]);
+                return Exit::Invalid;
+            }
+        },
+        None => None,
+    };
     let resume = match &args.resume {
         Some(which) => match run::load_resume(&state_dir, which) {
             Ok(record) => {
@@ -68,7 +89,7 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
                 return Exit::Invalid;
             }
         },
-        None => None,
+        None => merged,
     };
     let only: BTreeSet<String> = args.only.iter().cloned().collect();
     let problems = run::check_only(&plan, &only, resume.as_ref());
@@ -158,6 +179,7 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
         fail_fast: args.fail_fast,
         resume,
         only,
+        run_id: args.run_id.clone(),
         interrupt,
     };
     let mut sinks = Sinks::default();

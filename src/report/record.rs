@@ -1,12 +1,15 @@
 //! `run.json` as a sink: the record of the run, kept from the events and written as it changes,
-//! so an interrupted run keeps what finished.
+//! so an interrupted run keeps what finished. Each step this run decided is also written alone,
+//! `steps/<id>/record.json`: jobs on several machines that share a `--run-id` write different
+//! files, so their state directories copied into one merge (see `run::load_merged`).
 
 use std::time::{Duration, Instant};
 
 use camino::{Utf8Path, Utf8PathBuf};
 
 use crate::event::{Event, EventKind, Sink};
-use crate::run::{RunRecord, StepStatus};
+use crate::run::outcome::SkipReason;
+use crate::run::{RunRecord, StepRecord, StepStatus};
 
 /// How often `run.json` is rewritten at most while steps finish in quick succession.
 pub const SAVE_INTERVAL: Duration = Duration::from_millis(100);
@@ -50,6 +53,11 @@ impl Sink for RecordSink {
             }
             EventKind::StepFinished { step, record } => {
                 self.record.steps.insert(step.clone(), (**record).clone());
+                let decided_here = record.reused_from.is_none()
+                    && record.error.as_deref() != Some(&SkipReason::NotSelected.to_string());
+                if decided_here {
+                    save_step(&self.dir, step, record)?;
+                }
             }
             EventKind::RunFinished {
                 status,
@@ -84,4 +92,17 @@ impl Sink for RecordSink {
     fn tick(&mut self) -> Result<(), String> {
         if self.dirty { self.flush() } else { Ok(()) }
     }
+}
+
+/// `steps/<id>/record.json`, written whole and renamed into place.
+fn save_step(dir: &Utf8Path, step: &str, record: &StepRecord) -> Result<(), String> {
+    let step_dir = dir.join("steps").join(step);
+    let path = step_dir.join("record.json");
+    let tmp = step_dir.join("record.json.tmp");
+    let text =
+        crate::secrets::redact_owned(serde_json::to_string_pretty(record).unwrap_or_default());
+    std::fs::create_dir_all(&step_dir)
+        .and_then(|()| std::fs::write(&tmp, text))
+        .and_then(|()| std::fs::rename(&tmp, &path))
+        .map_err(|err| format!("cannot write `{path}`: {err}"))
 }

@@ -36,8 +36,13 @@ pub fn prepare(
         .filter(|s| s.status == StepStatus::Succeeded);
     let reused = |previous: &StepRecord| {
         let mut reused = previous.clone();
+        // Reused within the same run (`--run-id` of a run other jobs wrote) is not "from" anywhere.
         if reused.reused_from.is_none() {
-            reused.reused_from = options.resume.as_ref().map(|r| r.run_id.clone());
+            reused.reused_from = options
+                .resume
+                .as_ref()
+                .map(|r| r.run_id.clone())
+                .filter(|id| *id != record.run_id);
         }
         Prepared::Reuse(Box::new(reused))
     };

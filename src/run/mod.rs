@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::Problem;
 pub use keys::provider_keys;
-pub use resume::{check_only, clean_up_after, is_run_id, load_resume};
+pub use resume::{check_only, clean_up_after, is_run_id, load_merged, load_resume};
 pub use scheduler::execute;
 pub use state::{RunRecord, RunStatus, StepRecord, StepStatus, SubagentRecord};
 
@@ -31,6 +31,8 @@ pub struct RunOptions {
     pub resume: Option<RunRecord>,
     /// `--only`: run just these steps.
     pub only: BTreeSet<String>,
+    /// `--run-id`: the run's id, instead of a fresh one.
+    pub run_id: Option<String>,
     /// Cancelled on SIGINT/SIGTERM.
     pub interrupt: CancellationToken,
 }

@@ -65,6 +65,35 @@ pub fn is_run_id(id: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
 }
 
+/// The run `id` as jobs on several machines left it, their state directories copied into one:
+/// its `run.json` (any job's), with each step's own `steps/<id>/record.json` taking precedence.
+/// `None` when there is no such run yet.
+pub fn load_merged(state_dir: &Utf8Path, id: &str) -> Result<Option<RunRecord>, Problem> {
+    let runs = state_dir.join("runs");
+    if !runs.join(id).is_dir() {
+        return Ok(None);
+    }
+    let mut record =
+        read_record(&runs, id).map_err(|why| Problem::error(format!("--run-id {id}: {why}")))?;
+    let steps = runs.join(id).join("steps");
+    for entry in steps.read_dir_utf8().into_iter().flatten().flatten() {
+        let step = entry.file_name().to_owned();
+        let path = entry.path().join("record.json");
+        if !path.symlink_metadata().is_ok_and(|m| m.is_file()) {
+            continue;
+        }
+        let text = crate::limits::read_text(&path, crate::limits::MAX_RUN_RECORD_BYTES)
+            .map_err(|err| Problem::error(format!("--run-id {id}: cannot read `{path}`: {err}")))?;
+        let step_record = serde_json::from_str(&text).map_err(|err| {
+            Problem::error(format!(
+                "--run-id {id}: `{path}` is not a step record: {err}"
+            ))
+        })?;
+        record.steps.insert(step, step_record);
+    }
+    Ok(Some(record))
+}
+
 fn read_record(runs: &Utf8Path, id: &str) -> Result<RunRecord, String> {
     let path = runs.join(id).join("run.json");
     match path.symlink_metadata() {
@@ -129,7 +158,7 @@ pub fn check_only(
             if !done {
                 problems.push(
                     Problem::error(format!("--only {id}: its need `{need}` has no result to reuse"))
-                        .help("pass --resume RUN_ID (or latest) with a run where it succeeded, or add it with --only"),
+                        .help("pass --resume RUN_ID (or latest) with a run where it succeeded, or the --run-id of the jobs that ran it (their state directories copied here), or add it with --only"),
                 );
             }
         }

@@ -96,7 +96,7 @@ pub async fn execute(
         }
         (_, repo) => repo,
     };
-    let record = RunRecord::new(plan);
+    let record = RunRecord::new(plan, options.run_id.as_deref());
     let run_dir = options.state_dir.join("runs").join(&record.run_id);
     std::fs::create_dir_all(&run_dir)
         .map_err(|err| RunError::Storage(format!("cannot create `{run_dir}`: {err}")))?;

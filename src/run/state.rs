@@ -157,14 +157,20 @@ pub struct RunRecord {
 }
 
 impl RunRecord {
-    pub fn new(plan: &Plan) -> Self {
+    /// A fresh record for `plan`, named `run_id` or, by default, by the UTC start time.
+    pub fn new(plan: &Plan, run_id: Option<&str>) -> Self {
         // UTC to the millisecond, so ids sort by start time (two runs in one second included).
         let now = jiff::Timestamp::now();
-        let run_id = format!(
-            "{}{:03}-{:04x}",
-            now.strftime("%Y%m%dT%H%M%S"),
-            now.subsec_millisecond(),
-            rand::random::<u16>()
+        let run_id = run_id.map_or_else(
+            || {
+                format!(
+                    "{}{:03}-{:04x}",
+                    now.strftime("%Y%m%dT%H%M%S"),
+                    now.subsec_millisecond(),
+                    rand::random::<u16>()
+                )
+            },
+            str::to_owned,
         );
         let steps = plan
             .steps()

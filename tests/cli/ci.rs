@@ -290,3 +290,106 @@ async fn a_recorded_run_replays_elsewhere_without_network_or_key() {
         "{error}"
     );
 }
+
+/// `a` and `b` run on two machines, `c` (needing both) on a third, sharing one run id.
+#[tokio::test(flavor = "multi_thread")]
+async fn jobs_sharing_a_run_id_merge_their_state_directories() {
+    let fake = Fake::anthropic_routed(vec![
+        ("MARK-a", vec![anthropic_text("summary of a")]),
+        ("MARK-b", vec![anthropic_text("summary of b")]),
+        ("MARK-c", vec![anthropic_text("summary of c")]),
+    ])
+    .await;
+    let workflow = format!(
+        "name = \"m\"\n{MODELS}[steps.a]\nagent = \"explore\"\nprompt = \"MARK-a\"\n[steps.b]\nagent = \"explore\"\nprompt = \"MARK-b\"\n[steps.c]\nagent = \"plan\"\nneeds = [\"a\", \"b\"]\nprompt = \"MARK-c {{{{ steps.a.summary }}}} / {{{{ steps.b.summary }}}}\"\n"
+    );
+    let mut test = Test::new()
+        .file("w.toml", &workflow)
+        .env("ANTHROPIC_BASE_URL", &fake.uri())
+        .env("ANTHROPIC_API_KEY", KEY);
+    for (step, state) in [("a", "s1"), ("b", "s2")] {
+        let (out, back) = test
+            .clear_args()
+            .args(&[
+                "run",
+                "w.toml",
+                "--only",
+                step,
+                "--run-id",
+                "4242",
+                "--state-dir",
+                state,
+            ])
+            .run_async()
+            .await;
+        assert_eq!(out.status, 0, "{}", out.transcript());
+        test = back;
+    }
+    // The artifacts of both jobs, downloaded into one directory.
+    copy_dir(&test.path().join("s1"), &test.path().join("s3"));
+    copy_dir(&test.path().join("s2"), &test.path().join("s3"));
+    // Without the run id, `c` has nothing to build on.
+    let (out, test) = test
+        .clear_args()
+        .args(&["run", "w.toml", "--only", "c", "--state-dir", "s3"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 2, "{}", out.transcript());
+    assert!(
+        out.stderr.contains("its need `a` has no result to reuse"),
+        "{}",
+        out.stderr
+    );
+    let (out, test) = test
+        .clear_args()
+        .args(&[
+            "run",
+            "w.toml",
+            "--only",
+            "c",
+            "--run-id",
+            "4242",
+            "--state-dir",
+            "s3",
+            "--format",
+            "json",
+        ])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let c = fake.body_for("MARK-c").await;
+    assert!(
+        crate::fake::prompt_of(&c).contains("summary of a / summary of b"),
+        "{c}"
+    );
+    let run: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(run["run_id"], "4242");
+    for (step, summary) in [
+        ("a", "summary of a"),
+        ("b", "summary of b"),
+        ("c", "summary of c"),
+    ] {
+        assert_eq!(run["steps"][step]["status"], "succeeded", "{step}");
+        assert_eq!(run["steps"][step]["summary"], summary, "{step}");
+        // Reused within the same run, not from another one.
+        assert!(run["steps"][step].get("reused_from").is_none(), "{step}");
+    }
+    let on_disk: Value = serde_json::from_str(
+        &std::fs::read_to_string(test.path().join("s3/runs/4242/run.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(on_disk["steps"], run["steps"]);
+    // Each model call happened once, on its own machine.
+    assert_eq!(fake.requests().await.len(), 3);
+
+    let bad = test
+        .clear_args()
+        .args(&["run", "w.toml", "--run-id", "../x"])
+        .run();
+    assert_eq!(bad.status, 2);
+    assert!(
+        bad.stderr.contains("--run-id ../x: use letters"),
+        "{}",
+        bad.stderr
+    );
+}

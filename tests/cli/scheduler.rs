@@ -161,6 +161,7 @@ fn start_with(
         fail_fast,
         resume: None,
         only: BTreeSet::new(),
+        run_id: None,
         interrupt,
     };
     let executor: Arc<dyn Executor> = Arc::new(channels.clone());
@@ -417,6 +418,7 @@ async fn a_step_that_panics_fails_alone() {
         fail_fast: false,
         resume: None,
         only: BTreeSet::new(),
+        run_id: None,
         interrupt: CancellationToken::new(),
     };
     let record = run::execute(&plan, Arc::new(Panics), &options, &mut Sinks::default())

@@ -135,6 +135,7 @@ async fn a_tool_and_a_model_api_plug_in_by_registration() {
         fail_fast: false,
         resume: None,
         only: BTreeSet::new(),
+        run_id: None,
         interrupt: CancellationToken::new(),
     };
     let record = run::execute(&plan, executor, &options, &mut Sinks::default())
