@@ -39,6 +39,8 @@ pub(crate) enum Command {
     Agents(AgentsArgs),
     /// Print the JSON Schema of workflow or agent files
     Schema(SchemaArgs),
+    /// Compare two runs step by step: status, summary, output, tool calls, tokens, cost, time
+    Diff(DiffArgs),
 }
 
 /// Flags that shape how a workflow resolves, shared by every command that reads one.
@@ -202,6 +204,21 @@ pub(crate) enum SchemaKind {
 }
 
 #[derive(Debug, Args)]
+pub(crate) struct DiffArgs {
+    /// The earlier run: a run id (or `latest`) in the state directory, a run directory, or a
+    /// run.json file
+    pub(crate) run_a: String,
+    /// The later run, the same ways
+    pub(crate) run_b: String,
+    /// Where runs are recorded [default: ./.runner]
+    #[arg(long, value_name = "DIR")]
+    pub(crate) state_dir: Option<Utf8PathBuf>,
+    /// Output format: `text` for people, `json` for programs
+    #[arg(long, value_enum, default_value_t)]
+    pub(crate) format: Format,
+}
+
+#[derive(Debug, Args)]
 pub(crate) struct SchemaArgs {
     /// Which schema
     pub(crate) kind: SchemaKind,
@@ -267,5 +284,6 @@ pub fn run_cli(args: Vec<OsString>, io: &mut Io<'_>) -> Exit {
         Command::Graph(args) => commands::graph::graph(args, io),
         Command::Agents(args) => commands::agents::agents(args, io),
         Command::Schema(args) => commands::schema::schema(args, io),
+        Command::Diff(args) => commands::diff::diff(args, io),
     }
 }

@@ -2,6 +2,7 @@
 //! lives here.
 
 pub mod agents;
+pub mod diff;
 pub mod graph;
 pub mod plan;
 pub mod run;

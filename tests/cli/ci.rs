@@ -393,3 +393,98 @@ async fn jobs_sharing_a_run_id_merge_their_state_directories() {
         bad.stderr
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn diff_reports_a_changed_summary_and_an_added_step() {
+    let fake = Fake::anthropic_routed(vec![
+        (
+            "MARK-a",
+            vec![anthropic_text("same"), anthropic_text("same")],
+        ),
+        (
+            "MARK-b",
+            vec![
+                anthropic_text("auth is in src/auth.rs\nsessions in redis"),
+                anthropic_text("auth is in src/login.rs\nsessions in redis"),
+            ],
+        ),
+        ("MARK-c", vec![anthropic_text("new step")]),
+    ])
+    .await;
+    let two = format!(
+        "name = \"d\"\n{MODELS}[steps.a]\nagent = \"explore\"\nprompt = \"MARK-a\"\n[steps.b]\nagent = \"explore\"\nprompt = \"MARK-b\"\n"
+    );
+    let three = format!("{two}[steps.c]\nagent = \"explore\"\nprompt = \"MARK-c\"\n");
+    let mut test = Test::new()
+        .file("two.toml", &two)
+        .file("three.toml", &three)
+        .env("ANTHROPIC_BASE_URL", &fake.uri())
+        .env("ANTHROPIC_API_KEY", KEY);
+    let mut ids = Vec::new();
+    for file in ["two.toml", "three.toml"] {
+        let (out, back) = test
+            .clear_args()
+            .args(&["run", file, "--format", "json"])
+            .run_async()
+            .await;
+        assert_eq!(out.status, 0, "{}", out.transcript());
+        let run: Value = serde_json::from_str(&out.stdout).unwrap();
+        ids.push(run["run_id"].as_str().unwrap().to_owned());
+        test = back;
+    }
+    let (out, test) = test
+        .clear_args()
+        .args(&["diff", &ids[0], &ids[1]])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let text = &out.stdout;
+    assert!(text.contains("\n= a same (succeeded)\n"), "{text}");
+    assert!(text.contains("\n~ b changed (succeeded)\n"), "{text}");
+    assert!(
+        text.contains("      - auth is in src/auth.rs\n      + auth is in src/login.rs\n        sessions in redis\n"),
+        "{text}"
+    );
+    assert!(text.contains("\n+ c added (succeeded)\n"), "{text}");
+
+    // The same by run directory, as JSON.
+    let dir_a = format!(".runner/runs/{}", ids[0]);
+    let (out, _test) = test
+        .clear_args()
+        .args(&["diff", &dir_a, &ids[1], "--format", "json"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let diff: Value = serde_json::from_str(&out.stdout).unwrap();
+    let step = |id: &str| {
+        diff["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["id"] == id)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(step("a")["change"], "same");
+    assert!(step("a").get("summary").is_none());
+    assert_eq!(step("b")["change"], "changed");
+    assert_eq!(
+        step("b")["summary"],
+        json!([
+            "auth is in src/auth.rs\nsessions in redis",
+            "auth is in src/login.rs\nsessions in redis"
+        ])
+    );
+    assert_eq!(step("c")["change"], "added");
+    assert_eq!(step("c")["status"], json!([null, "succeeded"]));
+
+    let missing = Test::new().args(&["diff", "nope", "latest"]).run();
+    assert_eq!(missing.status, 2);
+    assert!(
+        missing
+            .stderr
+            .contains("`nope` is not a run.json, a run directory, or a run in"),
+        "{}",
+        missing.stderr
+    );
+}

@@ -1,0 +1,191 @@
+//! `runner diff RUN_A RUN_B` (SPEC §9): two runs compared step by step. A step is `added`,
+//! `removed`, `changed` (its status, summary or output differ) or `same`; for steps in both, the
+//! counts (tool calls, tokens, cost, time) are shown side by side. Summaries are diffed by line.
+
+use std::fmt::Write as _;
+
+use camino::{Utf8Path, Utf8PathBuf};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::cli::{DiffArgs, Format, Io};
+use crate::error::{Exit, Problem};
+use crate::report::{seconds, tokens, total_tokens, usd};
+use crate::run::{RunRecord, StepRecord};
+
+/// Finds a run: a run.json file, a run directory, or an id (or `latest`) in the state directory.
+fn load(which: &str, state_dir: &Utf8Path) -> Result<RunRecord, Problem> {
+    let path = Utf8PathBuf::from(which);
+    let file = if path.is_file() {
+        Some(path)
+    } else if path.join("run.json").is_file() {
+        Some(path.join("run.json"))
+    } else {
+        None
+    };
+    let Some(file) = file else {
+        return crate::run::load_resume(state_dir, which).map_err(|p| {
+            Problem::error(format!(
+                "`{which}` is not a run.json, a run directory, or a run in `{state_dir}/runs`"
+            ))
+            .help(p.message)
+        });
+    };
+    let text = crate::limits::read_text(&file, crate::limits::MAX_RUN_RECORD_BYTES)
+        .map_err(|err| Problem::error(format!("cannot read `{file}`: {err}")))?;
+    serde_json::from_str(&text)
+        .map_err(|err| Problem::error(format!("`{file}` is not a run record: {err}")))
+}
+
+#[derive(Serialize)]
+struct StepDiff<'a> {
+    id: &'a str,
+    /// `added`, `removed`, `changed` or `same`.
+    change: &'static str,
+    /// `[a, b]`, `null` where the step is missing.
+    status: [Option<&'static str>; 2],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    summary: Option<[&'a str; 2]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output: Option<[&'a Value; 2]>,
+    tool_calls: [Option<u32>; 2],
+    tokens: [Option<u64>; 2],
+    cost_usd: [Option<f64>; 2],
+    duration_ms: [Option<u64>; 2],
+}
+
+#[derive(Serialize)]
+struct RunDiff<'a> {
+    a: &'a str,
+    b: &'a str,
+    status: [&'static str; 2],
+    steps: Vec<StepDiff<'a>>,
+}
+
+fn step_diff<'a>(
+    id: &'a str,
+    a: Option<&'a StepRecord>,
+    b: Option<&'a StepRecord>,
+) -> StepDiff<'a> {
+    let both = a.zip(b);
+    let change = match both {
+        None if a.is_none() => "added",
+        None => "removed",
+        Some((a, b)) if a.status != b.status || a.summary != b.summary || a.output != b.output => {
+            "changed"
+        }
+        Some(_) => "same",
+    };
+    StepDiff {
+        id,
+        change,
+        status: [a.map(|r| r.status.as_str()), b.map(|r| r.status.as_str())],
+        summary: both
+            .filter(|(a, b)| a.summary != b.summary)
+            .map(|(a, b)| [a.summary.as_str(), b.summary.as_str()]),
+        output: both
+            .filter(|(a, b)| a.output != b.output)
+            .map(|(a, b)| [&a.output, &b.output]),
+        tool_calls: [a.map(|r| r.tool_calls), b.map(|r| r.tool_calls)],
+        tokens: [a.map(total_tokens), b.map(total_tokens)],
+        cost_usd: [a.and_then(|r| r.cost_usd), b.and_then(|r| r.cost_usd)],
+        duration_ms: [a.map(|r| r.duration_ms), b.map(|r| r.duration_ms)],
+    }
+}
+
+fn pair<T>(values: &[Option<T>; 2], show: impl Fn(&T) -> String) -> String {
+    let [a, b] = values;
+    let a = a.as_ref().map_or_else(|| "-".to_owned(), &show);
+    let b = b.as_ref().map_or_else(|| "-".to_owned(), &show);
+    if a == b { a } else { format!("{a} → {b}") }
+}
+
+fn text(diff: &RunDiff<'_>) -> String {
+    let mut out = format!(
+        "runs {} ({}) → {} ({})\n",
+        diff.a, diff.status[0], diff.b, diff.status[1]
+    );
+    for step in &diff.steps {
+        let mark = match step.change {
+            "added" => '+',
+            "removed" => '-',
+            "changed" => '~',
+            _ => '=',
+        };
+        let _ = write!(out, "\n{mark} {} {}", step.id, step.change);
+        match step.status {
+            [Some(a), Some(b)] if a != b => {
+                let _ = write!(out, ": {a} → {b}");
+            }
+            [Some(s), None] | [None, Some(s)] | [Some(s), Some(_)] => {
+                let _ = write!(out, " ({s})");
+            }
+            [None, None] => {}
+        }
+        out.push('\n');
+        if step.change == "same" || step.change == "changed" {
+            let _ = writeln!(
+                out,
+                "    tools {} · tokens {} · cost {} · time {}",
+                pair(&step.tool_calls, u32::to_string),
+                pair(&step.tokens, |t| tokens(*t)),
+                pair(&step.cost_usd, |c| usd(*c)),
+                pair(&step.duration_ms, |d| seconds(*d)),
+            );
+        }
+        if let Some([a, b]) = step.summary {
+            out.push_str("    summary:\n");
+            for change in similar::TextDiff::from_lines(a, b).iter_all_changes() {
+                let sign = match change.tag() {
+                    similar::ChangeTag::Delete => '-',
+                    similar::ChangeTag::Insert => '+',
+                    similar::ChangeTag::Equal => ' ',
+                };
+                let line = crate::report::terminal::clean(change.value().trim_end_matches('\n'));
+                let _ = writeln!(out, "      {sign} {line}");
+            }
+        }
+        if let Some([a, b]) = step.output {
+            let _ = writeln!(out, "    output: {a} → {b}");
+        }
+    }
+    out
+}
+
+pub fn diff(args: DiffArgs, io: &mut Io<'_>) -> Exit {
+    let state_dir = args
+        .state_dir
+        .clone()
+        .unwrap_or_else(|| Utf8PathBuf::from(".runner"));
+    let (a, b) = match (load(&args.run_a, &state_dir), load(&args.run_b, &state_dir)) {
+        (Ok(a), Ok(b)) => (a, b),
+        (a, b) => {
+            let problems: Vec<Problem> = [a.err(), b.err()].into_iter().flatten().collect();
+            super::report(io, &problems);
+            return Exit::Invalid;
+        }
+    };
+    // Steps in the order the earlier run has them, then the ones only the later run has.
+    let mut ids: Vec<&str> = a.steps.keys().map(String::as_str).collect();
+    ids.extend(
+        b.steps
+            .keys()
+            .map(String::as_str)
+            .filter(|id| !a.steps.contains_key(*id)),
+    );
+    let diff = RunDiff {
+        a: &a.run_id,
+        b: &b.run_id,
+        status: [a.status.as_str(), b.status.as_str()],
+        steps: ids
+            .into_iter()
+            .map(|id| step_diff(id, a.steps.get(id), b.steps.get(id)))
+            .collect(),
+    };
+    let rendered = match args.format {
+        Format::Text => text(&diff),
+        Format::Json => serde_json::to_string_pretty(&diff).unwrap_or_default() + "\n",
+    };
+    let _ = write!(io.out, "{}", crate::secrets::redact_owned(rendered));
+    Exit::Success
+}
