@@ -41,6 +41,8 @@ pub(crate) enum Command {
     Schema(SchemaArgs),
     /// Compare two runs step by step: status, summary, output, tool calls, tokens, cost, time
     Diff(DiffArgs),
+    /// Turn a workflow into a CI workflow with one job per step
+    Export(ExportArgs),
 }
 
 /// Flags that shape how a workflow resolves, shared by every command that reads one.
@@ -203,6 +205,28 @@ pub(crate) enum SchemaKind {
     Agent,
 }
 
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum ExportTarget {
+    /// A GitHub Actions workflow
+    GithubActions,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ExportArgs {
+    /// What to export to
+    pub(crate) target: ExportTarget,
+    /// The workflow file, as a path relative to the repository root
+    pub(crate) workflow: Utf8PathBuf,
+    /// Write here instead of stdout (e.g. .github/workflows/agents.yml)
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub(crate) output: Option<Utf8PathBuf>,
+    /// The shell command each job installs runner with
+    #[arg(long, value_name = "COMMAND", default_value = concat!("cargo install --locked runner --version ", env!("CARGO_PKG_VERSION")))]
+    pub(crate) install: String,
+    #[command(flatten)]
+    pub(crate) resolve: ResolveArgs,
+}
+
 #[derive(Debug, Args)]
 pub(crate) struct DiffArgs {
     /// The earlier run: a run id (or `latest`) in the state directory, a run directory, or a
@@ -285,5 +309,6 @@ pub fn run_cli(args: Vec<OsString>, io: &mut Io<'_>) -> Exit {
         Command::Agents(args) => commands::agents::agents(args, io),
         Command::Schema(args) => commands::schema::schema(args, io),
         Command::Diff(args) => commands::diff::diff(args, io),
+        Command::Export(args) => commands::export::export(args, io),
     }
 }

@@ -7,6 +7,7 @@ pub mod cli;
 mod commands;
 pub mod error;
 pub mod event;
+pub mod export;
 pub mod limits;
 pub mod plan;
 pub mod provider;

@@ -3,6 +3,7 @@
 
 pub mod agents;
 pub mod diff;
+pub mod export;
 pub mod graph;
 pub mod plan;
 pub mod run;

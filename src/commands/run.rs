@@ -92,7 +92,10 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
         None => merged,
     };
     let only: BTreeSet<String> = args.only.iter().cloned().collect();
-    let problems = run::check_only(&plan, &only, resume.as_ref());
+    let same_run = resume
+        .as_ref()
+        .is_some_and(|r| Some(&r.run_id) == args.run_id.as_ref());
+    let problems = run::check_only(&plan, &only, resume.as_ref(), same_run);
     if !problems.is_empty() {
         report(io, &problems);
         return Exit::Invalid;

@@ -47,6 +47,16 @@ pub fn prepare(
         Prepared::Reuse(Box::new(reused))
     };
     if !options.only.is_empty() && !options.only.contains(&step.id) {
+        // Within one run spread over jobs, what another job decided stands, failures included.
+        let same_run = options
+            .resume
+            .as_ref()
+            .filter(|r| r.run_id == record.run_id)
+            .and_then(|r| r.steps.get(&step.id))
+            .filter(|s| s.status.is_finished());
+        if let Some(decided) = same_run {
+            return Prepared::Reuse(Box::new(decided.clone()));
+        }
         return match previous {
             Some(previous) => reused(previous),
             None => Prepared::Ended(Outcome::Skipped(SkipReason::NotSelected)),

@@ -133,11 +133,13 @@ pub fn clean_up_after(workdir: &Utf8Path, resumed: &RunRecord) -> Vec<String> {
 }
 
 /// Checks `--only` against the plan and the resumed run: every selected step exists and its
-/// needs succeeded in the resumed run.
+/// needs succeeded in the resumed run. In the same run (`--run-id` of jobs that ran the needs),
+/// a need that finished any way will do: the step is then skipped as it would be in one run.
 pub fn check_only(
     plan: &Plan,
     only: &BTreeSet<String>,
     resume: Option<&RunRecord>,
+    same_run: bool,
 ) -> Vec<Problem> {
     let mut problems = Vec::new();
     for id in only {
@@ -152,9 +154,9 @@ pub fn check_only(
             if only.contains(need) {
                 continue;
             }
-            let done = resume
-                .and_then(|r| r.steps.get(need))
-                .is_some_and(|s| s.status == StepStatus::Succeeded);
+            let done = resume.and_then(|r| r.steps.get(need)).is_some_and(|s| {
+                s.status == StepStatus::Succeeded || (same_run && s.status.is_finished())
+            });
             if !done {
                 problems.push(
                     Problem::error(format!("--only {id}: its need `{need}` has no result to reuse"))

@@ -141,7 +141,7 @@ pub async fn execute(
     let interrupted = scheduler.drive(executor, workdir).await;
     let mut record = scheduler.record;
     record.storage_error = scheduler.sinks.failure().cloned();
-    record.finish(started.elapsed(), interrupted, plan);
+    record.finish(started.elapsed(), interrupted, plan, &options.only);
     scheduler.sinks.emit(
         &EventKind::RunFinished {
             status: record.status,
@@ -151,7 +151,7 @@ pub async fn execute(
     );
     if record.storage_error.is_none() {
         record.storage_error = scheduler.sinks.failure().cloned();
-        record.finish(started.elapsed(), interrupted, plan);
+        record.finish(started.elapsed(), interrupted, plan, &options.only);
     }
     Ok(record)
 }

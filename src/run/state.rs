@@ -224,7 +224,15 @@ impl RunRecord {
 
     /// Settles the run's status: interrupted, failed (a step failed without
     /// `continue_on_error`, or was cancelled by `--fail-fast`), or succeeded.
-    pub fn finish(&mut self, elapsed: Duration, interrupted: bool, plan: &Plan) {
+    /// Settles the run's status. With `--only`, only the selected steps count: a job that runs
+    /// one step of a bigger run reports that step.
+    pub fn finish(
+        &mut self,
+        elapsed: Duration,
+        interrupted: bool,
+        plan: &Plan,
+        only: &std::collections::BTreeSet<String>,
+    ) {
         self.duration_ms = elapsed.as_millis() as u64;
         self.cost_usd = self
             .steps
@@ -238,9 +246,15 @@ impl RunRecord {
             }
         }
         let tolerated = |id: &str| plan.step(id).is_some_and(|s| s.continue_on_error);
-        let failed = self.steps.iter().any(|(id, s)| {
-            (s.status == StepStatus::Failed && !tolerated(id)) || s.status == StepStatus::Cancelled
-        });
+        let counted = |id: &str| only.is_empty() || only.contains(id);
+        let failed = self
+            .steps
+            .iter()
+            .filter(|(id, _)| counted(id))
+            .any(|(id, s)| {
+                (s.status == StepStatus::Failed && !tolerated(id))
+                    || s.status == StepStatus::Cancelled
+            });
         self.status = if interrupted {
             RunStatus::Interrupted
         } else if failed || self.storage_error.is_some() {

@@ -488,3 +488,35 @@ async fn diff_reports_a_changed_summary_and_an_added_step() {
         missing.stderr
     );
 }
+
+/// A need that failed on another machine skips the step, with the reason, as in one run; the job
+/// reports its own step, not the other job's failure.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_need_that_failed_in_another_job_skips_the_step() {
+    let fake = Fake::anthropic_routed(vec![("MARK-a", vec![bad_request()])]).await;
+    let workflow = format!(
+        "name = \"m\"\n{MODELS}[steps.a]\nagent = \"explore\"\nprompt = \"MARK-a\"\n[steps.b]\nagent = \"explore\"\nneeds = [\"a\"]\nprompt = \"MARK-b {{{{ steps.a.summary }}}}\"\n"
+    );
+    let test = Test::new()
+        .file("w.toml", &workflow)
+        .env("ANTHROPIC_BASE_URL", &fake.uri())
+        .env("ANTHROPIC_API_KEY", KEY);
+    let (out, test) = test
+        .args(&["run", "w.toml", "--only", "a", "--run-id", "77"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 1, "{}", out.transcript());
+    let (out, _test) = test
+        .clear_args()
+        .args(&[
+            "run", "w.toml", "--only", "b", "--run-id", "77", "--format", "json",
+        ])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let run: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(run["steps"]["a"]["status"], "failed");
+    assert_eq!(run["steps"]["b"]["status"], "skipped");
+    assert_eq!(run["steps"]["b"]["error"], "a did not succeed");
+    assert_eq!(fake.count("MARK-b").await, 0);
+}

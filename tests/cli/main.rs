@@ -6,6 +6,7 @@ mod budget;
 mod ci;
 mod delegate;
 mod diagnostics;
+mod export;
 mod fake;
 mod hostile;
 mod limits;

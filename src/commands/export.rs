@@ -1,0 +1,68 @@
+//! `runner export github-actions WORKFLOW`: see [`crate::export`].
+
+use super::load_plan;
+use crate::cli::{ExportArgs, ExportTarget, Io, LimitArgs};
+use crate::error::Exit;
+use crate::export::{Options, check, github_actions};
+use crate::workflow::load_workflow;
+
+pub fn export(args: ExportArgs, io: &mut Io<'_>) -> Exit {
+    // Inputs are given when the exported workflow is dispatched, not now.
+    let Some(plan) = load_plan(
+        &args.workflow,
+        &args.resolve,
+        LimitArgs::default(),
+        false,
+        io,
+    ) else {
+        return Exit::Invalid;
+    };
+    let inputs = match load_workflow(&args.workflow) {
+        Ok(loaded) => loaded.def.inputs,
+        Err(problems) => {
+            super::report(io, &problems);
+            return Exit::Invalid;
+        }
+    };
+    let options = Options {
+        workflow_path: args.workflow.as_str(),
+        inputs: &inputs,
+        install: &args.install,
+    };
+    let (errors, warnings) = check(&plan, &options);
+    for warning in &warnings {
+        let _ = writeln!(io.err, "warning: {warning}");
+    }
+    if !errors.is_empty() {
+        for error in &errors {
+            let _ = writeln!(io.err, "error: {error}");
+        }
+        return Exit::Invalid;
+    }
+    let text = match args.target {
+        ExportTarget::GithubActions => github_actions(&plan, &options),
+    };
+    match &args.output {
+        Some(path) => {
+            let written = path
+                .parent()
+                .filter(|p| !p.as_str().is_empty())
+                .map_or(Ok(()), std::fs::create_dir_all)
+                .and_then(|()| std::fs::write(path, &text));
+            if let Err(err) = written {
+                let _ = writeln!(io.err, "error: cannot write `{path}`: {err}");
+                return Exit::Unexpected;
+            }
+            let _ = writeln!(
+                io.err,
+                "wrote {path}: {} jobs for {} steps",
+                text.matches("\n    runs-on:").count(),
+                plan.steps().len()
+            );
+        }
+        None => {
+            let _ = write!(io.out, "{text}");
+        }
+    }
+    Exit::Success
+}

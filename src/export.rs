@@ -1,0 +1,299 @@
+//! `runner export github-actions` (SPEC §9): a plan as a GitHub Actions workflow, one job per
+//! step, so a pipeline too big for one machine runs on an engine people already trust.
+//!
+//! Every job runs `runner run WORKFLOW --only STEP --run-id $GITHUB_RUN_ID`: runner, not GitHub,
+//! decides skips (a failed need, the step's `if`) and records why, from the state of earlier
+//! jobs, which travels as artifacts (`runs/<id>/steps/<step>/record.json` files never collide, so
+//! downloading them all into one directory merges them). Model jobs get read-only `contents`
+//! permission, no credentials left in the checkout, and only the API keys their step's models
+//! need; a final job with no model and no key, and the only one allowed to write, pushes the
+//! branches of worktree steps (the safe-outputs pattern).
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+use indexmap::IndexMap;
+
+use crate::plan::{Plan, PlannedStep};
+use crate::sandbox::Mode;
+use crate::workflow::{InputDef, Isolation};
+
+/// Pinned major versions of the actions the workflow uses.
+const CHECKOUT: &str = "actions/checkout@v4";
+const DOWNLOAD: &str = "actions/download-artifact@v4";
+const UPLOAD: &str = "actions/upload-artifact@v4";
+/// Minutes a job gets on top of its step's timeout: checkout, install, artifacts.
+const JOB_OVERHEAD_MINUTES: u64 = 10;
+
+pub struct Options<'a> {
+    /// The workflow file as the jobs see it: relative to the repository root.
+    pub workflow_path: &'a str,
+    pub inputs: &'a IndexMap<String, InputDef>,
+    /// The command that installs runner in a job.
+    pub install: &'a str,
+}
+
+/// A YAML double-quoted scalar (JSON's string syntax is valid YAML).
+fn quote(text: &str) -> String {
+    serde_json::to_string(text).unwrap_or_default()
+}
+
+/// The environment variable an input is passed in (never interpolated into a script).
+fn input_var(name: &str) -> String {
+    format!(
+        "INPUT_{}",
+        name.to_ascii_uppercase()
+            .replace(|c: char| !c.is_ascii_alphanumeric(), "_")
+    )
+}
+
+/// GitHub's rule for input and job ids.
+fn valid_id(id: &str) -> bool {
+    id.chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// The environment variables holding the keys a step's models need: its own model's provider,
+/// and with `task` every provider an alias names (its subagents may use any).
+fn key_vars(plan: &Plan, step: &PlannedStep) -> BTreeSet<String> {
+    let mut providers = BTreeSet::from([step.model.provider.clone()]);
+    if !step.subagents.is_empty() {
+        providers.extend(plan.aliases.values().map(|m| m.provider.clone()));
+    }
+    providers
+        .iter()
+        .filter_map(|p| plan.providers.get(p))
+        .filter_map(|spec| spec.api_key_env.clone())
+        .collect()
+}
+
+/// Problems that make an export impossible, and warnings about what will not carry over.
+pub fn check(plan: &Plan, options: &Options<'_>) -> (Vec<String>, Vec<String>) {
+    let mut errors = Vec::new();
+    let mut warnings = Vec::new();
+    for name in options.inputs.keys() {
+        if !valid_id(name) {
+            errors.push(format!(
+                "input `{name}` cannot be a GitHub Actions input: use letters, digits, `_` and `-`, starting with a letter or `_`"
+            ));
+        }
+    }
+    for step in plan.steps() {
+        if !valid_id(&step.id) || step.id == "runner-apply" {
+            errors.push(format!(
+                "step `{}` cannot be a GitHub Actions job id",
+                step.id
+            ));
+        }
+        if step.sandbox != Mode::ReadOnly && step.isolation != Isolation::Worktree {
+            warnings.push(format!(
+                "step `{}` can change files but has no `isolation = \"worktree\"`: on GitHub Actions its changes stay on its job's machine (give it a worktree to have them pushed as a branch)",
+                step.id
+            ));
+        }
+    }
+    if std::path::Path::new(options.workflow_path).is_absolute() {
+        warnings.push(format!(
+            "`{}` is an absolute path: jobs run in a checkout, so export with the path relative to the repository root",
+            options.workflow_path
+        ));
+    }
+    (errors, warnings)
+}
+
+fn download_state(out: &mut String) {
+    let _ = writeln!(out, "      - name: Fetch the state of earlier steps");
+    let _ = writeln!(out, "        uses: {DOWNLOAD}");
+    let _ = writeln!(out, "        with:");
+    let _ = writeln!(out, "          pattern: runner-state-*");
+    let _ = writeln!(out, "          merge-multiple: true");
+    let _ = writeln!(out, "          path: .runner/runs");
+}
+
+fn step_job(out: &mut String, plan: &Plan, step: &PlannedStep, options: &Options<'_>) {
+    let _ = writeln!(out, "  {}:", step.id);
+    let _ = writeln!(
+        out,
+        "    name: {}",
+        quote(&format!("{} [{}]", step.id, step.agent))
+    );
+    if !step.needs.is_empty() {
+        let needs: Vec<String> = step.needs.iter().map(|n| quote(n)).collect();
+        let _ = writeln!(out, "    needs: [{}]", needs.join(", "));
+        // runner decides inside the job (a failed need, the step's `if`) and records why.
+        let _ = writeln!(out, "    if: ${{{{ !cancelled() }}}}");
+    }
+    let _ = writeln!(out, "    runs-on: ubuntu-latest");
+    let minutes = step.timeout.as_secs().div_ceil(60) + JOB_OVERHEAD_MINUTES;
+    let _ = writeln!(out, "    timeout-minutes: {minutes}");
+    if step.continue_on_error {
+        let _ = writeln!(out, "    continue-on-error: true");
+    }
+    let _ = writeln!(out, "    permissions:");
+    let _ = writeln!(out, "      contents: read");
+    let _ = writeln!(out, "    steps:");
+    let _ = writeln!(out, "      - uses: {CHECKOUT}");
+    let _ = writeln!(out, "        with:");
+    let _ = writeln!(out, "          persist-credentials: false");
+    if !step.needs.is_empty() {
+        download_state(out);
+    }
+    let _ = writeln!(out, "      - name: Install runner");
+    let _ = writeln!(out, "        run: sh -c \"$RUNNER_INSTALL\"");
+    let _ = writeln!(
+        out,
+        "      - name: {}",
+        quote(&format!("Run step {}", step.id))
+    );
+    let keys = key_vars(plan, step);
+    if !keys.is_empty() || !options.inputs.is_empty() {
+        let _ = writeln!(out, "        env:");
+        for key in &keys {
+            let _ = writeln!(out, "          {key}: ${{{{ secrets.{key} }}}}");
+        }
+        for name in options.inputs.keys() {
+            let _ = writeln!(
+                out,
+                "          {}: ${{{{ inputs.{name} }}}}",
+                input_var(name)
+            );
+        }
+    }
+    let mut command = format!(
+        "runner run {} --only {} --run-id \"$GITHUB_RUN_ID\" --state-dir .runner",
+        shell_word(options.workflow_path),
+        step.id
+    );
+    for name in options.inputs.keys() {
+        let _ = write!(command, " -i \"{name}=${}\"", input_var(name));
+    }
+    let _ = writeln!(out, "        run: {}", quote(&command));
+    let _ = writeln!(out, "      - name: Keep its state for the steps after it");
+    let _ = writeln!(out, "        if: ${{{{ !cancelled() }}}}");
+    let _ = writeln!(out, "        uses: {UPLOAD}");
+    let _ = writeln!(out, "        with:");
+    let _ = writeln!(out, "          name: runner-state-{}", step.id);
+    let _ = writeln!(out, "          path: .runner/runs");
+    let _ = writeln!(out, "          include-hidden-files: true");
+}
+
+/// A word for `sh`, quoted only when it has to be.
+fn shell_word(text: &str) -> String {
+    if !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '/' | '.' | '_' | '-'))
+    {
+        text.to_owned()
+    } else {
+        format!("'{}'", text.replace('\'', "'\\''"))
+    }
+}
+
+fn apply_job(out: &mut String, plan: &Plan, worktree_steps: &[&PlannedStep]) {
+    let needs: Vec<String> = plan.steps().iter().map(|s| quote(&s.id)).collect();
+    let _ = writeln!(out, "  runner-apply:");
+    let _ = writeln!(out, "    name: Push the branches of worktree steps");
+    let _ = writeln!(out, "    needs: [{}]", needs.join(", "));
+    let _ = writeln!(out, "    if: ${{{{ !cancelled() }}}}");
+    let _ = writeln!(out, "    runs-on: ubuntu-latest");
+    let _ = writeln!(out, "    timeout-minutes: {JOB_OVERHEAD_MINUTES}");
+    let _ = writeln!(out, "    permissions:");
+    let _ = writeln!(out, "      contents: write");
+    let _ = writeln!(out, "    steps:");
+    let _ = writeln!(out, "      - uses: {CHECKOUT}");
+    download_state(out);
+    for step in worktree_steps {
+        let id = &step.id;
+        let _ = writeln!(
+            out,
+            "      - name: {}",
+            quote(&format!("Push the branch of step {id}"))
+        );
+        let _ = writeln!(out, "        run: |");
+        for line in [
+            format!("record=\".runner/runs/$GITHUB_RUN_ID/steps/{id}/record.json\""),
+            "if [ -f \"$record\" ] && [ \"$(jq -r .status \"$record\")\" = succeeded ] && [ -n \"$(jq -r '.diff // empty' \"$record\")\" ]; then".to_owned(),
+            format!("  branch=\"runner/$GITHUB_RUN_ID/{id}\""),
+            "  git switch --create \"$branch\" \"$GITHUB_SHA\"".to_owned(),
+            "  jq -j .diff \"$record\" | git apply --index".to_owned(),
+            format!("  git -c user.name='github-actions[bot]' -c user.email='41898282+github-actions[bot]@users.noreply.github.com' commit --quiet -m \"runner: {id} (run $GITHUB_RUN_ID)\""),
+            "  git push origin \"$branch\"".to_owned(),
+            "  git switch --detach \"$GITHUB_SHA\"".to_owned(),
+            "else".to_owned(),
+            format!("  echo \"step {id} left no change to push\""),
+            "fi".to_owned(),
+        ] {
+            let _ = writeln!(out, "          {line}");
+        }
+    }
+}
+
+/// The GitHub Actions workflow for `plan`.
+pub fn github_actions(plan: &Plan, options: &Options<'_>) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# Generated by `runner export github-actions {}`. Change the workflow file and export",
+        options.workflow_path
+    );
+    let _ = writeln!(
+        out,
+        "# again rather than editing this. Set the API keys as repository secrets."
+    );
+    let _ = writeln!(out, "name: {}", quote(&plan.name));
+    let _ = writeln!(out, "on:");
+    let _ = writeln!(out, "  workflow_dispatch:");
+    if !options.inputs.is_empty() {
+        let _ = writeln!(out, "    inputs:");
+        for (name, def) in options.inputs {
+            let _ = writeln!(out, "      {name}:");
+            if let Some(description) = &def.description {
+                let _ = writeln!(out, "        description: {}", quote(description));
+            }
+            let _ = writeln!(out, "        required: {}", def.default.is_none());
+            let _ = writeln!(out, "        type: string");
+            if let Some(default) = &def.default {
+                let _ = writeln!(out, "        default: {}", quote(default));
+            }
+        }
+    }
+    let _ = writeln!(out, "permissions: {{}}");
+    let _ = writeln!(out, "env:");
+    let _ = writeln!(
+        out,
+        "  # How each job installs runner; point it at your build."
+    );
+    let _ = writeln!(out, "  RUNNER_INSTALL: {}", quote(options.install));
+    let _ = writeln!(out, "jobs:");
+    for step in plan.steps() {
+        step_job(&mut out, plan, step, options);
+    }
+    let worktree_steps: Vec<&PlannedStep> = plan
+        .steps()
+        .iter()
+        .filter(|s| s.isolation == Isolation::Worktree)
+        .collect();
+    if !worktree_steps.is_empty() {
+        apply_job(&mut out, plan, &worktree_steps);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_words_are_made_safe() {
+        assert_eq!(input_var("base-dir"), "INPUT_BASE_DIR");
+        assert!(valid_id("find_auth") && valid_id("_x") && !valid_id("9a") && !valid_id("a.b"));
+        assert_eq!(shell_word("workflows/a.toml"), "workflows/a.toml");
+        assert_eq!(shell_word("my flows/it's.toml"), "'my flows/it'\\''s.toml'");
+        assert_eq!(quote("a \"b\"\n"), "\"a \\\"b\\\"\\n\"");
+    }
+}

