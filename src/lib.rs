@@ -9,6 +9,7 @@ pub mod error;
 pub mod event;
 pub mod export;
 pub mod limits;
+pub mod mcp;
 pub mod plan;
 pub mod provider;
 pub mod report;

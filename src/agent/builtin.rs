@@ -72,6 +72,7 @@ pub fn builtins() -> Vec<Agent> {
             max_turns: None,
             system_prompt: EXPLORE_PROMPT.into(),
             fork_context: false,
+            mcp_servers: Default::default(),
         },
         Agent {
             name: "plan".into(),
@@ -84,6 +85,7 @@ pub fn builtins() -> Vec<Agent> {
             max_turns: None,
             system_prompt: PLAN_PROMPT.into(),
             fork_context: false,
+            mcp_servers: Default::default(),
         },
         Agent {
             name: "code".into(),
@@ -96,6 +98,7 @@ pub fn builtins() -> Vec<Agent> {
             max_turns: None,
             system_prompt: CODE_PROMPT.into(),
             fork_context: false,
+            mcp_servers: Default::default(),
         },
     ]
 }

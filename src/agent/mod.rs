@@ -6,7 +6,7 @@ mod catalog;
 
 pub use catalog::{AgentCatalog, lookup_dirs};
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::{Arc, LazyLock};
 
@@ -53,6 +53,8 @@ pub struct Agent {
     pub system_prompt: String,
     /// As a subagent, it starts from the spawning agent's conversation.
     pub fork_context: bool,
+    /// MCP servers the agent's file declares (`mcpServers`).
+    pub mcp_servers: BTreeMap<String, crate::workflow::McpServerDef>,
 }
 
 /// A list of tool names, written as a YAML/TOML list or, as Claude Code does, one
@@ -178,7 +180,7 @@ pub struct AgentFile {
         rename = "mcpServers",
         skip_serializing_if = "Option::is_none"
     )]
-    pub mcp_servers: Option<Value>,
+    pub mcp_servers: Option<BTreeMap<String, crate::workflow::McpServerDef>>,
 }
 
 pub fn agent_schema() -> Value {
@@ -394,7 +396,6 @@ fn build_agent(
     for (key, present) in [
         ("permissionMode", def.permission_mode.is_some()),
         ("hooks", def.hooks.is_some()),
-        ("mcpServers", def.mcp_servers.is_some()),
         ("skills", def.skills.is_some()),
     ] {
         if present {
@@ -422,6 +423,7 @@ fn build_agent(
             max_turns: def.max_turns_camel.or(def.max_turns),
             system_prompt,
             fork_context: def.fork_context_camel.or(def.fork_context).unwrap_or(false),
+            mcp_servers: def.mcp_servers.unwrap_or_default(),
         },
         warnings,
     })
@@ -456,7 +458,7 @@ fn tool_list(
     for (i, name) in list.0.iter().enumerate() {
         match registry.entry(name) {
             ToolEntry::All => return Some(ToolSet::All),
-            ToolEntry::Tool(tool) => {
+            ToolEntry::Tool(tool) | ToolEntry::Mcp(tool) => {
                 set.insert(tool);
             }
             ToolEntry::Unsupported(name) => {

@@ -167,11 +167,14 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
     ));
     let mut team = Team::new(&plan, registry, catalog, apis);
     team.tapes = tapes;
+    let canonical = workdir
+        .canonicalize_utf8()
+        .unwrap_or_else(|_| workdir.clone());
+    team.mcp = Arc::new(crate::mcp::Hub::new(canonical.clone()));
+    let mcp = team.mcp.clone();
     let executor = Arc::new(ModelExecutor {
         team: Arc::new(team),
-        workdir: workdir
-            .canonicalize_utf8()
-            .unwrap_or_else(|_| workdir.clone()),
+        workdir: canonical,
         scrub: scrubbed_vars(&configured),
         state_dir: state_dir.clone(),
         support,
@@ -205,7 +208,12 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
     if let Some(path) = &args.junit {
         sinks.add(JunitSink::new(path.clone(), &plan));
     }
-    let result = runtime.block_on(run::execute(&plan, executor, &options, &mut sinks));
+    let result = runtime.block_on(async {
+        let result = run::execute(&plan, executor, &options, &mut sinks).await;
+        // MCP servers end with the run, however it ended.
+        mcp.shutdown().await;
+        result
+    });
     drop(sinks);
     // Steps still winding down (a cancelled HTTP request, a killed process) are not waited for.
     runtime.shutdown_timeout(Duration::from_millis(500));

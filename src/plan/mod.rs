@@ -144,6 +144,8 @@ pub struct PlannedStep {
     pub max_subagent_depth: u32,
     /// Tokens the step (with its subagents) may use.
     pub max_tokens_total: Option<u64>,
+    /// The MCP servers its tools come from, by name.
+    pub mcp_servers: BTreeMap<String, crate::workflow::McpServerDef>,
     pub wave: usize,
 }
 
@@ -165,6 +167,7 @@ pub fn build_plan(
     let def = &loaded.def;
 
     let providers = b.check_providers();
+    b.check_mcp_servers();
     let aliases = b.check_models(&providers, options);
     let inputs = b.check_inputs(options);
 

@@ -3,6 +3,36 @@
 use super::*;
 
 impl Builder<'_> {
+    /// `[mcp_servers.NAME]`: a name tool names can carry, and either `command` or `url`.
+    pub(super) fn check_mcp_servers(&mut self) {
+        let def = &self.loaded.def;
+        for (name, server) in &def.mcp_servers {
+            let span = self.key_span(&path!["mcp_servers", name.as_str()]);
+            let plain = !name.is_empty()
+                && !name.contains("__")
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'));
+            if !plain {
+                self.problems.push(
+                    Problem::error(format!(
+                        "MCP server name `{name}` cannot be part of tool names"
+                    ))
+                    .at(self.file, span.clone(), "bad name")
+                    .help("use letters, digits, `-` and single `_`"),
+                );
+            }
+            if server.command.is_some() == server.url.is_some() {
+                self.problems.push(
+                    Problem::error(format!(
+                        "MCP server `{name}` needs exactly one of `command` (a program to start) and `url` (a streamable HTTP endpoint)"
+                    ))
+                    .at(self.file, span, "command or url"),
+                );
+            }
+        }
+    }
+
     /// `[prices]`: keys must be `provider/model` of a known provider. With a cost ceiling, a
     /// step whose model has no price is a warning: its replies cannot be counted.
     pub(super) fn check_prices(

@@ -63,6 +63,20 @@ impl Builder<'_> {
             self.check_condition(ctx, condition, env);
         }
         let subagents = self.subagents(id, step, catalog, tools.as_ref());
+        let mcp_servers = match (agent, &tools) {
+            (Some(agent), Some(tools)) => {
+                let known = self.mcp_servers_of(agent);
+                let used: BTreeSet<&str> = tools
+                    .iter()
+                    .filter_map(|t| crate::tools::mcp_server(t))
+                    .collect();
+                known
+                    .into_iter()
+                    .filter(|(name, _)| used.contains(name.as_str()))
+                    .collect()
+            }
+            _ => BTreeMap::new(),
+        };
 
         if self.error_count() > errors_before {
             return None;
@@ -103,6 +117,7 @@ impl Builder<'_> {
                 .or(defaults.max_subagent_depth)
                 .unwrap_or(DEFAULT_SUBAGENT_DEPTH),
             max_tokens_total: step.max_tokens_total.or(defaults.max_tokens_total),
+            mcp_servers,
             wave: 0,
         })
     }

@@ -22,12 +22,47 @@ impl Builder<'_> {
         let disallowed = self
             .tool_list(id, "disallowed_tools", &step.disallowed_tools)?
             .expand(self.registry);
-        let tools = tools::resolve(
+        let mut tools = tools::resolve(
             self.registry,
             &agent.tools,
             step_tools.as_ref(),
             agent.disallowed.iter().chain(&disallowed),
         );
+        // `*` reaches every MCP server the step can see, as `mcp__<server>`.
+        if step_tools.as_ref().unwrap_or(&agent.tools) == &ToolSet::All {
+            for server in self.mcp_servers_of(agent).into_keys() {
+                let all = format!("mcp__{server}");
+                if !disallowed.contains(&all) && !agent.disallowed.contains(&all) {
+                    tools.insert(all);
+                }
+            }
+        }
+        let known = self.mcp_servers_of(agent);
+        for tool in &tools {
+            let Some(server) = tools::mcp_server(tool) else {
+                continue;
+            };
+            if !known.contains_key(server) {
+                let span = self.span(&path![
+                    "steps",
+                    id,
+                    if step.tools.is_some() {
+                        "tools"
+                    } else {
+                        "agent"
+                    }
+                ]);
+                let help = crate::error::did_you_mean(server, known.keys().map(String::as_str))
+                    .unwrap_or_else(|| "declare it under `[mcp_servers.NAME]` (or in the agent file's `mcpServers`)".to_owned());
+                self.error(
+                    format!("step `{id}` uses `{tool}`, but there is no MCP server `{server}`"),
+                    span,
+                    "unknown MCP server",
+                    Some(help),
+                );
+                return None;
+            }
+        }
         if tools.is_empty() {
             let key = if step.tools.is_some() {
                 "tools"
@@ -52,6 +87,23 @@ impl Builder<'_> {
         Some(tools)
     }
 
+    /// The MCP servers a step with `agent` can use: the workflow's, then the agent file's (the
+    /// workflow's entry wins a name both declare).
+    pub(super) fn mcp_servers_of(
+        &self,
+        agent: &Agent,
+    ) -> BTreeMap<String, crate::workflow::McpServerDef> {
+        let mut servers = agent.mcp_servers.clone();
+        servers.extend(
+            self.loaded
+                .def
+                .mcp_servers
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone())),
+        );
+        servers
+    }
+
     pub(super) fn tool_list(&mut self, id: &str, key: &str, names: &[String]) -> Option<ToolSet> {
         let mut set = BTreeSet::new();
         let mut ok = true;
@@ -60,7 +112,7 @@ impl Builder<'_> {
             let span = self.span(&path!["steps", id, key, i]);
             match self.registry.entry(name) {
                 ToolEntry::All => all = true,
-                ToolEntry::Tool(tool) => {
+                ToolEntry::Tool(tool) | ToolEntry::Mcp(tool) => {
                     set.insert(tool);
                 }
                 ToolEntry::Unsupported(name) => self.problems.push(

@@ -44,6 +44,11 @@ impl fmt::Display for Secret {
     }
 }
 
+/// The HTTP client runner uses (TLS set up), for other HTTP peers such as MCP servers.
+pub fn http_client() -> reqwest::Client {
+    http::client()
+}
+
 /// The API a provider speaks, ready to send to.
 pub fn connect(spec: &ProviderSpec, key: Option<Secret>) -> Arc<dyn ModelApi> {
     match spec.kind {

@@ -115,6 +115,16 @@ impl Executor for ModelExecutor {
                 Ok(tools) => tools,
                 Err(err) => return StepOutcome::failed(FailureKind::Setup, err),
             };
+            // MCP servers start when the first step that needs them does.
+            if !step.mcp_servers.is_empty() {
+                match with_mcp_tools(&team, &step, &tools).await {
+                    Ok((registry, allowed)) => {
+                        tools.registry = registry;
+                        tools.allowed = allowed;
+                    }
+                    Err(err) => return StepOutcome::failed(FailureKind::Setup, err),
+                }
+            }
             // A step with `task` gets subagents; they end with it, whatever ends it.
             let scope = step.tools.contains(TASK).then(|| {
                 Arc::new(StepScope::new(
@@ -127,13 +137,14 @@ impl Executor for ModelExecutor {
                     step.sandbox == Mode::Off,
                     step.network,
                     meter.clone(),
+                    tools.registry.clone(),
                 ))
             });
             let _stop_subagents = scope.as_ref().map(|s| s.cancel.clone().drop_guard());
             if let Some(scope) = &scope {
                 tools.context.delegate = Some(Arc::new(Delegation::for_step(
                     scope.clone(),
-                    step.tools.clone(),
+                    tools.allowed.clone(),
                     job.events.clone(),
                 )));
             }
@@ -163,4 +174,54 @@ impl Executor for ModelExecutor {
             outcome
         })
     }
+}
+
+/// The step's registry with its MCP servers' tools added, and its allowlist with each
+/// `mcp__<server>` turned into that server's tools. A named tool the server does not have, or a
+/// server that does not start, fails the step.
+async fn with_mcp_tools(
+    team: &Team,
+    step: &PlannedStep,
+    tools: &StepTools,
+) -> Result<
+    (
+        Arc<crate::tools::Registry>,
+        std::collections::BTreeSet<String>,
+    ),
+    String,
+> {
+    let mcp = team.mcp.tools(&step.mcp_servers).await?;
+    let mut registry = (*tools.registry).clone();
+    let mut allowed = std::collections::BTreeSet::new();
+    let names: Vec<String> = mcp.iter().map(|t| t.name().to_owned()).collect();
+    for entry in &tools.allowed {
+        match crate::tools::mcp_server(entry) {
+            None => {
+                allowed.insert(entry.clone());
+            }
+            Some(server) if entry == &format!("mcp__{server}") => {
+                let prefix = format!("{entry}__");
+                allowed.extend(names.iter().filter(|n| n.starts_with(&prefix)).cloned());
+            }
+            Some(server) => {
+                if !names.contains(entry) {
+                    let prefix = format!("mcp__{server}__");
+                    let has: Vec<&str> = names
+                        .iter()
+                        .filter_map(|n| n.strip_prefix(&prefix))
+                        .collect();
+                    return Err(format!(
+                        "MCP server `{server}` has no tool `{}`; it has: {}",
+                        entry.strip_prefix(&prefix).unwrap_or(entry),
+                        has.join(", ")
+                    ));
+                }
+                allowed.insert(entry.clone());
+            }
+        }
+    }
+    for tool in mcp {
+        registry.register(tool);
+    }
+    Ok((Arc::new(registry), allowed))
 }

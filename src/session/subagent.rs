@@ -38,6 +38,8 @@ pub struct Team {
     pub budget: Arc<crate::budget::RunBudget>,
     /// `--record` / `--replay`: every request goes through the cassettes.
     pub tapes: Option<Arc<crate::provider::tape::Tapes>>,
+    /// The run's MCP servers.
+    pub mcp: Arc<crate::mcp::Hub>,
 }
 
 impl Team {
@@ -61,6 +63,7 @@ impl Team {
                 plan.prices.clone(),
             )),
             tapes: None,
+            mcp: Arc::default(),
         }
     }
 
@@ -136,6 +139,8 @@ pub struct StepScope {
     pub cancel: CancellationToken,
     /// The step's budgets: its subagents charge them too.
     pub meter: crate::budget::Meter,
+    /// The step's tools (its MCP servers' included).
+    pub registry: Arc<Registry>,
     state: Mutex<State>,
 }
 
@@ -169,9 +174,11 @@ impl StepScope {
         sandbox_off: bool,
         network: bool,
         meter: crate::budget::Meter,
+        registry: Arc<Registry>,
     ) -> Self {
         Self {
             meter,
+            registry,
             team,
             spawnable,
             max_depth,
@@ -405,7 +412,7 @@ impl Delegation {
         let delegates = tools.contains(TASK);
         let mode = if self.scope.sandbox_off {
             Mode::Off
-        } else if team.registry.any_writes(&tools) {
+        } else if self.scope.registry.any_writes(&tools) {
             Mode::Workdir
         } else {
             Mode::ReadOnly
@@ -431,7 +438,7 @@ impl Delegation {
             model,
             api,
             tools: StepTools {
-                registry: team.registry.clone(),
+                registry: self.scope.registry.clone(),
                 allowed: tools,
                 context,
             },
@@ -443,7 +450,7 @@ impl Delegation {
 
     /// The agent's tools narrowed to this agent's own; `task` only while nesting is allowed.
     fn tools_for(&self, agent: &Agent) -> BTreeSet<String> {
-        let registry = &self.scope.team.registry;
+        let registry = &self.scope.registry;
         let mut tools: BTreeSet<String> =
             crate::tools::resolve(registry, &agent.tools, None, agent.disallowed.iter())
                 .intersection(&self.tools)

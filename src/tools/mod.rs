@@ -159,14 +159,24 @@ pub const CLAUDE_ONLY_TOOLS: &[&str] = &[
     "WebSearch",
 ];
 
+/// The server an MCP tool name (`mcp__<server>` or `mcp__<server>__<tool>`) belongs to.
+pub fn mcp_server(name: &str) -> Option<&str> {
+    let rest = name.strip_prefix("mcp__")?;
+    let server = rest.split("__").next().unwrap_or(rest);
+    (!server.is_empty()).then_some(server)
+}
+
 /// What one entry of a tool list means.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ToolEntry {
     All,
     /// A tool's name (an alias is turned into the name).
     Tool(String),
-    /// A Claude Code tool we do not have (or an MCP tool): dropped with a warning.
+    /// A Claude Code tool we do not have: dropped with a warning.
     Unsupported(String),
+    /// An MCP server's tool (`mcp__<server>__<tool>`) or all of a server's (`mcp__<server>`),
+    /// kept by name: which exist is known once the server runs.
+    Mcp(String),
     Unknown(String),
 }
 
@@ -237,7 +247,7 @@ mod tests {
         );
         assert_eq!(
             registry.entry("mcp__github__x"),
-            ToolEntry::Unsupported("mcp__github__x".into())
+            ToolEntry::Mcp("mcp__github__x".into())
         );
         assert_eq!(
             registry.entry("reed_file"),

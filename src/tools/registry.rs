@@ -84,6 +84,9 @@ impl Registry {
                     .values()
                     .any(|t| t.name() == name || t.aliases().contains(&name))
         };
+        if super::mcp_server(spelled).is_some() && !spelled.contains('(') {
+            return ToolEntry::Mcp(spelled.to_owned());
+        }
         if (spelled.contains('(') && known(bare))
             || CLAUDE_ONLY_TOOLS.contains(&bare)
             || bare.starts_with("mcp__")

@@ -49,6 +49,9 @@ pub struct WorkflowFile {
     /// USD per million tokens, by `provider/model`, for costs and `max_cost_usd`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub prices: BTreeMap<String, Price>,
+    /// MCP servers whose tools steps may use, as `mcp__<server>__<tool>` or `mcp__<server>`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub mcp_servers: BTreeMap<String, McpServerDef>,
     /// The steps, by id.
     pub steps: IndexMap<String, Step>,
 }
@@ -66,6 +69,31 @@ pub struct Budget {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub max_cost_usd: Option<f64>,
+}
+
+/// An MCP server (SPEC §7): a program started for the run (`command`), or a streamable HTTP
+/// endpoint (`url`). The same shape as Claude Code's `mcpServers` entries.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerDef {
+    /// Claude Code's `type`: `stdio`, `http` (or `streamable-http`); taken from the other keys
+    /// when left out.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// The program to start (stdio).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Its environment, on top of a clean one; a value may be `${VAR}` from runner's.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// The endpoint (streamable HTTP).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// HTTP headers; a value may be `${VAR}`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
 }
 
 /// What a model costs, in USD per million tokens.

@@ -11,6 +11,7 @@ mod fake;
 mod hostile;
 mod limits;
 mod live;
+mod mcp;
 mod no_panic;
 mod plan;
 mod race;

@@ -1,0 +1,369 @@
+//! MCP servers (SPEC §7) through the `rmcp` crate, behind the tool seam: each tool of a server is
+//! a [`Tool`] named `mcp__<server>__<tool>`, registered into the step's registry, so allowlists,
+//! `task` intersection and transcripts treat it like any other.
+//!
+//! A server starts once per run, when the first step that needs it starts, and is shared by the
+//! steps after; [`Hub::shutdown`] stops them all when the run ends. A stdio server gets a clean
+//! environment (no provider keys, unless its entry's `env` names one), and what it writes to
+//! stderr is kept so a server that fails says why.
+
+use std::collections::BTreeMap;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use camino::Utf8PathBuf;
+use futures_util::future::BoxFuture;
+use rmcp::ServiceExt;
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::RunningService;
+use rmcp::transport::TokioChildProcess;
+use serde_json::Value;
+use tokio::io::AsyncReadExt;
+use tokio::sync::OnceCell;
+
+use crate::tools::{Tool, ToolContext, ToolOutput};
+use crate::workflow::McpServerDef;
+
+/// How long a server may take to start and answer `initialize` and `tools/list`.
+pub const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long one tool call may take.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(300);
+/// How much of a server's stderr is kept (its end).
+const STDERR_TAIL: usize = 4096;
+/// The most text a tool result may bring back.
+const MAX_RESULT_BYTES: usize = 256 << 10;
+
+/// A running server.
+pub struct Server {
+    name: String,
+    client: tokio::sync::Mutex<Option<RunningService<rmcp::RoleClient, ()>>>,
+    peer: rmcp::service::Peer<rmcp::RoleClient>,
+    tools: Vec<rmcp::model::Tool>,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Server {
+    fn stderr_tail(&self) -> String {
+        tail(&self.stderr)
+    }
+}
+
+fn tail(stderr: &Mutex<String>) -> String {
+    let text = stderr.lock().unwrap_or_else(PoisonError::into_inner);
+    text.trim().to_owned()
+}
+
+/// A server once its first start has been tried: running, or why it is not.
+type Started = Arc<OnceCell<Result<Arc<Server>, String>>>;
+
+/// Every server of a run, started on first use.
+#[derive(Default)]
+pub struct Hub {
+    /// Where stdio servers start.
+    workdir: Utf8PathBuf,
+    servers: Mutex<BTreeMap<String, Started>>,
+}
+
+impl Hub {
+    pub fn new(workdir: Utf8PathBuf) -> Self {
+        Self {
+            workdir,
+            servers: Mutex::default(),
+        }
+    }
+
+    /// The server `name`, started now if this is its first use; the error says why it could not
+    /// start, with the end of what it wrote to stderr.
+    pub async fn server(&self, name: &str, def: &McpServerDef) -> Result<Arc<Server>, String> {
+        let cell = self
+            .servers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(name.to_owned())
+            .or_default()
+            .clone();
+        cell.get_or_init(|| async {
+            match tokio::time::timeout(START_TIMEOUT, start(name, def, &self.workdir)).await {
+                Ok(started) => started,
+                Err(_) => Err(format!(
+                    "MCP server `{name}` did not answer within {}s",
+                    START_TIMEOUT.as_secs()
+                )),
+            }
+        })
+        .await
+        .clone()
+    }
+
+    /// The tools of the servers a step names, ready to register.
+    pub async fn tools(
+        &self,
+        servers: &BTreeMap<String, McpServerDef>,
+    ) -> Result<Vec<McpTool>, String> {
+        let mut tools = Vec::new();
+        for (name, def) in servers {
+            let server = self.server(name, def).await?;
+            for tool in &server.tools {
+                tools.push(McpTool {
+                    name: format!("mcp__{name}__{}", tool.name),
+                    tool: tool.name.to_string(),
+                    description: tool
+                        .description
+                        .as_deref()
+                        .unwrap_or("(no description)")
+                        .to_owned(),
+                    schema: Value::Object((*tool.input_schema).clone()),
+                    server: server.clone(),
+                });
+            }
+        }
+        Ok(tools)
+    }
+
+    /// Stops every server that was started (their processes are gone when this returns).
+    pub async fn shutdown(&self) {
+        let cells: Vec<_> = self
+            .servers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect();
+        for cell in cells {
+            if let Some(Ok(server)) = cell.get()
+                && let Some(client) = server.client.lock().await.take()
+            {
+                let _ = tokio::time::timeout(Duration::from_secs(5), client.cancel()).await;
+            }
+        }
+    }
+}
+
+/// `${VAR}` replaced by runner's variable (keys included: the entry named them on purpose).
+fn expand(value: &str) -> String {
+    let mut out = String::new();
+    let mut rest = value;
+    while let Some(start) = rest.find("${") {
+        let Some(end) = rest[start..].find('}') else {
+            break;
+        };
+        out.push_str(&rest[..start]);
+        let var = &rest[start + 2..start + end];
+        out.push_str(&crate::secrets::var(var).unwrap_or_default());
+        rest = &rest[start + end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+async fn start(
+    name: &str,
+    def: &McpServerDef,
+    workdir: &Utf8PathBuf,
+) -> Result<Arc<Server>, String> {
+    let stderr = Arc::new(Mutex::new(String::new()));
+    let failed = |what: String, stderr: &Mutex<String>| {
+        let tail = tail(stderr);
+        if tail.is_empty() {
+            format!("MCP server `{name}` {what}")
+        } else {
+            format!("MCP server `{name}` {what}; its stderr ends with:\n{tail}")
+        }
+    };
+    let client = match (&def.command, &def.url) {
+        (Some(command), _) => {
+            let mut cmd = tokio::process::Command::new(command);
+            cmd.args(&def.args).current_dir(workdir).env_clear();
+            // A clean environment: what programs need to run, and what the entry names.
+            for var in ["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER", "TERM"] {
+                if let Ok(value) = std::env::var(var) {
+                    cmd.env(var, value);
+                }
+            }
+            for (key, value) in &def.env {
+                cmd.env(key, expand(value));
+            }
+            let (transport, child_stderr) = TokioChildProcess::builder(cmd)
+                .stderr(Stdio::piped())
+                .spawn()
+                .map_err(|err| format!("MCP server `{name}` could not start `{command}`: {err}"))?;
+            let reader = child_stderr.map(|mut pipe| {
+                let keep = stderr.clone();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    while let Ok(n) = pipe.read(&mut buf).await {
+                        if n == 0 {
+                            break;
+                        }
+                        let mut text = keep.lock().unwrap_or_else(PoisonError::into_inner);
+                        text.push_str(&String::from_utf8_lossy(&buf[..n]));
+                        if text.len() > STDERR_TAIL {
+                            let cut = text.len() - STDERR_TAIL;
+                            let cut = (cut..text.len())
+                                .find(|&i| text.is_char_boundary(i))
+                                .unwrap_or(text.len());
+                            text.drain(..cut);
+                        }
+                    }
+                })
+            });
+            match ().serve(transport).await {
+                Ok(client) => client,
+                Err(err) => {
+                    // A server that died has closed its stderr: read it to the end first.
+                    if let Some(reader) = reader {
+                        let _ = tokio::time::timeout(Duration::from_secs(2), reader).await;
+                    }
+                    return Err(failed(format!("did not start: {err}"), &stderr));
+                }
+            }
+        }
+        (None, Some(url)) => {
+            use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+            let mut headers = std::collections::HashMap::new();
+            for (key, value) in &def.headers {
+                let header = reqwest::header::HeaderName::from_bytes(key.as_bytes())
+                    .map_err(|err| format!("MCP server `{name}`: header `{key}`: {err}"))?;
+                let value = reqwest::header::HeaderValue::from_str(&expand(value))
+                    .map_err(|err| format!("MCP server `{name}`: header `{key}`: {err}"))?;
+                headers.insert(header, value);
+            }
+            let config =
+                StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(headers);
+            let transport = rmcp::transport::StreamableHttpClientTransport::with_client(
+                crate::provider::http_client(),
+                config,
+            );
+            ().serve(transport)
+                .await
+                .map_err(|err| format!("MCP server `{name}` at {url} did not start: {err}"))?
+        }
+        (None, None) => {
+            return Err(format!(
+                "MCP server `{name}` has neither `command` nor `url`"
+            ));
+        }
+    };
+    let tools = client
+        .list_all_tools()
+        .await
+        .map_err(|err| failed(format!("did not list its tools: {err}"), &stderr))?;
+    let peer = client.peer().clone();
+    Ok(Arc::new(Server {
+        name: name.to_owned(),
+        client: tokio::sync::Mutex::new(Some(client)),
+        peer,
+        tools,
+        stderr,
+    }))
+}
+
+/// One tool of a server.
+pub struct McpTool {
+    name: String,
+    /// Its name on the server.
+    tool: String,
+    description: String,
+    schema: Value,
+    server: Arc<Server>,
+}
+
+impl McpTool {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn description(&self) -> &str {
+        &self.description
+    }
+}
+
+impl Tool for McpTool {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn input_schema(&self) -> Value {
+        self.schema.clone()
+    }
+
+    fn call<'a>(&'a self, input: &'a Value, _ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
+        Box::pin(async move {
+            let arguments = match input {
+                Value::Object(map) => map.clone(),
+                Value::Null => serde_json::Map::new(),
+                _ => return ToolOutput::error("the input must be a JSON object"),
+            };
+            let params = CallToolRequestParams::new(self.tool.clone()).with_arguments(arguments);
+            let server = &self.server;
+            let called = tokio::time::timeout(CALL_TIMEOUT, server.peer.call_tool(params)).await;
+            let result = match called {
+                Err(_) => {
+                    return ToolOutput::error(format!(
+                        "MCP server `{}` did not answer within {}s",
+                        server.name,
+                        CALL_TIMEOUT.as_secs()
+                    ));
+                }
+                Ok(Err(err)) => {
+                    let tail = server.stderr_tail();
+                    return ToolOutput::error(if tail.is_empty() {
+                        format!("MCP server `{}` failed: {err}", server.name)
+                    } else {
+                        format!(
+                            "MCP server `{}` failed: {err}; its stderr ends with:\n{tail}",
+                            server.name
+                        )
+                    });
+                }
+                Ok(Ok(result)) => result,
+            };
+            let mut text = String::new();
+            for block in &result.content {
+                match block.as_text() {
+                    Some(t) => text.push_str(&t.text),
+                    None => text.push_str(&serde_json::to_string(block).unwrap_or_default()),
+                }
+                text.push('\n');
+            }
+            if text.trim().is_empty()
+                && let Some(structured) = &result.structured_content
+            {
+                text = structured.to_string();
+            }
+            if text.len() > MAX_RESULT_BYTES {
+                let cut = (0..=MAX_RESULT_BYTES)
+                    .rev()
+                    .find(|&i| text.is_char_boundary(i))
+                    .unwrap_or(0);
+                text.truncate(cut);
+                text.push_str("\n[cut: the result was longer than 256 KiB]");
+            }
+            let text = text.trim_end().to_owned();
+            if result.is_error.unwrap_or(false) {
+                ToolOutput::error(text)
+            } else {
+                ToolOutput::ok(text)
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variables_expand_and_unknown_ones_are_empty() {
+        // SAFETY: tests in this module do not read this variable concurrently.
+        unsafe { std::env::set_var("RUNNER_MCP_TEST_VAR", "v1") };
+        assert_eq!(expand("a-${RUNNER_MCP_TEST_VAR}-b"), "a-v1-b");
+        assert_eq!(expand("${RUNNER_MCP_NOT_SET_X}"), "");
+        assert_eq!(expand("no ${brace"), "no ${brace");
+    }
+}

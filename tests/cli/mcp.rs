@@ -1,0 +1,302 @@
+//! MCP servers (SPEC §7) through the binary: the reference server
+//! `@modelcontextprotocol/server-everything` from npm, started over stdio for the run.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+use crate::fake::{Fake, anthropic_results, anthropic_text, anthropic_tools};
+use crate::support::{REPO, Test};
+
+const KEY: &str = "sk-test-key-0000";
+
+/// The reference server's entry point, installed once under `target/` (once per test process:
+/// tests run at the same time share the install).
+fn everything() -> PathBuf {
+    static ENTRY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    ENTRY.get_or_init(install_everything).clone()
+}
+
+fn install_everything() -> PathBuf {
+    let dir = Path::new(REPO).join("target/mcp-everything");
+    let entry = dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    if !entry.is_file() {
+        std::fs::create_dir_all(&dir).unwrap();
+        let installed = Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--prefix"])
+            .arg(&dir)
+            .arg("@modelcontextprotocol/server-everything@2026.8.31")
+            .status()
+            .expect("npm is needed to install the MCP reference server");
+        assert!(installed.success(), "npm install failed");
+    }
+    entry
+}
+
+/// Processes whose command line holds `marker`.
+fn processes_with(marker: &str) -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(marker))
+        .collect()
+}
+
+fn server_entry(marker: &str) -> String {
+    // The marker is an argument the server ignores: it finds the process afterwards.
+    format!(
+        "command = \"node\"\nargs = [{:?}, \"stdio\", {marker:?}]\nenv = {{ MCP_TEST_NOTE = \"from the entry\" }}\n",
+        everything().to_str().unwrap()
+    )
+}
+
+fn script() -> Vec<wiremock::ResponseTemplate> {
+    vec![
+        anthropic_tools(&[
+            (
+                "t1",
+                "mcp__everything__echo",
+                json!({"message": "hello mcp"}),
+            ),
+            ("t2", "mcp__everything__get-env", json!({})),
+            ("t3", "mcp__everything__get-sum", json!({"a": 1, "b": 2})),
+        ]),
+        anthropic_text("done"),
+    ]
+}
+
+fn results(bodies: &[Value]) -> Vec<(String, String, bool)> {
+    anthropic_results(bodies.last().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_step_calls_mcp_tools_it_was_given_and_only_those() {
+    let fake = Fake::anthropic(script()).await;
+    let test = Test::new();
+    let marker = format!(
+        "mcp-marker-{}",
+        test.path().file_name().unwrap().to_string_lossy()
+    );
+    let workflow = format!(
+        "name = \"m\"\n[models]\ndefault = \"anthropic/m\"\n[mcp_servers.everything]\n{}[steps.s]\nagent = \"explore\"\ntools = [\"read_file\", \"mcp__everything__echo\", \"mcp__everything__get-env\"]\nprompt = \"use the tools\"\n",
+        server_entry(&marker)
+    );
+    let (out, _test) = test
+        .file("w.toml", &workflow)
+        .env("ANTHROPIC_BASE_URL", &fake.uri())
+        .env("ANTHROPIC_API_KEY", KEY)
+        .env("OPENAI_API_KEY", "sk-openai-secret-1111")
+        .args(&["run", "w.toml", "--format", "json"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let bodies = fake.bodies().await;
+    // The model was offered exactly the listed tools, with the server's descriptions.
+    let offered: Vec<&str> = bodies[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        offered,
+        [
+            "mcp__everything__echo",
+            "mcp__everything__get-env",
+            "read_file"
+        ]
+    );
+    let results = results(&bodies);
+    let (_, echo, error) = &results[0];
+    assert!(!error && echo.contains("hello mcp"), "{echo}");
+    // The server's environment: the entry's variable, no key.
+    let (_, env, error) = &results[1];
+    assert!(!error && env.contains("from the entry"), "{env}");
+    assert!(
+        !env.contains(KEY) && !env.contains("sk-openai-secret-1111"),
+        "{env}"
+    );
+    assert!(!env.contains("ANTHROPIC_API_KEY"), "{env}");
+    let (_, sum, error) = &results[2];
+    assert!(*error);
+    assert_eq!(
+        sum,
+        "`mcp__everything__get-sum` is not available to this step"
+    );
+    // The server is gone with the run.
+    assert_eq!(processes_with(&marker), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_file_brings_its_own_mcp_server() {
+    let fake = Fake::anthropic(vec![
+        anthropic_tools(&[(
+            "t1",
+            "mcp__everything__echo",
+            json!({"message": "from the agent"}),
+        )]),
+        anthropic_text("done"),
+    ])
+    .await;
+    let test = Test::new();
+    let marker = format!(
+        "mcp-agent-{}",
+        test.path().file_name().unwrap().to_string_lossy()
+    );
+    let agent = format!(
+        "---\nname: echoer\ndescription: Echoes\ntools: Read, mcp__everything__echo\nmcpServers:\n  everything:\n    type: stdio\n    command: node\n    args: [{:?}, \"stdio\", {marker:?}]\n---\nYou echo.\n",
+        everything().to_str().unwrap()
+    );
+    let workflow = "name = \"m\"\n[models]\ndefault = \"anthropic/m\"\n[steps.s]\nagent = \"echoer\"\nprompt = \"echo\"\n";
+    let (out, _test) = test
+        .file("w.toml", workflow)
+        .file(".claude/agents/echoer.md", &agent)
+        .env("ANTHROPIC_BASE_URL", &fake.uri())
+        .env("ANTHROPIC_API_KEY", KEY)
+        .args(&["run", "w.toml", "--format", "json"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    assert!(
+        !out.stderr.contains("mcpServers"),
+        "no warning: {}",
+        out.stderr
+    );
+    let results = results(&fake.bodies().await);
+    assert!(results[0].1.contains("from the agent"), "{:?}", results);
+    assert_eq!(processes_with(&marker), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_does_not_start_fails_its_step_with_its_stderr() {
+    let fake = Fake::anthropic(vec![anthropic_text("never")]).await;
+    let workflow = "name = \"m\"\n[models]\ndefault = \"anthropic/m\"\n[mcp_servers.broken]\ncommand = \"sh\"\nargs = [\"-c\", \"echo 'cannot open config.json' >&2; exit 3\"]\n[steps.s]\nagent = \"explore\"\ntools = [\"read_file\", \"mcp__broken\"]\nprompt = \"x\"\n[steps.other]\nagent = \"explore\"\nprompt = \"y\"\n";
+    let (out, _test) = Test::new()
+        .file("w.toml", workflow)
+        .env("ANTHROPIC_BASE_URL", &fake.uri())
+        .env("ANTHROPIC_API_KEY", KEY)
+        .args(&["run", "w.toml", "--format", "json"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 1, "{}", out.transcript());
+    let run: Value = serde_json::from_str(&out.stdout).unwrap();
+    let error = run["steps"]["s"]["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("MCP server `broken` did not start")
+            && error.contains("cannot open config.json"),
+        "{error}"
+    );
+    // The step that does not need it ran.
+    assert_eq!(run["steps"]["other"]["status"], "succeeded");
+}
+
+#[test]
+fn an_unknown_server_is_a_validation_error() {
+    let out = Test::new()
+        .file(
+            "w.toml",
+            "name = \"m\"\n[models]\ndefault = \"anthropic/m\"\n[mcp_servers.github]\ncommand = \"x\"\n[steps.s]\nagent = \"explore\"\ntools = [\"mcp__githb__search\"]\nprompt = \"x\"\n",
+        )
+        .args(&["validate", "w.toml"])
+        .run();
+    assert_eq!(out.status, 2);
+    assert!(
+        out.stderr
+            .contains("step `s` uses `mcp__githb__search`, but there is no MCP server `githb`"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("did you mean `github`?"),
+        "{}",
+        out.stderr
+    );
+}
+
+/// The reference server over streamable HTTP, on a free port; killed when dropped.
+struct HttpServer {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn http_server() -> HttpServer {
+    use std::io::BufRead;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = Command::new("node")
+        .arg(everything())
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Ready when it says it listens.
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = std::io::BufReader::new(stderr).lines();
+    loop {
+        let line = lines
+            .next()
+            .expect("the server ended before listening")
+            .unwrap();
+        if line.contains("listening on port") {
+            break;
+        }
+    }
+    std::thread::spawn(move || for _ in lines {});
+    HttpServer {
+        child,
+        url: format!("http://127.0.0.1:{port}/mcp"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_streamable_http_server_serves_its_tools() {
+    let server = tokio::task::spawn_blocking(http_server).await.unwrap();
+    let fake = Fake::anthropic(vec![
+        anthropic_tools(&[("t1", "mcp__web__echo", json!({"message": "over http"}))]),
+        anthropic_text("done"),
+    ])
+    .await;
+    let workflow = format!(
+        "name = \"m\"\n[models]\ndefault = \"anthropic/m\"\n[mcp_servers.web]\nurl = \"{}\"\nheaders = {{ X-Runner-Test = \"${{MCP_TEST_HEADER}}\" }}\n[steps.s]\nagent = \"explore\"\ntools = [\"mcp__web\"]\nprompt = \"x\"\n",
+        server.url
+    );
+    let (out, _test) = Test::new()
+        .file("w.toml", &workflow)
+        .env("ANTHROPIC_BASE_URL", &fake.uri())
+        .env("ANTHROPIC_API_KEY", KEY)
+        .env("MCP_TEST_HEADER", "yes")
+        .args(&["run", "w.toml", "--format", "json"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let bodies = fake.bodies().await;
+    // `mcp__web` offers every tool of the server.
+    let offered: Vec<&str> = bodies[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(offered.contains(&"mcp__web__echo") && offered.contains(&"mcp__web__get-sum"));
+    assert!(
+        offered.iter().all(|n| n.starts_with("mcp__web__")),
+        "{offered:?}"
+    );
+    let results = results(&bodies);
+    assert!(results[0].1.contains("over http"), "{results:?}");
+}
