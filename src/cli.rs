@@ -43,6 +43,23 @@ pub(crate) enum Command {
     Diff(DiffArgs),
     /// Turn a workflow into a CI workflow with one job per step
     Export(ExportArgs),
+    /// MCP servers: `mcp list WORKFLOW` starts a workflow's servers and lists their tools
+    #[command(subcommand)]
+    Mcp(McpCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum McpCommand {
+    /// Start the MCP servers the workflow's steps use and list their tools
+    List(McpListArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct McpListArgs {
+    /// The workflow file
+    pub(crate) workflow: Utf8PathBuf,
+    #[command(flatten)]
+    pub(crate) resolve: ResolveArgs,
 }
 
 /// Flags that shape how a workflow resolves, shared by every command that reads one.
@@ -310,5 +327,6 @@ pub fn run_cli(args: Vec<OsString>, io: &mut Io<'_>) -> Exit {
         Command::Schema(args) => commands::schema::schema(args, io),
         Command::Diff(args) => commands::diff::diff(args, io),
         Command::Export(args) => commands::export::export(args, io),
+        Command::Mcp(McpCommand::List(args)) => commands::mcp::list(args, io),
     }
 }

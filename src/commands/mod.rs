@@ -5,6 +5,7 @@ pub mod agents;
 pub mod diff;
 pub mod export;
 pub mod graph;
+pub mod mcp;
 pub mod plan;
 pub mod run;
 pub mod schema;

@@ -300,3 +300,38 @@ async fn a_streamable_http_server_serves_its_tools() {
     let results = results(&bodies);
     assert!(results[0].1.contains("over http"), "{results:?}");
 }
+
+#[test]
+fn mcp_list_starts_the_servers_and_lists_their_tools() {
+    let test = Test::new();
+    let marker = format!(
+        "mcp-list-{}",
+        test.path().file_name().unwrap().to_string_lossy()
+    );
+    let workflow = format!(
+        "name = \"m\"\n[models]\ndefault = \"anthropic/m\"\n[mcp_servers.everything]\n{}[mcp_servers.unused]\ncommand = \"false\"\n[steps.s]\nagent = \"code\"\nprompt = \"x\"\n",
+        server_entry(&marker)
+    );
+    let out = test
+        .file("w.toml", &workflow)
+        .args(&["mcp", "list", "w.toml"])
+        .run();
+    // `code` has `*`, so both servers are used; `unused` cannot start.
+    assert_eq!(out.status, 1, "{}", out.transcript());
+    assert!(out.stdout.starts_with("everything ("), "{}", out.stdout);
+    let echo = out
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("  mcp__everything__echo  "))
+        .unwrap_or_else(|| panic!("{}", out.stdout));
+    assert!(
+        echo.len() > "  mcp__everything__echo  ".len(),
+        "a description: {echo}"
+    );
+    assert!(
+        out.stderr.contains("MCP server `unused` did not start"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(processes_with(&marker), Vec::<String>::new());
+}

@@ -1,0 +1,80 @@
+//! `runner mcp list WORKFLOW`: starts the MCP servers the workflow's steps use (as a run would)
+//! and lists each one's tools with their descriptions, then stops them.
+
+use std::collections::BTreeMap;
+
+use super::load_plan;
+use crate::cli::{Io, LimitArgs, McpListArgs};
+use crate::error::Exit;
+use crate::mcp::Hub;
+
+pub fn list(args: McpListArgs, io: &mut Io<'_>) -> Exit {
+    let Some(plan) = load_plan(
+        &args.workflow,
+        &args.resolve,
+        LimitArgs::default(),
+        false,
+        io,
+    ) else {
+        return Exit::Invalid;
+    };
+    let servers: BTreeMap<_, _> = plan
+        .steps()
+        .iter()
+        .flat_map(|s| s.mcp_servers.clone())
+        .collect();
+    if servers.is_empty() {
+        let _ = writeln!(io.out, "no step of `{}` uses an MCP server", args.workflow);
+        return Exit::Success;
+    }
+    let workdir = super::workdir(&args.resolve)
+        .ok()
+        .and_then(|d| d.canonicalize_utf8().ok())
+        .unwrap_or_default();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            let _ = writeln!(io.err, "error: cannot start the async runtime: {err}");
+            return Exit::Unexpected;
+        }
+    };
+    let hub = Hub::new(workdir);
+    let listed = runtime.block_on(async {
+        let mut listed = Vec::new();
+        for (name, def) in &servers {
+            let one = BTreeMap::from([(name.clone(), def.clone())]);
+            listed.push((name.clone(), hub.tools(&one).await));
+        }
+        hub.shutdown().await;
+        listed
+    });
+    let mut failed = false;
+    for (name, tools) in listed {
+        match tools {
+            Ok(tools) => {
+                let _ = writeln!(io.out, "{name} ({} tools)", tools.len());
+                for tool in tools {
+                    let first = tool.description().lines().next().unwrap_or_default();
+                    let _ = writeln!(
+                        io.out,
+                        "  {}  {}",
+                        tool.name(),
+                        crate::report::terminal::clean(first)
+                    );
+                }
+            }
+            Err(err) => {
+                failed = true;
+                let _ = writeln!(io.err, "error: {}", crate::report::terminal::clean(&err));
+            }
+        }
+    }
+    if failed {
+        Exit::StepFailed
+    } else {
+        Exit::Success
+    }
+}
