@@ -53,6 +53,13 @@ pub enum EventKind {
         messages: Vec<Message>,
         digest: String,
     },
+    /// A reply is arriving (streamed): about this many output tokens so far. Shown live, not
+    /// recorded.
+    TokensArriving {
+        step: String,
+        turn: u32,
+        output_tokens: u64,
+    },
     Retrying {
         step: String,
         turn: u32,
@@ -128,6 +135,7 @@ impl EventKind {
             | EventKind::SessionStarted { step, .. }
             | EventKind::TurnStarted { step, .. }
             | EventKind::Retrying { step, .. }
+            | EventKind::TokensArriving { step, .. }
             | EventKind::TurnFinished { step, .. }
             | EventKind::ToolStarted { step, .. }
             | EventKind::ToolFinished { step, .. }

@@ -9,6 +9,7 @@ use super::error::ProviderError;
 use super::format;
 use super::http::{self, ErrorBodies};
 use super::message::ChatRequest;
+use super::stream::AnthropicStream;
 
 const ERRORS: ErrorBodies = ErrorBodies {
     message: format::anthropic::error_message,
@@ -57,10 +58,33 @@ impl ModelApi for AnthropicApi {
         &'a self,
         request: &'a ChatRequest,
     ) -> BoxFuture<'a, Result<Exchange, ProviderError>> {
+        self.send_streaming(request, &|_| {})
+    }
+
+    fn send_streaming<'a>(
+        &'a self,
+        request: &'a ChatRequest,
+        progress: &'a (dyn Fn(usize) + Send + Sync),
+    ) -> BoxFuture<'a, Result<Exchange, ProviderError>> {
         Box::pin(async move {
-            let body = format::anthropic::request_body(request);
-            let raw =
-                http::post_json(&self.http, &self.url, self.headers(), &body, &ERRORS).await?;
+            let mut body = format::anthropic::request_body(request);
+            body["stream"] = serde_json::Value::Bool(true);
+            let mut stream = AnthropicStream::default();
+            let mut on_event = |kind: &str, data: &str| {
+                stream.event(kind, data)?;
+                progress(stream.chars);
+                Ok(())
+            };
+            let whole = http::post_events(
+                &self.http,
+                &self.url,
+                self.headers(),
+                &body,
+                &ERRORS,
+                &mut on_event,
+            )
+            .await?;
+            let raw = whole.unwrap_or_else(|| stream.finish());
             Exchange::read(raw, format::anthropic::parse_response)
         })
     }

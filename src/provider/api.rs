@@ -35,4 +35,15 @@ pub trait ModelApi: Send + Sync {
         &'a self,
         request: &'a ChatRequest,
     ) -> BoxFuture<'a, Result<Exchange, ProviderError>>;
+
+    /// One attempt, streamed where the API can: `progress` hears how many characters of the
+    /// reply have arrived so far. The result is the same as [`ModelApi::send`]'s.
+    fn send_streaming<'a>(
+        &'a self,
+        request: &'a ChatRequest,
+        progress: &'a (dyn Fn(usize) + Send + Sync),
+    ) -> BoxFuture<'a, Result<Exchange, ProviderError>> {
+        let _ = progress;
+        self.send(request)
+    }
 }

@@ -31,14 +31,64 @@ pub fn client() -> reqwest::Client {
         .unwrap_or_default()
 }
 
-/// Posts `body` and returns the JSON reply, or what went wrong.
-pub async fn post_json(
+async fn json_body(response: reqwest::Response) -> Result<Value, ProviderError> {
+    let text = read_body(response).await?;
+    serde_json::from_str(&text).map_err(|err| ProviderError::InvalidResponse {
+        message: format!("the body is not JSON ({err}): {}", snippet(&text)),
+    })
+}
+
+/// Posts `body` asking for a stream of server-sent events and hands each event (its type and
+/// data) to `on_event` as it arrives; `Ok(None)` once the stream ended. A server that answers
+/// with one JSON body instead (it ignores `stream`) gets `Ok(Some(body))`. The stream is capped
+/// like a body; an error event is `on_event`'s to turn into an error.
+pub async fn post_events(
     client: &reqwest::Client,
     url: &str,
     headers: HeaderMap,
     body: &Value,
     errors: &ErrorBodies,
-) -> Result<Value, ProviderError> {
+    on_event: &mut (dyn FnMut(&str, &str) -> Result<(), ProviderError> + Send),
+) -> Result<Option<Value>, ProviderError> {
+    use eventsource_stream::Eventsource;
+    use futures_util::StreamExt;
+    let response = post_checked(client, url, headers, body, errors).await?;
+    let streamed = response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    if !streamed {
+        return json_body(response).await.map(Some);
+    }
+    let mut seen = 0usize;
+    let mut events = response.bytes_stream().eventsource();
+    while let Some(event) = events.next().await {
+        let event = event.map_err(|err| ProviderError::Transport {
+            message: format!("the stream broke: {err}"),
+        })?;
+        seen += event.data.len() + event.event.len();
+        if seen > MAX_RESPONSE_BYTES {
+            return Err(ProviderError::InvalidResponse {
+                message: format!(
+                    "the response stream is larger than {}",
+                    crate::limits::bytes(MAX_RESPONSE_BYTES as u64)
+                ),
+            });
+        }
+        on_event(&event.event, &event.data)?;
+    }
+    Ok(None)
+}
+
+/// Sends the request; a reply with an error status becomes the error it means.
+async fn post_checked(
+    client: &reqwest::Client,
+    url: &str,
+    headers: HeaderMap,
+    body: &Value,
+    errors: &ErrorBodies,
+) -> Result<reqwest::Response, ProviderError> {
     let response = client
         .post(url)
         .headers(headers)
@@ -49,34 +99,32 @@ pub async fn post_json(
             message: describe_reqwest(&err),
         })?;
     let status = response.status();
+    if status.is_success() {
+        return Ok(response);
+    }
     let headers = response.headers().clone();
     let text = read_body(response).await?;
     let parsed: Result<Value, _> = serde_json::from_str(&text);
-    if !status.is_success() {
-        let message = parsed
-            .as_ref()
-            .ok()
-            .and_then(errors.message)
-            .unwrap_or_else(|| snippet(&text));
-        return Err(HttpFailure {
-            status: status.as_u16(),
-            message,
-            retry_after: retry_after(&headers),
-            should_retry: headers
-                .get("x-should-retry")
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| match v.trim() {
-                    "true" => Some(true),
-                    "false" => Some(false),
-                    _ => None,
-                }),
-            context_too_long: parsed.as_ref().is_ok_and(errors.context_too_long),
-        }
-        .classify());
+    let message = parsed
+        .as_ref()
+        .ok()
+        .and_then(errors.message)
+        .unwrap_or_else(|| snippet(&text));
+    Err(HttpFailure {
+        status: status.as_u16(),
+        message,
+        retry_after: retry_after(&headers),
+        should_retry: headers
+            .get("x-should-retry")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| match v.trim() {
+                "true" => Some(true),
+                "false" => Some(false),
+                _ => None,
+            }),
+        context_too_long: parsed.as_ref().is_ok_and(errors.context_too_long),
     }
-    parsed.map_err(|err| ProviderError::InvalidResponse {
-        message: format!("the body is not JSON ({err}): {}", snippet(&text)),
-    })
+    .classify())
 }
 
 /// The body as text, refused past [`MAX_RESPONSE_BYTES`]: an endless or huge body from a broken or

@@ -9,6 +9,7 @@ mod http;
 pub mod message;
 pub mod openai;
 pub mod retry;
+pub mod stream;
 pub mod tape;
 
 use std::collections::BTreeMap;

@@ -12,6 +12,7 @@ use super::error::ProviderError;
 use super::format;
 use super::http::{self, ErrorBodies};
 use super::message::ChatRequest;
+use super::stream::OpenAiStream;
 
 const ERRORS: ErrorBodies = ErrorBodies {
     message: format::openai::error_message,
@@ -89,9 +90,34 @@ impl ModelApi for OpenAiApi {
         &'a self,
         request: &'a ChatRequest,
     ) -> BoxFuture<'a, Result<Exchange, ProviderError>> {
+        self.send_streaming(request, &|_| {})
+    }
+
+    fn send_streaming<'a>(
+        &'a self,
+        request: &'a ChatRequest,
+        progress: &'a (dyn Fn(usize) + Send + Sync),
+    ) -> BoxFuture<'a, Result<Exchange, ProviderError>> {
         Box::pin(async move {
-            let post = |body: Value| async move {
-                http::post_json(&self.http, &self.url, self.headers(), &body, &ERRORS).await
+            let post = |mut body: Value| async move {
+                body["stream"] = Value::Bool(true);
+                body["stream_options"] = serde_json::json!({"include_usage": true});
+                let mut stream = OpenAiStream::default();
+                let mut on_event = |kind: &str, data: &str| {
+                    stream.event(kind, data)?;
+                    progress(stream.chars);
+                    Ok(())
+                };
+                let whole = http::post_events(
+                    &self.http,
+                    &self.url,
+                    self.headers(),
+                    &body,
+                    &ERRORS,
+                    &mut on_event,
+                )
+                .await?;
+                Ok::<Value, ProviderError>(whole.unwrap_or_else(|| stream.finish()))
             };
             let raw = match post(self.body(request)).await {
                 Err(error)

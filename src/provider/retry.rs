@@ -78,10 +78,11 @@ pub async fn send(
     request: &ChatRequest,
     policy: RetryPolicy,
     mut on_retry: impl FnMut(&RetryNote),
+    progress: &(dyn Fn(usize) + Send + Sync),
 ) -> Result<Exchange, ModelFailure> {
     let mut attempt = 1;
     loop {
-        match api.send(request).await {
+        match api.send_streaming(request, progress).await {
             Ok(exchange) => return Ok(exchange),
             Err(error) if error.retryable() && attempt < policy.attempts => {
                 let delay = policy.delay(attempt, &error);

@@ -270,7 +270,7 @@ impl ModelApi for Taped {
             let normalized = normalize(request, &self.roots);
             match (&self.tapes.mode, &self.inner) {
                 (Mode::Record, Some(inner)) => {
-                    let exchange = inner.send(request).await?;
+                    let exchange = inner.send_streaming(request, &|_| {}).await?;
                     self.record(normalized, &exchange)?;
                     Ok(exchange)
                 }

@@ -138,6 +138,7 @@ fn public(kind: &EventKind) -> Option<(&'static str, Value)> {
             json!({"status": status, "duration_ms": duration_ms}),
         ),
         EventKind::SessionStarted { .. }
+        | EventKind::TokensArriving { .. }
         | EventKind::TurnStarted { .. }
         | EventKind::StepError { .. } => return None,
     })

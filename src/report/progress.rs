@@ -121,6 +121,8 @@ struct Live {
     bar: ProgressBar,
     tools: u32,
     tokens: u64,
+    /// Tokens of a reply still arriving (streamed).
+    arriving: u64,
     doing: Option<String>,
 }
 
@@ -131,8 +133,8 @@ impl Live {
             parts.push(terminal::clean(doing).into_owned());
         }
         parts.push(format!("{} tools", self.tools));
-        if self.tokens > 0 {
-            parts.push(format!("{} tok", tokens(self.tokens)));
+        if self.tokens + self.arriving > 0 {
+            parts.push(format!("{} tok", tokens(self.tokens + self.arriving)));
         }
         self.bar.set_message(parts.join(" · "));
     }
@@ -187,6 +189,7 @@ impl LiveProgress {
             bar,
             tools: 0,
             tokens: 0,
+            arriving: 0,
             doing: None,
         };
         live.redraw();
@@ -248,7 +251,11 @@ impl Sink for LiveProgress {
                         live.doing = None;
                     }
                     EventKind::TurnFinished { usage, .. } => {
+                        live.arriving = 0;
                         live.tokens += usage.total_input() + usage.output_tokens;
+                    }
+                    EventKind::TokensArriving { output_tokens, .. } => {
+                        live.arriving = *output_tokens;
                     }
                     EventKind::Retrying { attempt, .. } => {
                         live.doing = Some(format!("retrying ({attempt})"));

@@ -58,6 +58,10 @@ impl Sink for TranscriptSink {
         let Some(step) = event.kind.step() else {
             return Ok(());
         };
+        // Live-only: the reply itself is recorded when it has arrived.
+        if matches!(event.kind, EventKind::TokensArriving { .. }) {
+            return Ok(());
+        }
         // Steps that never ran (skipped, reused) have no transcript.
         let key = (step.to_owned(), event.agent.clone());
         // A finished subagent writes no more (until resumed): do not keep its file open.

@@ -269,15 +269,34 @@ async fn turns_until_done(
         });
         logged = request.messages.len();
         let started = Instant::now();
-        let sent = retry::send(session.api, &request, policy, |note| {
-            emit(EventKind::Retrying {
-                step: step.clone(),
-                turn,
-                attempt: note.attempt,
-                delay_ms: note.delay.as_millis() as u64,
-                error: note.error.to_string(),
-            });
-        })
+        // Streamed replies show as they arrive, about every 25 tokens (4 characters a token).
+        let shown = std::sync::atomic::AtomicU64::new(0);
+        let arriving = |chars: usize| {
+            let tokens = chars as u64 / 4;
+            if tokens >= shown.load(std::sync::atomic::Ordering::Relaxed) + 25 {
+                shown.store(tokens, std::sync::atomic::Ordering::Relaxed);
+                session.events.emit(EventKind::TokensArriving {
+                    step: step.clone(),
+                    turn,
+                    output_tokens: tokens,
+                });
+            }
+        };
+        let sent = retry::send(
+            session.api,
+            &request,
+            policy,
+            |note| {
+                emit(EventKind::Retrying {
+                    step: step.clone(),
+                    turn,
+                    attempt: note.attempt,
+                    delay_ms: note.delay.as_millis() as u64,
+                    error: note.error.to_string(),
+                });
+            },
+            &arriving,
+        )
         .await;
         let exchange = match sent {
             Ok(exchange) => exchange,

@@ -19,5 +19,6 @@ mod run;
 mod scheduler;
 mod schema;
 mod seams;
+mod stream;
 mod support;
 mod workflows;
