@@ -41,6 +41,8 @@ pub struct Server {
     peer: rmcp::service::Peer<rmcp::RoleClient>,
     tools: Vec<rmcp::model::Tool>,
     stderr: Arc<Mutex<String>>,
+    /// How long one call may take.
+    timeout: Duration,
 }
 
 impl Server {
@@ -256,6 +258,11 @@ async fn start(
         peer,
         tools,
         stderr,
+        timeout: def
+            .timeout
+            .as_deref()
+            .and_then(|t| crate::workflow::duration::parse_duration(t).ok())
+            .unwrap_or(CALL_TIMEOUT),
     }))
 }
 
@@ -301,18 +308,21 @@ impl Tool for McpTool {
             };
             let params = CallToolRequestParams::new(self.tool.clone()).with_arguments(arguments);
             let server = &self.server;
-            let called = tokio::time::timeout(CALL_TIMEOUT, server.peer.call_tool(params)).await;
+            let called = tokio::time::timeout(server.timeout, server.peer.call_tool(params)).await;
+            // A server that hangs, breaks or answers garbage fails the step: the model cannot
+            // act on a tool that is gone.
             let result = match called {
                 Err(_) => {
-                    return ToolOutput::error(format!(
-                        "MCP server `{}` did not answer within {}s",
+                    return ToolOutput::fatal(format!(
+                        "MCP server `{}` did not answer `{}` within {}",
                         server.name,
-                        CALL_TIMEOUT.as_secs()
+                        self.tool,
+                        crate::workflow::duration::format_duration(server.timeout)
                     ));
                 }
                 Ok(Err(err)) => {
                     let tail = server.stderr_tail();
-                    return ToolOutput::error(if tail.is_empty() {
+                    return ToolOutput::fatal(if tail.is_empty() {
                         format!("MCP server `{}` failed: {err}", server.name)
                     } else {
                         format!(

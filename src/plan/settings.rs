@@ -22,6 +22,18 @@ impl Builder<'_> {
                     .help("use letters, digits, `-` and single `_`"),
                 );
             }
+            if let Some(timeout) = &server.timeout
+                && let Err(why) = crate::workflow::duration::parse_duration(timeout)
+            {
+                let span = self.span(&path!["mcp_servers", name.as_str(), "timeout"]);
+                self.problems.push(
+                    Problem::error(format!("MCP server `{name}`: `timeout`: {why}")).at(
+                        self.file,
+                        span,
+                        "not a duration",
+                    ),
+                );
+            }
             if server.command.is_some() == server.url.is_some() {
                 self.problems.push(
                     Problem::error(format!(

@@ -43,6 +43,8 @@ pub enum FailureKind {
     Worktree,
     /// Its task panicked.
     Crashed,
+    /// A tool broke (an MCP server crashed, hung or answered garbage).
+    Tool,
     /// A token or cost budget was used up.
     Budget,
 }
@@ -108,7 +110,7 @@ async fn call_tools(
     step: &str,
     turn: u32,
     calls: Vec<(String, String, Value)>,
-) -> Vec<Block> {
+) -> (Vec<Block>, Option<String>) {
     let one = |id: String, name: String, input: Value| async move {
         session.events.emit(EventKind::ToolStarted {
             step: step.to_owned(),
@@ -128,11 +130,15 @@ async fn call_tools(
             duration_ms: started.elapsed().as_millis() as u64,
             output: output.text.clone(),
         });
-        Block::ToolResult {
-            tool_use_id: id,
-            content: output.text,
-            is_error: output.is_error,
-        }
+        let fatal = output.fatal.then(|| output.text.clone());
+        (
+            Block::ToolResult {
+                tool_use_id: id,
+                content: output.text,
+                is_error: output.is_error,
+            },
+            fatal,
+        )
     };
     let is_task = |name: &str| {
         session.tools.registry.entry(name)
@@ -159,7 +165,11 @@ async fn call_tools(
         futures_util::future::join(sequential, futures_util::future::join_all(futures)).await;
     done.extend(indexes.into_iter().zip(concurrent));
     done.sort_by_key(|(i, _)| *i);
-    done.into_iter().map(|(_, block)| block).collect()
+    let fatal = done.iter().find_map(|(_, (_, fatal))| fatal.clone());
+    (
+        done.into_iter().map(|(_, (block, _))| block).collect(),
+        fatal,
+    )
 }
 
 /// A digest of the neutral request, so a transcript can show which request a turn sent without
@@ -335,12 +345,15 @@ async fn turns_until_done(
             if let Ok(mut current) = session.tools.context.conversation.lock() {
                 *current = Some(request.clone());
             }
-            let results = call_tools(&session, &step, turn, calls).await;
+            let (results, fatal) = call_tools(&session, &step, turn, calls).await;
             request.messages.push(Message {
                 role: Role::User,
                 content: results,
             });
             messages.clone_from(&request.messages);
+            if let Some(message) = fatal {
+                return StepOutcome::failed(FailureKind::Tool, message);
+            }
             continue;
         }
         let text = response.text();

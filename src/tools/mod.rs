@@ -30,6 +30,9 @@ use crate::provider::message::ChatRequest;
 pub struct ToolOutput {
     pub text: String,
     pub is_error: bool,
+    /// The tool itself broke (an MCP server that crashed, hung or answered garbage): the step
+    /// fails with this text instead of going on without the tool.
+    pub fatal: bool,
 }
 
 impl ToolOutput {
@@ -37,6 +40,7 @@ impl ToolOutput {
         Self {
             text: text.into(),
             is_error: false,
+            fatal: false,
         }
     }
 
@@ -44,6 +48,15 @@ impl ToolOutput {
         Self {
             text: text.into(),
             is_error: true,
+            fatal: false,
+        }
+    }
+
+    pub fn fatal(text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            is_error: true,
+            fatal: true,
         }
     }
 }

@@ -94,6 +94,9 @@ pub struct McpServerDef {
     /// HTTP headers; a value may be `${VAR}`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
+    /// How long one tool call may take (default 5m), e.g. `30s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
 }
 
 /// What a model costs, in USD per million tokens.

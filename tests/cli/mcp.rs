@@ -335,3 +335,108 @@ fn mcp_list_starts_the_servers_and_lists_their_tools() {
     );
     assert_eq!(processes_with(&marker), Vec::<String>::new());
 }
+
+/// An MCP server over streamable HTTP, in this repository: JSON-RPC answered by wiremock, with
+/// tools that misbehave on purpose (`hang` never answers in time, `garbage` answers non-JSON).
+struct Fixture;
+
+impl wiremock::Respond for Fixture {
+    fn respond(&self, request: &wiremock::Request) -> wiremock::ResponseTemplate {
+        use wiremock::ResponseTemplate;
+        if request.method.as_str() != "POST" {
+            return ResponseTemplate::new(405);
+        }
+        let body: Value = serde_json::from_slice(&request.body).unwrap_or_default();
+        let id = body["id"].clone();
+        let reply = |result: Value| {
+            ResponseTemplate::new(200)
+                .insert_header("mcp-session-id", "fixture-session")
+                .set_body_json(json!({"jsonrpc": "2.0", "id": id, "result": result}))
+        };
+        match body["method"].as_str().unwrap_or_default() {
+            "initialize" => reply(json!({
+                "protocolVersion": body["params"]["protocolVersion"],
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "fixture", "version": "1.0.0"}
+            })),
+            "tools/list" => reply(json!({"tools": [
+                {"name": "ok", "description": "Answers fine", "inputSchema": {"type": "object"}},
+                {"name": "hang", "description": "Never answers in time", "inputSchema": {"type": "object"}},
+                {"name": "garbage", "description": "Answers garbage", "inputSchema": {"type": "object"}}
+            ]})),
+            "tools/call" => match body["params"]["name"].as_str().unwrap_or_default() {
+                "hang" => {
+                    reply(json!({"content": []})).set_delay(std::time::Duration::from_secs(120))
+                }
+                "garbage" => ResponseTemplate::new(200)
+                    .insert_header("mcp-session-id", "fixture-session")
+                    .set_body_raw("this is not JSON-RPC", "application/json"),
+                _ => reply(json!({"content": [{"type": "text", "text": "fine"}]})),
+            },
+            // Notifications.
+            _ => ResponseTemplate::new(202),
+        }
+    }
+}
+
+async fn fixture() -> wiremock::MockServer {
+    let server = wiremock::MockServer::start().await;
+    wiremock::Mock::given(wiremock::matchers::path("/mcp"))
+        .respond_with(Fixture)
+        .mount(&server)
+        .await;
+    server
+}
+
+async fn broken_tool_run(tool: &str) -> (crate::support::Output, Value, std::time::Duration) {
+    let mcp = fixture().await;
+    let fake = Fake::anthropic_routed(vec![
+        (
+            "MARK-uses",
+            vec![
+                anthropic_tools(&[("t1", &format!("mcp__fix__{tool}"), json!({}))]),
+                anthropic_text("never"),
+            ],
+        ),
+        ("MARK-other", vec![anthropic_text("other done")]),
+    ])
+    .await;
+    let workflow = format!(
+        "name = \"m\"\n[models]\ndefault = \"anthropic/m\"\n[mcp_servers.fix]\nurl = \"{}/mcp\"\ntimeout = \"1s\"\n[steps.uses]\nagent = \"explore\"\ntools = [\"mcp__fix\"]\nprompt = \"MARK-uses\"\n[steps.other]\nagent = \"explore\"\nprompt = \"MARK-other\"\n",
+        mcp.uri()
+    );
+    let started = std::time::Instant::now();
+    let (out, _test) = Test::new()
+        .file("w.toml", &workflow)
+        .env("ANTHROPIC_BASE_URL", &fake.uri())
+        .env("ANTHROPIC_API_KEY", KEY)
+        .args(&["run", "w.toml", "--format", "json"])
+        .run_async()
+        .await;
+    let run =
+        serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}\n{}", out.transcript()));
+    (out, run, started.elapsed())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_hangs_fails_its_step_and_the_run_goes_on() {
+    let (out, run, elapsed) = broken_tool_run("hang").await;
+    assert_eq!(out.status, 1, "{}", out.transcript());
+    assert_eq!(run["steps"]["uses"]["status"], "failed");
+    assert_eq!(
+        run["steps"]["uses"]["error"],
+        "MCP server `fix` did not answer `hang` within 1s"
+    );
+    assert_eq!(run["steps"]["other"]["status"], "succeeded");
+    // The two-minute answer was not waited for.
+    assert!(elapsed < std::time::Duration::from_secs(60), "{elapsed:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_answers_garbage_fails_its_step() {
+    let (out, run, _) = broken_tool_run("garbage").await;
+    assert_eq!(out.status, 1, "{}", out.transcript());
+    let error = run["steps"]["uses"]["error"].as_str().unwrap();
+    assert!(error.starts_with("MCP server `fix` failed: "), "{error}");
+    assert_eq!(run["steps"]["other"]["status"], "succeeded");
+}
