@@ -271,6 +271,10 @@ fn watch_signals(runtime: &tokio::runtime::Runtime, interrupt: CancellationToken
             got = term.recv() => got,
         };
         if second.is_some() {
+            // Exiting skips the live display's cleanup: show the cursor it hid.
+            if std::io::stderr().is_terminal() {
+                let _ = write!(std::io::stderr(), "\x1b[?25h");
+            }
             std::process::exit(i32::from(Exit::Interrupted.code()));
         }
     });

@@ -147,6 +147,10 @@ pub struct LiveProgress {
     agents: BTreeMap<String, String>,
     /// By step, and subagent id for a subagent's line.
     live: BTreeMap<(String, Option<String>), Live>,
+    /// Steps not started yet (waiting on their needs or a free slot), in plan order, shown on a
+    /// last line.
+    waiting: Vec<String>,
+    waiting_bar: ProgressBar,
 }
 
 fn spinner_style() -> ProgressStyle {
@@ -163,10 +167,44 @@ fn spinner_style() -> ProgressStyle {
 
 impl LiveProgress {
     pub fn new(plan: &Plan) -> Self {
-        Self {
-            multi: MultiProgress::with_draw_target(ProgressDrawTarget::stderr()),
+        let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
+        let waiting_bar = multi.add(
+            ProgressBar::new_spinner().with_style(
+                ProgressStyle::with_template("{msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            ),
+        );
+        let progress = Self {
+            multi,
             agents: agents(plan),
             live: BTreeMap::new(),
+            waiting: plan.steps().iter().map(|s| s.id.clone()).collect(),
+            waiting_bar,
+        };
+        progress.show_waiting();
+        progress
+    }
+
+    /// `waiting: plan, implement, review`, at most six names.
+    fn show_waiting(&self) {
+        if self.waiting.is_empty() {
+            self.waiting_bar.finish_and_clear();
+            return;
+        }
+        let shown: Vec<&str> = self.waiting.iter().take(6).map(String::as_str).collect();
+        let more = self.waiting.len().saturating_sub(shown.len());
+        let mut line = format!("waiting: {}", shown.join(", "));
+        if more > 0 {
+            line.push_str(&format!(" (+{more} more)"));
+        }
+        self.waiting_bar.set_message(line);
+    }
+
+    fn no_longer_waiting(&mut self, step: &str) {
+        let before = self.waiting.len();
+        self.waiting.retain(|s| s != step);
+        if self.waiting.len() != before {
+            self.show_waiting();
         }
     }
 }
@@ -181,7 +219,7 @@ impl LiveProgress {
         let bar = ProgressBar::new_spinner().with_style(spinner_style());
         let bar = match after {
             Some(above) => self.multi.insert_after(above, bar),
-            None => self.multi.add(bar),
+            None => self.multi.insert_before(&self.waiting_bar, bar),
         };
         bar.set_prefix(prefix);
         bar.enable_steady_tick(Duration::from_millis(100));
@@ -209,9 +247,11 @@ impl Sink for LiveProgress {
     fn handle(&mut self, event: &Event) -> Result<(), String> {
         match &event.kind {
             EventKind::StepStarted { step, agent, .. } => {
+                self.no_longer_waiting(step);
                 self.start((step.clone(), None), format!("[{agent}] {step}"), None);
             }
             EventKind::StepFinished { step, record } => {
+                self.no_longer_waiting(step);
                 let agent = self.agents.get(step).map_or("?", String::as_str);
                 let line = finish_line(agent, step, record);
                 self.end(&(step.clone(), None), line);
@@ -275,6 +315,7 @@ impl Drop for LiveProgress {
         for live in self.live.values() {
             live.bar.finish_and_clear();
         }
+        self.waiting_bar.finish_and_clear();
         let _ = self.multi.clear();
     }
 }
