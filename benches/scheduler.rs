@@ -50,6 +50,26 @@ fn grid_workflow() -> String {
     text
 }
 
+/// Times one whole run of the release binary in `dir` against the fake API at `uri`.
+fn timer(dir: &std::path::Path, uri: String) -> impl Fn(&[&str]) -> Duration + '_ {
+    move |args: &[&str]| {
+        let started = Instant::now();
+        let out = Command::new(env!("CARGO_BIN_EXE_runner"))
+            .args(args)
+            .current_dir(dir)
+            .env("ANTHROPIC_BASE_URL", &uri)
+            .env("ANTHROPIC_API_KEY", "bench")
+            .output()
+            .expect("run runner");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        started.elapsed()
+    }
+}
+
 fn median(mut times: Vec<Duration>) -> Duration {
     times.sort();
     times[times.len() / 2]
@@ -75,23 +95,7 @@ fn grid(runtime: &tokio::runtime::Runtime) {
     });
     let dir = tempfile::tempdir().expect("temp dir");
     std::fs::write(dir.path().join("w.toml"), grid_workflow()).expect("write");
-    let binary = env!("CARGO_BIN_EXE_runner");
-    let time = |args: &[&str]| {
-        let started = Instant::now();
-        let out = Command::new(binary)
-            .args(args)
-            .current_dir(dir.path())
-            .env("ANTHROPIC_BASE_URL", server.uri())
-            .env("ANTHROPIC_API_KEY", "bench")
-            .output()
-            .expect("run runner");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        started.elapsed()
-    };
+    let time = timer(dir.path(), server.uri());
     let start = median((0..10).map(|_| time(&["--version"])).collect());
     let runs: Vec<Duration> = (0..5)
         .map(|_| time(&["run", "w.toml", "--no-progress"]))
@@ -176,23 +180,7 @@ fn fan_out(runtime: &tokio::runtime::Runtime) {
         "name = \"fan\"\n[models]\ndefault = \"anthropic/bench\"\n[steps.lead]\nagent = \"code\"\nprompt = \"LEAD: split the work\"\n",
     )
     .expect("write");
-    let binary = env!("CARGO_BIN_EXE_runner");
-    let time = |args: &[&str]| {
-        let started = Instant::now();
-        let out = Command::new(binary)
-            .args(args)
-            .current_dir(dir.path())
-            .env("ANTHROPIC_BASE_URL", server.uri())
-            .env("ANTHROPIC_API_KEY", "bench")
-            .output()
-            .expect("run runner");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        started.elapsed()
-    };
+    let time = timer(dir.path(), server.uri());
     let start = median((0..10).map(|_| time(&["--version"])).collect());
     println!(
         "fan-out: one step, {FAN_OUT} subagents in one turn, {} ms per model call",

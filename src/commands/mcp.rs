@@ -31,15 +31,8 @@ pub fn list(args: McpListArgs, io: &mut Io<'_>) -> Exit {
         .ok()
         .and_then(|d| d.canonicalize_utf8().ok())
         .unwrap_or_default();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            let _ = writeln!(io.err, "error: cannot start the async runtime: {err}");
-            return Exit::Unexpected;
-        }
+    let Some(runtime) = super::runtime(io) else {
+        return Exit::Unexpected;
     };
     let hub = Hub::new(workdir);
     let listed = runtime.block_on(async {

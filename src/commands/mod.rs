@@ -142,3 +142,18 @@ pub(crate) fn load_plan(
     }
     plan
 }
+
+/// The async runtime of a command that runs things; `None` (after saying why) when the machine
+/// will not give one.
+pub(crate) fn runtime(io: &mut Io<'_>) -> Option<tokio::runtime::Runtime> {
+    match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => Some(runtime),
+        Err(err) => {
+            let _ = writeln!(io.err, "error: cannot start the async runtime: {err}");
+            None
+        }
+    }
+}

@@ -125,15 +125,8 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
             }
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            let _ = writeln!(io.err, "error: cannot start the async runtime: {err}");
-            return Exit::Unexpected;
-        }
+    let Some(runtime) = super::runtime(io) else {
+        return Exit::Unexpected;
     };
     let interrupt = CancellationToken::new();
     watch_signals(&runtime, interrupt.clone());

@@ -9,7 +9,7 @@ use super::error::ProviderError;
 use super::format;
 use super::http::{self, ErrorBodies};
 use super::message::ChatRequest;
-use super::stream::AnthropicStream;
+use super::stream::{self, AnthropicStream};
 
 const ERRORS: ErrorBodies = ErrorBodies {
     message: format::anthropic::error_message,
@@ -69,22 +69,15 @@ impl ModelApi for AnthropicApi {
         Box::pin(async move {
             let mut body = format::anthropic::request_body(request);
             body["stream"] = serde_json::Value::Bool(true);
-            let mut stream = AnthropicStream::default();
-            let mut on_event = |kind: &str, data: &str| {
-                stream.event(kind, data)?;
-                progress(stream.chars);
-                Ok(())
-            };
-            let whole = http::post_events(
+            let raw = stream::post::<AnthropicStream>(
                 &self.http,
                 &self.url,
                 self.headers(),
                 &body,
                 &ERRORS,
-                &mut on_event,
+                progress,
             )
             .await?;
-            let raw = whole.unwrap_or_else(|| stream.finish());
             Exchange::read(raw, format::anthropic::parse_response)
         })
     }

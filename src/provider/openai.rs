@@ -12,7 +12,7 @@ use super::error::ProviderError;
 use super::format;
 use super::http::{self, ErrorBodies};
 use super::message::ChatRequest;
-use super::stream::OpenAiStream;
+use super::stream::{self, OpenAiStream};
 
 const ERRORS: ErrorBodies = ErrorBodies {
     message: format::openai::error_message,
@@ -102,22 +102,15 @@ impl ModelApi for OpenAiApi {
             let post = |mut body: Value| async move {
                 body["stream"] = Value::Bool(true);
                 body["stream_options"] = serde_json::json!({"include_usage": true});
-                let mut stream = OpenAiStream::default();
-                let mut on_event = |kind: &str, data: &str| {
-                    stream.event(kind, data)?;
-                    progress(stream.chars);
-                    Ok(())
-                };
-                let whole = http::post_events(
+                stream::post::<OpenAiStream>(
                     &self.http,
                     &self.url,
                     self.headers(),
                     &body,
                     &ERRORS,
-                    &mut on_event,
+                    progress,
                 )
-                .await?;
-                Ok::<Value, ProviderError>(whole.unwrap_or_else(|| stream.finish()))
+                .await
             };
             let raw = match post(self.body(request)).await {
                 Err(error)

@@ -41,6 +41,34 @@ fn stream_error(kind: &str, message: String) -> ProviderError {
     }
 }
 
+/// A reply put back together from its events.
+pub trait Assemble: Default + Send {
+    fn event(&mut self, kind: &str, data: &str) -> Result<(), ProviderError>;
+    /// Characters of reply seen so far, for progress.
+    fn chars(&self) -> usize;
+    /// The reply as the API's one-body answer.
+    fn finish(self) -> Value;
+}
+
+/// Posts `body` for a streamed reply and assembles it with `A`, telling `progress` as it grows.
+pub async fn post<A: Assemble>(
+    client: &reqwest::Client,
+    url: &str,
+    headers: reqwest::header::HeaderMap,
+    body: &Value,
+    errors: &super::http::ErrorBodies,
+    progress: &(dyn Fn(usize) + Send + Sync),
+) -> Result<Value, ProviderError> {
+    let mut assembled = A::default();
+    let mut on_event = |kind: &str, data: &str| {
+        assembled.event(kind, data)?;
+        progress(assembled.chars());
+        Ok(())
+    };
+    let whole = super::http::post_events(client, url, headers, body, errors, &mut on_event).await?;
+    Ok(whole.unwrap_or_else(|| assembled.finish()))
+}
+
 /// Anthropic's Messages stream: `message_start`, content blocks opened, grown by deltas (text,
 /// or tool input as JSON in pieces) and closed, `message_delta` (stop reason, usage),
 /// `message_stop`; `ping` and `error` in between.
@@ -49,12 +77,15 @@ pub struct AnthropicStream {
     message: Map<String, Value>,
     blocks: BTreeMap<u64, Value>,
     partial_json: BTreeMap<u64, String>,
-    /// Characters of reply seen so far, for progress.
-    pub chars: usize,
+    chars: usize,
 }
 
-impl AnthropicStream {
-    pub fn event(&mut self, _kind: &str, data: &str) -> Result<(), ProviderError> {
+impl Assemble for AnthropicStream {
+    fn chars(&self) -> usize {
+        self.chars
+    }
+
+    fn event(&mut self, _kind: &str, data: &str) -> Result<(), ProviderError> {
         let data = parse(data)?;
         let index = data.get("index").and_then(Value::as_u64).unwrap_or(0);
         match data.get("type").and_then(Value::as_str).unwrap_or_default() {
@@ -141,8 +172,7 @@ impl AnthropicStream {
         Ok(())
     }
 
-    /// The reply as one message body.
-    pub fn finish(mut self) -> Value {
+    fn finish(mut self) -> Value {
         self.message.insert(
             "content".into(),
             Value::Array(self.blocks.into_values().collect()),
@@ -162,12 +192,15 @@ pub struct OpenAiStream {
     finish_reason: Value,
     usage: Value,
     model: Value,
-    /// Characters of reply seen so far, for progress.
-    pub chars: usize,
+    chars: usize,
 }
 
-impl OpenAiStream {
-    pub fn event(&mut self, _kind: &str, data: &str) -> Result<(), ProviderError> {
+impl Assemble for OpenAiStream {
+    fn chars(&self) -> usize {
+        self.chars
+    }
+
+    fn event(&mut self, _kind: &str, data: &str) -> Result<(), ProviderError> {
         if data.trim() == "[DONE]" {
             return Ok(());
         }
@@ -225,8 +258,7 @@ impl OpenAiStream {
         Ok(())
     }
 
-    /// The reply as one completion body.
-    pub fn finish(self) -> Value {
+    fn finish(self) -> Value {
         let mut message = json!({
             "role": "assistant",
             "content": if self.text.is_empty() { Value::Null } else { Value::String(self.text) },

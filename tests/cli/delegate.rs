@@ -26,6 +26,18 @@ fn json_of(out: &Output) -> Value {
     serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}\n{}", out.transcript()))
 }
 
+/// Runs a workflow of one `code` step, `lead` (with `extra` keys), against `fake`.
+async fn run_lead(fake: &Fake, extra: &str, prompt: &str, args: &[&str]) -> (Output, Test) {
+    let workflow = format!(
+        "name = \"t\"\n{MODELS}[steps.lead]\nagent = \"code\"\n{extra}prompt = \"{prompt}\"\n"
+    );
+    let mut all = vec!["run", "w.toml", "--format", "json"];
+    all.extend(args);
+    against(Test::new().file("w.toml", &workflow), fake, &all)
+        .run_async()
+        .await
+}
+
 fn task(description: &str, prompt: &str, agent: &str) -> Value {
     json!({"description": description, "prompt": prompt, "subagent_type": agent})
 }
@@ -472,16 +484,7 @@ async fn background_subagents_are_collected_and_awaited() {
         ),
     ])
     .await;
-    let workflow = format!(
-        "name = \"t\"\n{MODELS}[steps.lead]\nagent = \"code\"\nprompt = \"MARK-lead fan out\"\n"
-    );
-    let (out, _test) = against(
-        Test::new().file("w.toml", &workflow),
-        &fake,
-        &["run", "w.toml", "--format", "json"],
-    )
-    .run_async()
-    .await;
+    let (out, _test) = run_lead(&fake, "", "MARK-lead fan out", &[]).await;
     assert_eq!(out.status, 0, "{}", out.transcript());
     let run = json_of(&out);
     let leads = bodies_for(&fake, "MARK-lead").await;
@@ -524,16 +527,7 @@ async fn resume_continues_a_subagent_conversation() {
         ),
     ])
     .await;
-    let workflow = format!(
-        "name = \"t\"\n{MODELS}[steps.lead]\nagent = \"code\"\nprompt = \"MARK-lead two parts\"\n"
-    );
-    let (out, test) = against(
-        Test::new().file("w.toml", &workflow),
-        &fake,
-        &["run", "w.toml", "--format", "json"],
-    )
-    .run_async()
-    .await;
+    let (out, test) = run_lead(&fake, "", "MARK-lead two parts", &[]).await;
     assert_eq!(out.status, 0, "{}", out.transcript());
     let second = &bodies_for(&fake, "MARK-r").await[1];
     let messages = second["messages"].as_array().unwrap();
@@ -710,15 +704,12 @@ async fn nesting_under_a_limit_of_one_does_not_deadlock() {
         ("MARK-leaf2", vec![anthropic_text("leaf two")]),
     ])
     .await;
-    let workflow = format!(
-        "name = \"t\"\n{MODELS}[steps.lead]\nagent = \"code\"\nmax_subagent_depth = 2\nprompt = \"MARK-lead nest\"\n"
-    );
-    let (out, _test) = against(
-        Test::new().file("w.toml", &workflow),
+    let (out, _test) = run_lead(
         &fake,
-        &["run", "w.toml", "--format", "json", "--max-subagents", "1"],
+        "max_subagent_depth = 2\n",
+        "MARK-lead nest",
+        &["--max-subagents", "1"],
     )
-    .run_async()
     .await;
     assert_eq!(out.status, 0, "{}", out.transcript());
     let run = json_of(&out);

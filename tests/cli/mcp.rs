@@ -68,6 +68,16 @@ fn script() -> Vec<wiremock::ResponseTemplate> {
     ]
 }
 
+/// The tool names a request offered.
+fn offered(body: &Value) -> Vec<&str> {
+    body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect()
+}
+
 fn results(bodies: &[Value]) -> Vec<(String, String, bool)> {
     anthropic_results(bodies.last().unwrap())
 }
@@ -95,12 +105,7 @@ async fn a_step_calls_mcp_tools_it_was_given_and_only_those() {
     assert_eq!(out.status, 0, "{}", out.transcript());
     let bodies = fake.bodies().await;
     // The model was offered exactly the listed tools, with the server's descriptions.
-    let offered: Vec<&str> = bodies[0]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
+    let offered = offered(&bodies[0]);
     assert_eq!(
         offered,
         [
@@ -286,12 +291,7 @@ async fn a_streamable_http_server_serves_its_tools() {
     assert_eq!(out.status, 0, "{}", out.transcript());
     let bodies = fake.bodies().await;
     // `mcp__web` offers every tool of the server.
-    let offered: Vec<&str> = bodies[0]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
+    let offered = offered(&bodies[0]);
     assert!(offered.contains(&"mcp__web__echo") && offered.contains(&"mcp__web__get-sum"));
     assert!(
         offered.iter().all(|n| n.starts_with("mcp__web__")),
