@@ -162,7 +162,7 @@ fn openai_chunk(delta: Value, finish: Option<&str>) -> (&'static str, Value) {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn openai_streams_assemble_tool_calls_by_index_and_count_usage() {
+async fn openai_streams_assemble_tool_calls_by_index_count_usage_and_survive_an_error() {
     let turn1 = sse(&[
         openai_chunk(json!({"role": "assistant", "content": ""}), None),
         openai_chunk(
@@ -197,7 +197,15 @@ async fn openai_streams_assemble_tool_calls_by_index_and_count_usage() {
             json!({"id": "c", "choices": [], "usage": {"prompt_tokens": 60, "completion_tokens": 3}}),
         ),
     ]);
-    let fake = Fake::openai(vec![turn1, turn2]).await;
+    // The first attempt breaks off with an error chunk; the retry streams the whole turn.
+    let broken = sse(&[
+        openai_chunk(json!({"role": "assistant", "content": "PARTIAL"}), None),
+        (
+            "",
+            json!({"error": {"type": "server_error", "message": "the model crashed"}}),
+        ),
+    ]);
+    let fake = Fake::openai(vec![broken, turn1, turn2]).await;
     let workflow = format!(
         "name = \"s\"\n[providers.local]\nkind = \"openai\"\nbase_url = \"{}/v1\"\n[models]\ndefault = \"local/m\"\n[steps.s]\nagent = \"explore\"\nprompt = \"look\"\n",
         fake.uri()
@@ -215,9 +223,14 @@ async fn openai_streams_assemble_tool_calls_by_index_and_count_usage() {
     );
     assert_eq!(step["tool_calls"], 2);
     let bodies = fake.bodies().await;
+    assert_eq!(bodies.len(), 3);
     assert_eq!(bodies[0]["stream"], true);
     assert_eq!(bodies[0]["stream_options"]["include_usage"], true);
-    let messages = bodies[1]["messages"].as_array().unwrap();
+    // The retry asked the same again.
+    assert_eq!(bodies[0], bodies[1]);
+    let messages = bodies[2]["messages"].as_array().unwrap();
+    // Nothing of the broken attempt went into the conversation.
+    assert!(!bodies[2].to_string().contains("PARTIAL"));
     let calls = &messages[2]["tool_calls"];
     assert_eq!(calls[0]["id"], "c1");
     assert_eq!(
