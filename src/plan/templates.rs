@@ -13,6 +13,24 @@ impl Builder<'_> {
         env: &minijinja::Environment<'static>,
     ) -> Option<String> {
         let at = path!["steps", ctx.id, "prompt"];
+        // GitHub Actions habit: `${{ x }}` renders `x` after a literal `$` the model would see.
+        if let Some(at_dollar) = step.prompt.find("${{") {
+            let rest = &step.prompt[at_dollar + 1..];
+            let template = rest.find("}}").map_or(rest, |end| &rest[..end + 2]);
+            let value = self.span(&at);
+            let raw = self.file.text.get(value.clone()).unwrap_or_default();
+            let span = raw
+                .find("${{")
+                .map_or(value.clone(), |i| value.start + i..value.start + i + 3);
+            self.problems.push(
+                Problem::warning(format!(
+                    "step `{}`: `${{{{ … }}}}` is GitHub Actions syntax; runner's templates are `{{{{ … }}}}`, and the `$` would reach the model as it is",
+                    ctx.id
+                ))
+                .at(self.file, span, "a literal `$` before the template")
+                .help(format!("write `{template}` without the `$`")),
+            );
+        }
         let names = match template::template_names(env, &step.prompt) {
             Ok(names) => names,
             Err(err) => {

@@ -325,15 +325,20 @@ pub fn check_schema(
                         .join(" or "),
                 };
                 let found = value_word(error.instance(), syntax);
+                // A number of seconds, as GitHub Actions' `timeout-minutes` habit writes it.
+                let help = (at.ends_with("timeout") && error.instance().is_number()).then(|| {
+                    format!(
+                        "a timeout is a duration with a unit, in quotes: `\"{}s\"`, `\"10m\"`, `\"1h30m\"`",
+                        error.instance()
+                    )
+                });
                 push(
                     &mut problems,
                     &path,
                     None,
-                    Problem::error(format!("`{at}` must be {expected}, not {found}")).at(
-                        file,
-                        value_span,
-                        format!("expected {expected}"),
-                    ),
+                    Problem::error(format!("`{at}` must be {expected}, not {found}"))
+                        .at(file, value_span, format!("expected {expected}"))
+                        .with_help(help),
                 );
             }
             ValidationErrorKind::Enum { options } => {

@@ -180,6 +180,30 @@ pub struct Defaults {
     pub max_tokens_total: Option<u64>,
 }
 
+/// One type with two shapes, so a wrong value reads "must be a string or a list".
+fn needs_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "description": "Steps that must finish first: a list, or one step id (as GitHub Actions allows).",
+        "type": ["string", "array"],
+        "items": {"type": "string"}
+    })
+}
+
+/// A list of names, or one name on its own.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+fn one_or_many<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
+    Ok(match OneOrMany::deserialize(deserializer)? {
+        OneOrMany::One(one) => vec![one],
+        OneOrMany::Many(many) => many,
+    })
+}
+
 /// One subagent step.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -191,8 +215,9 @@ pub struct Step {
     /// Short text for progress lines and reports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
-    /// Steps that must finish first.
-    #[serde(default)]
+    /// Steps that must finish first: a list, or one step id (as GitHub Actions allows).
+    #[serde(default, deserialize_with = "one_or_many")]
+    #[schemars(schema_with = "needs_schema")]
     pub needs: Vec<String>,
     /// A model alias (a key of `[models]`) or `provider/model`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

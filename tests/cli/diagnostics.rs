@@ -175,11 +175,11 @@ fn wrong_types_and_values() {
     let err = check(
         "wrong_types",
         "w.yaml",
-        "name: w\nmax_parallel: 0\nmodels:\n  default: anthropic/claude-sonnet-4-5\nsteps:\n  a:\n    agent: explore\n    prompt: hi\n    needs: a\n    thoroughness: fast\n",
+        "name: w\nmax_parallel: 0\nmodels:\n  default: anthropic/claude-sonnet-4-5\nsteps:\n  a:\n    agent: explore\n    prompt: hi\n    needs: 3\n    thoroughness: fast\n",
         &[],
     );
     assert!(err.contains("`max_parallel` must be at least 1"));
-    assert!(err.contains("`steps.a.needs` must be a list, not a string"));
+    assert!(err.contains("`steps.a.needs` must be a string or a list, not a whole number"));
     assert!(
         err.contains("`steps.a.thoroughness` must be one of `quick`, `medium`, `very thorough`")
     );

@@ -12,6 +12,7 @@ mod hostile;
 mod limits;
 mod live;
 mod mcp;
+mod newcomer;
 mod no_panic;
 mod plan;
 mod race;

@@ -1,0 +1,49 @@
+//! What a newcomer trips over (issue: first-hour problems), through the binary, with the
+//! message they read snapshotted.
+
+use crate::support::Test;
+
+const MODELS: &str = "models:\n  default: anthropic/m\n";
+
+/// GitHub Actions habits: `needs: lint` as a string is one need.
+#[test]
+fn needs_may_be_a_single_step_id() {
+    let out = Test::new()
+        .file(
+            "w.yaml",
+            &format!("name: w\n{MODELS}steps:\n  lint:\n    agent: explore\n    prompt: x\n  fix:\n    agent: explore\n    needs: lint\n    prompt: y\n"),
+        )
+        .args(&["plan", "w.yaml", "--format", "json"])
+        .run();
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let plan: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(plan["waves"], serde_json::json!([["lint"], ["fix"]]));
+}
+
+/// `${{ inputs.dir }}` would render with a literal `$`: a warning points at it.
+#[test]
+fn github_expression_syntax_in_a_prompt_is_pointed_out() {
+    let out = Test::new()
+        .file(
+            "w.yaml",
+            &format!("name: w\ninputs:\n  dir:\n    default: src\n{MODELS}steps:\n  lint:\n    agent: explore\n    prompt: \"look in ${{{{ inputs.dir }}}}\"\n"),
+        )
+        .args(&["validate", "w.yaml"])
+        .run();
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    insta::assert_snapshot!("github_expression", out.stderr);
+}
+
+/// `timeout: 90` (a number, as `timeout-minutes` is written) says how to write a duration.
+#[test]
+fn a_numeric_timeout_gets_a_hint() {
+    let out = Test::new()
+        .file(
+            "w.toml",
+            "name = \"w\"\n[models]\ndefault = \"anthropic/m\"\n[steps.a]\nagent = \"explore\"\ntimeout = 90\nprompt = \"x\"\n",
+        )
+        .args(&["validate", "w.toml"])
+        .run();
+    assert_eq!(out.status, 2);
+    insta::assert_snapshot!("numeric_timeout", out.stderr);
+}
