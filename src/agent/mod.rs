@@ -462,10 +462,11 @@ fn tool_list(
                 set.insert(tool);
             }
             ToolEntry::Unsupported(name) => {
-                warnings.push(
-                    Problem::warning(format!("tool `{name}` is not provided by runner; left out"))
-                        .at(file, span_of(i, &name), "left out"),
-                )
+                warnings.push(Problem::warning(crate::tools::left_out(&name)).at(
+                    file,
+                    span_of(i, &name),
+                    "left out",
+                ))
             }
             ToolEntry::Unknown(name) => errors.push(
                 Problem::error(format!("unknown tool `{name}`"))

@@ -31,12 +31,18 @@ pub fn agents(args: AgentsArgs, io: &mut Io<'_>) -> Exit {
         "TOOLS".to_owned(),
     ]];
     for agent in catalog.agents() {
-        let tools = agent.tools.describe();
-        let tools = if agent.disallowed.is_empty() {
-            tools
-        } else {
-            let minus: Vec<&str> = agent.disallowed.iter().map(String::as_str).collect();
-            format!("{tools} (minus {})", minus.join(", "))
+        // What the agent ends up with: a list shows what is left; only `*` needs a "minus".
+        let tools = match &agent.tools {
+            crate::tools::ToolSet::Some(set) => set
+                .difference(&agent.disallowed)
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .join(", "),
+            crate::tools::ToolSet::All if agent.disallowed.is_empty() => "*".to_owned(),
+            crate::tools::ToolSet::All => {
+                let minus: Vec<&str> = agent.disallowed.iter().map(String::as_str).collect();
+                format!("* (minus {})", minus.join(", "))
+            }
         };
         let model = agent
             .model

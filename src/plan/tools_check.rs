@@ -116,8 +116,7 @@ impl Builder<'_> {
                     set.insert(tool);
                 }
                 ToolEntry::Unsupported(name) => self.problems.push(
-                    Problem::warning(format!("tool `{name}` is not provided by runner; left out"))
-                        .at(self.file, span, "left out"),
+                    Problem::warning(crate::tools::left_out(&name)).at(self.file, span, "left out"),
                 ),
                 ToolEntry::Unknown(name) => {
                     ok = false;

@@ -179,6 +179,18 @@ pub fn mcp_server(name: &str) -> Option<&str> {
     (!server.is_empty()).then_some(server)
 }
 
+/// Why an entry of a tool list was left out: a Claude Code permission rule narrows a tool runner
+/// has (and cannot narrow), anything else is a tool runner does not have.
+pub fn left_out(entry: &str) -> String {
+    match entry.split_once('(') {
+        Some((tool, _)) => format!(
+            "`{entry}` is a Claude Code permission rule runner cannot enforce; left out, and `{}` is not granted by it (granting all of it would widen access)",
+            tool.trim()
+        ),
+        None => format!("tool `{entry}` is not provided by runner; left out"),
+    }
+}
+
 /// What one entry of a tool list means.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ToolEntry {

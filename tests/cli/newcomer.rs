@@ -47,3 +47,34 @@ fn a_numeric_timeout_gets_a_hint() {
     assert_eq!(out.status, 2);
     insta::assert_snapshot!("numeric_timeout", out.stderr);
 }
+
+/// `runner agents` shows what an agent ends up with: no "(minus bash)" after a list that never
+/// had bash; `*` still says what it leaves out.
+#[test]
+fn agents_show_the_tools_that_are_left() {
+    let out = Test::new()
+        .file(
+            ".claude/agents/reader.md",
+            "---\nname: reader\ntools: Read, Grep\ndisallowedTools: Bash\n---\nRead.\n",
+        )
+        .file(
+            ".claude/agents/doer.md",
+            "---\nname: doer\ndisallowedTools: Bash\n---\nDo.\n",
+        )
+        .args(&["agents"])
+        .run();
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let line = |name: &str| {
+        out.stdout
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("{}", out.stdout))
+            .to_owned()
+    };
+    assert!(
+        line("reader").ends_with("grep, read_file"),
+        "{}",
+        line("reader")
+    );
+    assert!(line("doer").ends_with("* (minus bash)"), "{}", line("doer"));
+}
