@@ -80,6 +80,7 @@ pub fn load_workflow_source(
     // Leave out what is broken so that the rest can still be checked for meaning: each bad value
     // is dropped (a step keeps its other keys), and an entry that still cannot be read is set
     // aside (broken steps are remembered so that others may still name them).
+    let mut broken_steps = BTreeSet::new();
     for found in &found {
         let (parent, last) = match &found.unknown_key {
             Some(key) => (found.path.as_slice(), Some(key.as_str())),
@@ -100,11 +101,17 @@ pub fn load_workflow_source(
                 }
             }
         };
+        // A step taken out for a problem is still a step: others naming it get no follow-on
+        // "not a step" errors.
+        if let ([Seg::Key(section)], Some(key)) = (parent, last)
+            && section == "steps"
+        {
+            broken_steps.insert(key.to_owned());
+        }
         if let (Some(key), Some(Value::Object(map))) = (last, json_at_mut(&mut json, parent)) {
             map.remove(key);
         }
     }
-    let mut broken_steps = BTreeSet::new();
     if let Value::Object(root) = &mut json {
         if !root.get("name").is_some_and(Value::is_string) {
             root.insert("name".into(), Value::String(String::new()));

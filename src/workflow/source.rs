@@ -194,17 +194,46 @@ pub fn parse(file: &Arc<SourceFile>, syntax: Syntax) -> Result<Spanned<Node>, Ve
 fn parse_toml(file: &Arc<SourceFile>) -> Result<Spanned<Node>, Vec<Problem>> {
     let (table, errors) = toml::de::DeTable::parse_recoverable(&file.text);
     if !errors.is_empty() {
-        return Err(errors
-            .iter()
-            .map(|err| {
-                let span = err.span().unwrap_or(0..0);
-                Problem::error(format!(
-                    "invalid TOML: {}",
-                    err.message().trim_end().trim_end_matches('.')
-                ))
-                .at(file, span, "here")
-            })
-            .collect());
+        let mut problems = Vec::new();
+        // Inside a table defined twice, every key is a duplicate too: one error says it all.
+        let mut in_duplicate_table = false;
+        for err in &errors {
+            let span = err.span().unwrap_or(0..0);
+            let message = err.message().trim_end().trim_end_matches('.');
+            if message != "duplicate key" {
+                in_duplicate_table = false;
+                problems.push(
+                    Problem::error(format!("invalid TOML: {message}")).at(file, span, "here"),
+                );
+                continue;
+            }
+            let line = line_at(&file.text, span.start);
+            let header = line.trim();
+            if header.starts_with('[') {
+                in_duplicate_table = true;
+                let first = file
+                    .text
+                    .lines()
+                    .position(|l| l.trim() == header)
+                    .map_or(String::new(), |n| format!(" (first at line {})", n + 1));
+                problems.push(
+                    Problem::error(format!("invalid TOML: table `{header}` is defined twice"))
+                        .at(file, span, "again here")
+                        .help(format!(
+                            "TOML allows one `{header}`{first}: merge the two, or rename one"
+                        )),
+                );
+            } else if !in_duplicate_table {
+                let key = file.text.get(span.clone()).unwrap_or("").trim();
+                problems.push(
+                    Problem::error(format!(
+                        "invalid TOML: key `{key}` is set twice in one table"
+                    ))
+                    .at(file, span, "set again here"),
+                );
+            }
+        }
+        return Err(problems);
     }
     let span = table.span();
     let mut entries = Entries::new();
@@ -215,6 +244,14 @@ fn parse_toml(file: &Arc<SourceFile>) -> Result<Spanned<Node>, Vec<Problem>> {
         span,
         value: Node::Map(entries),
     })
+}
+
+/// The line of `text` that holds byte `at`.
+fn line_at(text: &str, at: usize) -> &str {
+    let at = at.min(text.len());
+    let start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let end = text[at..].find('\n').map_or(text.len(), |i| at + i);
+    &text[start..end]
 }
 
 fn toml_node(value: &toml::Spanned<toml::de::DeValue<'_>>) -> Spanned<Node> {

@@ -78,3 +78,31 @@ fn agents_show_the_tools_that_are_left() {
     );
     assert!(line("doer").ends_with("* (minus bash)"), "{}", line("doer"));
 }
+
+/// `[steps.a]` twice: one error that names the table and where it first was.
+#[test]
+fn a_table_defined_twice_is_one_error_naming_it() {
+    let out = Test::new()
+        .file(
+            "w.toml",
+            "name = \"w\"\n[models]\ndefault = \"anthropic/m\"\n[steps.a]\nagent = \"explore\"\nprompt = \"x\"\n[steps.a]\nagent = \"plan\"\nprompt = \"y\"\n",
+        )
+        .args(&["validate", "w.toml"])
+        .run();
+    assert_eq!(out.status, 2);
+    insta::assert_snapshot!("table_defined_twice", out.stderr);
+}
+
+/// A step without `prompt` is reported once; steps that need it get no follow-on errors.
+#[test]
+fn a_step_missing_its_prompt_causes_no_follow_on_errors() {
+    let out = Test::new()
+        .file(
+            "w.toml",
+            "name = \"w\"\n[models]\ndefault = \"anthropic/m\"\n[steps.a]\nagent = \"explore\"\n[steps.b]\nagent = \"explore\"\nneeds = [\"a\"]\nprompt = \"{{ steps.a.summary }}\"\n",
+        )
+        .args(&["validate", "w.toml"])
+        .run();
+    assert_eq!(out.status, 2);
+    insta::assert_snapshot!("missing_prompt", out.stderr);
+}
