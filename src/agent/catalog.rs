@@ -41,8 +41,11 @@ impl AgentCatalog {
                         }
                     }
                     Err(problems) => {
-                        if !catalog.agents.contains_key(&stem) {
-                            catalog.broken.entry(stem).or_insert((path, problems));
+                        // Known by the name it gives itself when that can be read (a step asks
+                        // for `reviewer`, not for `rev.md`), else by its file name.
+                        let name = declared_name(&path).unwrap_or(stem);
+                        if !catalog.agents.contains_key(&name) {
+                            catalog.broken.entry(name).or_insert((path, problems));
                         }
                     }
                 }
@@ -125,4 +128,19 @@ fn beside_folder(workflow: &Utf8Path) -> Utf8PathBuf {
 
 fn absolute(path: &Utf8Path) -> Utf8PathBuf {
     path.canonicalize_utf8().unwrap_or_else(|_| path.to_owned())
+}
+
+/// The `name:` (or `name =`) line of an agent file that does not load, read loosely.
+fn declared_name(path: &camino::Utf8Path) -> Option<String> {
+    let text = crate::limits::read_text(path, crate::limits::MAX_SOURCE_BYTES).ok()?;
+    text.lines().take(200).find_map(|line| {
+        let rest = line.trim_start().strip_prefix("name")?.trim_start();
+        let value = rest.strip_prefix(':').or_else(|| rest.strip_prefix('='))?;
+        let value = value.trim().trim_matches(|c| c == '"' || c == '\'').trim();
+        (!value.is_empty()
+            && value
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+        .then(|| value.to_owned())
+    })
 }

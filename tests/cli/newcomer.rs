@@ -106,3 +106,22 @@ fn a_step_missing_its_prompt_causes_no_follow_on_errors() {
     assert_eq!(out.status, 2);
     insta::assert_snapshot!("missing_prompt", out.stderr);
 }
+
+/// A broken agent file is known by the `name` it declares: a step asking for it is pointed at
+/// the file and its error, not told the agent does not exist.
+#[test]
+fn a_broken_agent_file_is_found_by_its_name() {
+    let out = Test::new()
+        .file(
+            "agents/rev.md",
+            "---\nname: reviewer\ntools: Read\nmaxTurn: 3\n---\nReview.\n",
+        )
+        .file(
+            "workflows/w.toml",
+            "name = \"w\"\n[models]\ndefault = \"anthropic/m\"\n[steps.a]\nagent = \"reviewer\"\nprompt = \"x\"\n",
+        )
+        .args(&["validate", "workflows/w.toml"])
+        .run();
+    assert_eq!(out.status, 2);
+    insta::assert_snapshot!("broken_agent_by_name", out.stderr);
+}
