@@ -149,6 +149,19 @@ pub struct PlannedStep {
     pub wave: usize,
 }
 
+/// A model alias as steps and subagents resolve it: its own definition, or for `small` and
+/// `plan` (the built-in agents' aliases) the `default` one.
+pub fn lookup_alias<'a>(
+    aliases: &'a BTreeMap<String, ModelRef>,
+    alias: &str,
+) -> Option<&'a ModelRef> {
+    aliases.get(alias).or_else(|| {
+        matches!(alias, "small" | "plan")
+            .then(|| aliases.get("default"))
+            .flatten()
+    })
+}
+
 /// Builds the plan. Warnings come back either way; the plan only when there is no error.
 pub fn build_plan(
     loaded: &LoadedWorkflow,

@@ -255,19 +255,17 @@ impl Builder<'_> {
                 }
             };
         }
-        if let Some(model) = aliases.get(text) {
+        if let Some(model) = super::lookup_alias(aliases, text) {
             return Some(model.clone());
         }
-        if matches!(text, "small" | "plan") {
-            if let Some(model) = aliases.get("default") {
-                return Some(model.clone());
-            }
-            if matches!(
+        // `small` and `plan` fall back to a `default` whose definition was already reported.
+        if matches!(text, "small" | "plan")
+            && matches!(
                 self.missing_aliases.get("default"),
                 Some(MissingAlias::BadDefinition)
-            ) {
-                return None;
-            }
+            )
+        {
+            return None;
         }
         match self.missing_aliases.get_mut(text) {
             Some(MissingAlias::Undefined { others, .. }) => {

@@ -123,7 +123,7 @@ fn public(kind: &EventKind) -> Option<(&'static str, Value)> {
                 "summary": record.summary,
                 "turns": record.turns,
                 "tool_calls": record.tool_calls,
-                "input_tokens": record.input_tokens + record.cache_creation_input_tokens + record.cache_read_input_tokens,
+                "input_tokens": super::total_tokens(record) - record.output_tokens,
                 "output_tokens": record.output_tokens,
                 "cost_usd": record.cost_usd,
                 "duration_ms": record.duration_ms,

@@ -112,13 +112,7 @@ impl Team {
                 Err(format!("unknown provider `{}` in `{text}`", model.provider))
             };
         }
-        self.aliases
-            .get(text)
-            .or_else(|| {
-                matches!(text, "small" | "plan")
-                    .then(|| self.aliases.get("default"))
-                    .flatten()
-            })
+        crate::plan::lookup_alias(&self.aliases, text)
             .cloned()
             .ok_or_else(|| format!("model alias `{text}` is not defined"))
     }
