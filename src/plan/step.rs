@@ -83,13 +83,8 @@ impl Builder<'_> {
         }
         let agent = agent?;
         let tools = tools?;
-        let sandbox = if self.sandbox_off {
-            crate::sandbox::Mode::Off
-        } else if self.registry.any_writes(&tools) {
-            crate::sandbox::Mode::Workdir
-        } else {
-            crate::sandbox::Mode::ReadOnly
-        };
+        let sandbox =
+            crate::sandbox::Mode::for_tools(self.sandbox_off, self.registry.any_writes(&tools));
         Some(PlannedStep {
             id: id.to_owned(),
             description: step.description.clone(),

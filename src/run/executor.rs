@@ -9,7 +9,6 @@ use futures_util::future::BoxFuture;
 
 use crate::event::Emitter;
 use crate::plan::PlannedStep;
-use crate::sandbox::Mode;
 use crate::sandbox::Support;
 use crate::session::subagent::{Delegation, StepScope, Team};
 use crate::session::{self, DEFAULT_MAX_TOKENS, FailureKind, Session, StepOutcome};
@@ -134,8 +133,6 @@ impl Executor for ModelExecutor {
                     step.max_turns,
                     step.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
                     step.retries,
-                    step.sandbox == Mode::Off,
-                    step.network,
                     meter.clone(),
                     tools.registry.clone(),
                 ))

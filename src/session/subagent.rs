@@ -19,7 +19,6 @@ use crate::provider::message::{Block, ChatRequest, Message, Role};
 use crate::provider::{ModelApi, ModelRef, ProviderSpec, Secret, connect};
 use crate::run::{StepStatus, SubagentRecord};
 use crate::sandbox::Mode;
-use crate::tools::bash::BashEnv;
 use crate::tools::task::{ContextFile, TaskInput};
 use crate::tools::{Delegate, Registry, StepTools, TASK, TASK_OUTPUT, ToolContext, ToolOutput};
 
@@ -127,8 +126,6 @@ pub struct StepScope {
     pub max_turns: u32,
     pub max_tokens: u32,
     pub retries: u32,
-    pub sandbox_off: bool,
-    pub network: bool,
     /// Cancelled when the step ends or is dropped: background subagents stop with it.
     pub cancel: CancellationToken,
     /// The step's budgets: its subagents charge them too.
@@ -165,8 +162,6 @@ impl StepScope {
         max_turns: u32,
         max_tokens: u32,
         retries: u32,
-        sandbox_off: bool,
-        network: bool,
         meter: crate::budget::Meter,
         registry: Arc<Registry>,
     ) -> Self {
@@ -179,8 +174,6 @@ impl StepScope {
             max_turns,
             max_tokens,
             retries,
-            sandbox_off,
-            network,
             cancel: CancellationToken::new(),
             state: Mutex::default(),
         }
@@ -404,19 +397,12 @@ impl Delegation {
             ),
         };
         let delegates = tools.contains(TASK);
-        let mode = if self.scope.sandbox_off {
-            Mode::Off
-        } else if self.scope.registry.any_writes(&tools) {
-            Mode::Workdir
-        } else {
-            Mode::ReadOnly
-        };
-        let mut bash = BashEnv::new(mode, self.scope.network);
-        bash.exe.clone_from(&ctx.bash.exe);
-        bash.scrub.clone_from(&ctx.bash.scrub);
-        bash.support = ctx.bash.support;
-        bash.protected.clone_from(&ctx.bash.protected);
-        let mut context = ToolContext::new(ctx.workspace.clone(), Arc::new(bash));
+        let mode = Mode::for_tools(
+            ctx.bash.mode == Mode::Off,
+            self.scope.registry.any_writes(&tools),
+        );
+        let mut context =
+            ToolContext::new(ctx.workspace.clone(), Arc::new(ctx.bash.with_mode(mode)));
         if delegates {
             context.delegate = Some(Arc::new(Delegation {
                 scope: self.scope.clone(),

@@ -106,6 +106,20 @@ impl BashEnv {
         }
     }
 
+    /// The same settings in another mode (a subagent's, from its own tools), with a temporary
+    /// directory of its own.
+    pub fn with_mode(&self, mode: Mode) -> Self {
+        Self {
+            exe: self.exe.clone(),
+            mode,
+            network: self.network,
+            protected: self.protected.clone(),
+            scrub: self.scrub.clone(),
+            support: self.support,
+            tmp: Mutex::new(None),
+        }
+    }
+
     /// The step's temporary directory, made on first use.
     fn tmp(&self) -> std::io::Result<PathBuf> {
         let mut tmp = self.tmp.lock().unwrap_or_else(|e| e.into_inner());
