@@ -1,6 +1,6 @@
 //! The step graph: petgraph underneath, cycles reported whole, steps grouped into waves.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 
 use petgraph::algo::{tarjan_scc, toposort};
 use petgraph::graph::{DiGraph, NodeIndex};
@@ -109,6 +109,53 @@ impl StepGraph {
         Some(waves)
     }
 
+    /// The steps on some path from `from` down to `to` along `needs` edges: `to` itself (when
+    /// it is below `from`) and every step between, but not `from`. `wave` is each step's wave
+    /// ([`StepGraph::waves`]): a step below `from` has a later wave, so the walk up from `to`
+    /// stops at `from`'s wave and costs only the steps between them.
+    pub fn between(&self, from: usize, to: usize, wave: &[usize]) -> Vec<usize> {
+        let floor = wave.get(from).copied().unwrap_or(0);
+        let later = |n: usize| wave.get(n).is_some_and(|&w| w > floor);
+        // Ancestors of `to` (and `to`) in later waves than `from`.
+        let mut seen = BTreeSet::from([to]);
+        let mut stack = vec![to];
+        while let Some(node) = stack.pop() {
+            for need in self
+                .graph
+                .neighbors_directed(NodeIndex::new(node), petgraph::Direction::Incoming)
+            {
+                if later(need.index()) && seen.insert(need.index()) {
+                    stack.push(need.index());
+                }
+            }
+        }
+        // Of those, the ones below `from`: any path from `from` to `to` runs inside that set.
+        let mut order: Vec<usize> = seen.into_iter().collect();
+        order.sort_by_key(|&n| wave.get(n).copied().unwrap_or(0));
+        let mut below = BTreeSet::new();
+        for n in order {
+            let reached = self
+                .graph
+                .neighbors_directed(NodeIndex::new(n), petgraph::Direction::Incoming)
+                .any(|need| need.index() == from || below.contains(&need.index()));
+            if reached {
+                below.insert(n);
+            }
+        }
+        below.into_iter().collect()
+    }
+
+    /// Each step's wave, `None` if there is a cycle.
+    pub fn wave_of(&self) -> Option<Vec<usize>> {
+        let mut out = vec![0; self.graph.node_count()];
+        for (w, wave) in self.waves()?.iter().enumerate() {
+            for &i in wave {
+                out[i] = w;
+            }
+        }
+        Some(out)
+    }
+
     /// Whether `ancestor` is reachable from `step` by following `needs`.
     pub fn is_ancestor(&self, ancestor: usize, step: usize) -> bool {
         let target = NodeIndex::new(ancestor);
@@ -146,6 +193,12 @@ mod tests {
         assert!(g.is_ancestor(0, 3));
         assert!(g.is_ancestor(1, 3));
         assert!(!g.is_ancestor(3, 0));
+        let wave = g.wave_of().unwrap();
+        assert_eq!(wave, vec![0, 0, 1, 2]);
+        assert_eq!(g.between(0, 3, &wave), vec![2, 3]);
+        assert_eq!(g.between(1, 3, &wave), vec![2, 3]);
+        assert_eq!(g.between(2, 3, &wave), vec![3]);
+        assert_eq!(g.between(3, 0, &wave), Vec::<usize>::new());
     }
 
     #[test]

@@ -8,6 +8,7 @@ mod settings;
 mod step;
 mod templates;
 mod tools_check;
+mod typing;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
@@ -201,6 +202,17 @@ pub fn build_plan(
         b.report_cycle(cycle, &ids);
     }
 
+    // Every schema first: a step's templates are typed by the schemas of the steps before it.
+    let step_list: Vec<&Step> = def.steps.values().collect();
+    let schemas: Vec<Option<Value>> = def
+        .steps
+        .iter()
+        .map(|(id, step)| {
+            let schema = step.output_schema.as_ref()?;
+            b.load_output_schema(id, schema)
+        })
+        .collect();
+    let wave_of = graph.wave_of().unwrap_or_default();
     let env = template::environment();
     let mut resolved: Vec<Option<PlannedStep>> = Vec::with_capacity(ids.len());
     for (i, (id, step)) in def.steps.iter().enumerate() {
@@ -209,6 +221,10 @@ pub fn build_plan(
             index: i,
             graph: (cycles.is_empty()).then_some(&graph),
             steps_index: &index,
+            ids: &ids,
+            steps: &step_list,
+            schemas: &schemas,
+            wave_of: &wave_of,
         };
         resolved.push(b.resolve_step(&ctx, step, catalog, &aliases, &providers, &inputs, &env));
     }
@@ -340,6 +356,13 @@ struct StepCtx<'a> {
     /// `None` when the graph has a cycle (ancestry is then meaningless).
     graph: Option<&'a StepGraph>,
     steps_index: &'a BTreeMap<&'a str, usize>,
+    /// Every step's id and definition, by index.
+    ids: &'a [&'a String],
+    steps: &'a [&'a Step],
+    /// Every step's output schema, loaded, by index.
+    schemas: &'a [Option<Value>],
+    /// Every step's wave (empty when the graph has a cycle).
+    wave_of: &'a [usize],
 }
 
 impl Builder<'_> {

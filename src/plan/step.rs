@@ -53,10 +53,8 @@ impl Builder<'_> {
             }
         }
 
-        let output_schema = step
-            .output_schema
-            .as_ref()
-            .and_then(|schema| self.load_output_schema(id, schema));
+        let output_schema = ctx.schemas.get(ctx.index).cloned().flatten();
+        let schema_failed = step.output_schema.is_some() && output_schema.is_none();
 
         let prompt = self.check_template(ctx, step, inputs, env);
         if let Some(condition) = &step.condition {
@@ -78,7 +76,7 @@ impl Builder<'_> {
             _ => BTreeMap::new(),
         };
 
-        if self.error_count() > errors_before {
+        if self.error_count() > errors_before || schema_failed {
             return None;
         }
         let agent = agent?;

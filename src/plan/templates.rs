@@ -50,6 +50,7 @@ impl Builder<'_> {
         };
         let before = self.error_count();
         self.check_names(ctx, &at, &names);
+        self.check_types(ctx, &at, &step.prompt, &names, env, false);
         if self.error_count() > before {
             return None;
         }
@@ -80,7 +81,10 @@ impl Builder<'_> {
     ) {
         let at = path!["steps", ctx.id, "if"];
         match template::expression_names(env, condition) {
-            Ok(names) => self.check_names(ctx, &at, &names),
+            Ok(names) => {
+                self.check_names(ctx, &at, &names);
+                self.check_types(ctx, &at, condition, &names, env, true);
+            }
             Err(err) => {
                 let span = self.template_span(&at, condition, &err);
                 self.error(
@@ -237,15 +241,13 @@ impl Builder<'_> {
         source: &str,
         err: &minijinja::Error,
     ) -> Range<usize> {
+        if let Some(range) = err.range()
+            && let Some(span) = self.find_source(at, source, range)
+        {
+            return span;
+        }
         let value = self.span(at);
         let raw = self.file.text.get(value.clone()).unwrap_or_default();
-        if let Some(range) = err.range()
-            && let Some(snippet) = source.get(range)
-            && !snippet.trim().is_empty()
-            && let Some(i) = raw.find(snippet)
-        {
-            return value.start + i..value.start + i + snippet.len();
-        }
         if let Some(line) = err.line()
             && let Some(text) = source.lines().nth(line.saturating_sub(1))
             && !text.trim().is_empty()
@@ -254,6 +256,36 @@ impl Builder<'_> {
             return value.start + i..value.start + i + text.trim().len();
         }
         value
+    }
+}
+
+impl Builder<'_> {
+    /// Maps a range of a template's source into the file, or else points at the whole value.
+    pub(super) fn source_span(
+        &self,
+        at: &[Seg],
+        source: &str,
+        range: Range<usize>,
+    ) -> Range<usize> {
+        self.find_source(at, source, range)
+            .unwrap_or_else(|| self.span(at))
+    }
+
+    /// Where a range of a template's source stands in the file, when that text can be found in
+    /// the value as written (escapes in a TOML string can hide it).
+    fn find_source(&self, at: &[Seg], source: &str, range: Range<usize>) -> Option<Range<usize>> {
+        let value = self.span(at);
+        let raw = self.file.text.get(value.clone())?;
+        let snippet = source.get(range.clone())?;
+        if snippet.trim().is_empty() {
+            return None;
+        }
+        // The same text may stand twice; take the occurrence nearest its place.
+        let i = raw
+            .match_indices(snippet)
+            .map(|(i, _)| i)
+            .min_by_key(|i| i.abs_diff(range.start))?;
+        Some(value.start + i..value.start + i + snippet.len())
     }
 }
 

@@ -146,7 +146,13 @@ fn context(plan: &Plan, record: &RunRecord) -> JinjaValue {
                 template::step_value(
                     JinjaValue::from(s.summary.clone()),
                     JinjaValue::from(s.status.as_str()),
-                    JinjaValue::from(minijinja::value::Serde(&s.output)),
+                    // A step that did not succeed has no output (validation checked that
+                    // reads of it are guarded).
+                    if s.status == StepStatus::Succeeded {
+                        JinjaValue::from(minijinja::value::Serde(&s.output))
+                    } else {
+                        template::Missing::value(format!("steps.{id}.output"))
+                    },
                     JinjaValue::from(s.branch.clone()),
                     JinjaValue::from(s.diff.clone()),
                 ),

@@ -125,3 +125,117 @@ fn a_broken_agent_file_is_found_by_its_name() {
     assert_eq!(out.status, 2);
     insta::assert_snapshot!("broken_agent_by_name", out.stderr);
 }
+
+/// Template mistakes are found by `validate`, all at once and together with other errors: a
+/// field of a summary, a property the output schema does not declare, an output read unguarded
+/// by a step that runs after it was skipped, and an unknown filter.
+#[test]
+fn template_mistakes_are_found_before_anything_runs() {
+    let out = Test::new()
+        .file(
+            "w.toml",
+            r#"name = "w"
+[models]
+default = "anthropic/m"
+[inputs.mode]
+default = "quick"
+
+[steps.triage]
+agent = "explore"
+if = "inputs.mode == 'full'"
+prompt = "Triage."
+output_schema = { type = "object", properties = { severity = { type = "string" } } }
+
+[steps.a]
+agent = "explore"
+prompt = "Look."
+
+[steps.b]
+agent = "plan"
+needs = ["a", "triage"]
+if = "steps.triage.status != 'succeeded'"
+prompt = """
+{{ steps.a.summary.foo }}
+{{ steps.triage.output.severty }}
+{{ steps.triage.output.severity }}
+{{ steps.a.summary | shout }}
+"""
+
+[steps.c]
+agent = "reviewer"
+prompt = "x"
+"#,
+        )
+        .args(&["validate", "w.toml"])
+        .run();
+    assert_eq!(out.status, 2);
+    insta::assert_snapshot!("typed_templates", out.stderr);
+}
+
+/// At run time a skipped step's output is undefined: each guard validation accepts renders, with
+/// the skipped step and with the step that succeeded.
+#[tokio::test(flavor = "multi_thread")]
+async fn guarded_reads_render_whether_the_step_ran_or_not() {
+    use crate::fake::{Fake, anthropic_text, prompt_of};
+    let workflow = r#"name = "w"
+[models]
+default = "anthropic/m"
+[inputs.mode]
+default = "quick"
+
+[steps.triage]
+agent = "explore"
+if = "inputs.mode == 'full'"
+prompt = "Triage."
+output_schema = { type = "object", properties = { severity = { type = "string" }, files = { type = "array", items = { type = "object", properties = { path = { type = "string" } } } } }, required = ["severity", "files"] }
+
+[steps.report]
+agent = "explore"
+needs = ["triage"]
+if = "inputs.mode != 'none'"
+prompt = """
+Report.
+severity={{ steps.triage.output.severity | default("unknown") }}
+{% if steps.triage.output is defined %}ran{% else %}skipped{% endif %}
+or={{ steps.triage.output.severity or "n/a" }}
+files={% for f in steps.triage.output.files %}{{ f.path }} {% endfor %}
+status={{ steps.triage.status }}"""
+"#;
+    for (mode, expected) in [
+        (
+            "quick",
+            "severity=unknown\nskipped\nor=n/a\nfiles=\nstatus=skipped",
+        ),
+        (
+            "full",
+            "severity=high\nran\nor=high\nfiles=a.rs b.rs \nstatus=succeeded",
+        ),
+    ] {
+        let fake = Fake::anthropic_routed(vec![
+            (
+                "Triage.",
+                vec![anthropic_text(
+                    r#"{"severity": "high", "files": [{"path": "a.rs"}, {"path": "b.rs"}]}"#,
+                )],
+            ),
+            ("Report.", vec![anthropic_text("done")]),
+        ])
+        .await;
+        let (out, _test) = Test::new()
+            .file("w.toml", workflow)
+            .env("ANTHROPIC_BASE_URL", &fake.uri())
+            .env("ANTHROPIC_API_KEY", "sk-test")
+            .args(&[
+                "run",
+                "w.toml",
+                "--no-progress",
+                "--input",
+                &format!("mode={mode}"),
+            ])
+            .run_async()
+            .await;
+        assert_eq!(out.status, 0, "{mode}: {}", out.transcript());
+        let prompt = prompt_of(&fake.body_for("Report.").await);
+        assert!(prompt.ends_with(expected), "{mode}: {prompt:?}");
+    }
+}

@@ -1,5 +1,8 @@
 //! Prompt templates: one strict minijinja environment, static checks of the names a template
-//! reads, and placeholders that stand for results not known yet (plans and dry runs).
+//! reads (and their types, in [`typing`]), and placeholders that stand for results not known yet
+//! (plans and dry runs).
+
+pub mod typing;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -23,7 +26,72 @@ pub fn environment() -> Environment<'static> {
     let mut env = Environment::new();
     env.set_undefined_behavior(UndefinedBehavior::Strict);
     env.set_fuel(Some(crate::limits::TEMPLATE_FUEL));
+    // The output of a step that did not succeed is [`Missing`]: undefined to `is defined` and
+    // `default`, false as a condition, and an error when printed. Validation checks that such
+    // reads are guarded, so these are the guards it accepts.
+    env.add_test("defined", |v: &Value| !is_missing(v));
+    env.add_test("undefined", |v: &Value| is_missing(v));
+    for name in ["default", "d"] {
+        env.add_filter(
+            name,
+            |state: &minijinja::State, value: &Value, args: minijinja::value::Rest<Value>| {
+                let value = if is_missing(value) {
+                    Value::UNDEFINED
+                } else {
+                    value.clone()
+                };
+                minijinja::filters::default(state, &value, args)
+            },
+        );
+    }
+    env.set_formatter(
+        |out, state, value| match value.downcast_object_ref::<Missing>() {
+            Some(missing) => Err(Error::new(
+                ErrorKind::UndefinedError,
+                format!("`{}` is undefined: the step did not succeed", missing.0),
+            )),
+            None => minijinja::escape_formatter(out, state, value),
+        },
+    );
     env
+}
+
+/// Whether a value is undefined, or the output of a step that did not succeed.
+fn is_missing(value: &Value) -> bool {
+    value.is_undefined() || value.downcast_object_ref::<Missing>().is_some()
+}
+
+/// The output of a step that was skipped or failed, and anything read from it: reads chain (like
+/// `?.`), so a guard such as `steps.t.output.severity is defined` works however deep it looks.
+#[derive(Debug, Clone)]
+pub struct Missing(pub String);
+
+impl Missing {
+    pub fn value(path: impl Into<String>) -> Value {
+        Value::from_object(Missing(path.into()))
+    }
+}
+
+impl Object for Missing {
+    fn repr(self: &Arc<Self>) -> ObjectRepr {
+        ObjectRepr::Map
+    }
+
+    fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
+        let path = match key.as_str() {
+            Some(name) => format!("{}.{name}", self.0),
+            None => format!("{}[{key}]", self.0),
+        };
+        Some(Missing::value(path))
+    }
+
+    fn enumerate(self: &Arc<Self>) -> Enumerator {
+        Enumerator::Empty
+    }
+
+    fn is_true(self: &Arc<Self>) -> bool {
+        false
+    }
 }
 
 /// Refuses templates minijinja cannot parse safely: too long, or with a chain of operators longer
