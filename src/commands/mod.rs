@@ -114,6 +114,20 @@ pub(crate) fn load_plan(
     require_inputs: bool,
     io: &mut Io<'_>,
 ) -> Option<Plan> {
+    load_plan_with(workflow, args, limits, require_inputs, false, io)
+}
+
+/// [`load_plan`], but when `brief` and the workflow is valid, warnings about other files (agent
+/// files using Claude Code settings runner ignores) are one line per file: they are about files
+/// the user may share with Claude Code and cannot act on every run; `validate` shows them whole.
+pub(crate) fn load_plan_with(
+    workflow: &Utf8Path,
+    args: &ResolveArgs,
+    limits: LimitArgs,
+    require_inputs: bool,
+    brief: bool,
+    io: &mut Io<'_>,
+) -> Option<Plan> {
     let prepared = workdir(args)
         .map_err(|p| vec![p])
         .and_then(|dir| plan_options(args, limits, require_inputs).map(|options| (dir, options)));
@@ -136,7 +150,24 @@ pub(crate) fn load_plan(
         &lookup_dirs(&args.agents_dirs, Some(workflow), &dir),
         &registry,
     );
-    let (plan, problems) = build_plan(&loaded, &catalog, &registry, &options);
+    let (plan, mut problems) = build_plan(&loaded, &catalog, &registry, &options);
+    if brief && !problems.iter().any(Problem::is_error) {
+        let mut elsewhere: std::collections::BTreeMap<String, usize> = Default::default();
+        problems.retain(|p| match &p.file {
+            Some(file) if file.name != loaded.file.name => {
+                *elsewhere.entry(file.name.to_string()).or_default() += 1;
+                false
+            }
+            _ => true,
+        });
+        for (file, count) in elsewhere {
+            let _ = writeln!(
+                io.err,
+                "warning: {file}: {count} warning{} (`runner validate {workflow}` shows them)",
+                if count == 1 { "" } else { "s" }
+            );
+        }
+    }
     if report_with_summary(io, &problems, workflow) {
         return None;
     }

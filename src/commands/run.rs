@@ -9,7 +9,7 @@ use std::time::Duration;
 use camino::Utf8PathBuf;
 use tokio_util::sync::CancellationToken;
 
-use super::{load_plan, report};
+use super::{load_plan_with, report};
 use crate::agent::{AgentCatalog, lookup_dirs};
 use crate::cli::{Format, Io, RunArgs, RunFormat};
 use crate::error::Exit;
@@ -43,7 +43,8 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
         };
         return super::plan::plan(&args.workflow, &args.resolve, args.limits, format, io);
     }
-    let Some(plan) = load_plan(&args.workflow, &args.resolve, args.limits, true, io) else {
+    let Some(plan) = load_plan_with(&args.workflow, &args.resolve, args.limits, true, true, io)
+    else {
         return Exit::Invalid;
     };
     let workdir = args

@@ -68,8 +68,26 @@ impl fmt::Display for ModelFailure {
             self.endpoint,
             self.attempts,
             if self.attempts == 1 { "" } else { "s" }
-        )
+        )?;
+        if matches!(self.error, ProviderError::BadRequest { status: 404, .. })
+            && path_repeats(&self.endpoint)
+        {
+            write!(
+                f,
+                "; the path is there twice, so the `base_url` already held the endpoint: cut it back to the host (and `/v1`)"
+            )?;
+        }
+        Ok(())
     }
+}
+
+/// Whether an endpoint's path holds the API's own path twice (`…/v1/messages/v1/messages`), the
+/// sign of a `base_url` that was the whole endpoint.
+fn path_repeats(endpoint: &str) -> bool {
+    endpoint.contains("/v1/v1/")
+        || ["/messages", "/chat/completions"]
+            .iter()
+            .any(|p| endpoint.matches(p).count() > 1)
 }
 
 /// Sends with retries per `policy`; `on_retry` hears about each retry before its wait.

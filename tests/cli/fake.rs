@@ -89,10 +89,21 @@ impl Fake {
     pub async fn anthropic_fn(
         answer: impl Fn(&Value) -> ResponseTemplate + Send + Sync + 'static,
     ) -> Self {
+        Self::by_body("/v1/messages", Box::new(answer)).await
+    }
+
+    /// An OpenAI-compatible API answering each request with what `answer` makes of its body.
+    pub async fn openai_fn(
+        answer: impl Fn(&Value) -> ResponseTemplate + Send + Sync + 'static,
+    ) -> Self {
+        Self::by_body("/v1/chat/completions", Box::new(answer)).await
+    }
+
+    async fn by_body(endpoint: &str, answer: Answer) -> Self {
         let server = MockServer::start().await;
         Mock::given(method("POST"))
-            .and(path("/v1/messages"))
-            .respond_with(ByBody(Box::new(answer)))
+            .and(path(endpoint))
+            .respond_with(ByBody(answer))
             .mount(&server)
             .await;
         Self { server }

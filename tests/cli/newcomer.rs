@@ -239,3 +239,205 @@ status={{ steps.triage.status }}"""
         assert!(prompt.ends_with(expected), "{mode}: {prompt:?}");
     }
 }
+
+/// An Anthropic workflow whose model requests go to `base_url` (a `[providers]` entry).
+fn anthropic_at(base_url: &str, step_extra: &str) -> String {
+    format!(
+        "name = \"w\"\n[providers.claude]\nkind = \"anthropic\"\nbase_url = \"{base_url}\"\napi_key_env = \"CLAUDE_KEY\"\n[models]\ndefault = \"claude/m\"\n[steps.s]\nagent = \"explore\"\nprompt = \"Look.\"\n{step_extra}"
+    )
+}
+
+/// Runs `w.toml` as CI would (`--no-progress`) with the key set.
+async fn run_plain(workflow: &str, args: &[&str]) -> crate::support::Output {
+    let mut all = vec!["run", "w.toml", "--no-progress"];
+    all.extend_from_slice(args);
+    Test::new()
+        .file("w.toml", workflow)
+        .env("CLAUDE_KEY", "sk-test")
+        .args(&all)
+        .run_async()
+        .await
+        .0
+}
+
+/// The lines a user reads about a failed step, with the fake's port made stable.
+fn failure_lines(out: &crate::support::Output, uri: &str) -> String {
+    out.stderr
+        .lines()
+        .filter(|l| l.starts_with("failed:"))
+        .map(|l| l.replace(uri, "http://127.0.0.1:PORT"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Item 1: with `--no-progress` (every CI log) a failed step's reason is printed, not only
+/// `failed`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_steps_reason_is_printed_without_progress() {
+    use crate::fake::Fake;
+    let fake = Fake::anthropic(vec![wiremock::ResponseTemplate::new(401).set_body_json(
+        serde_json::json!({"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}}),
+    )])
+    .await;
+    let out = run_plain(&anthropic_at(&fake.uri(), ""), &[]).await;
+    assert_eq!(out.status, 1, "{}", out.transcript());
+    insta::assert_snapshot!("failure_reason", failure_lines(&out, &fake.uri()));
+}
+
+/// Item 3: an endpoint nobody listens on is named, with the attempts made; a `base_url` ending
+/// in `/v1` (copied from the OpenAI example) works for the Anthropic kind too; a `base_url` that
+/// already holds the whole endpoint gets a 404 naming the URL runner called.
+#[tokio::test(flavor = "multi_thread")]
+async fn endpoint_errors_name_the_url_and_attempts() {
+    use crate::fake::{Fake, anthropic_text};
+    // A port that was just free: bound, then released.
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port())
+    };
+    let out = run_plain(&anthropic_at(&closed, "retries = 0\n"), &[]).await;
+    assert_eq!(out.status, 1, "{}", out.transcript());
+    insta::assert_snapshot!("connection_refused", failure_lines(&out, &closed));
+
+    let fake = Fake::anthropic(vec![anthropic_text("done")]).await;
+    let out = run_plain(&anthropic_at(&format!("{}/v1", fake.uri()), ""), &[]).await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    assert_eq!(fake.requests().await[0].url.path(), "/v1/messages");
+
+    let fake = Fake::anthropic(vec![anthropic_text("done")]).await;
+    let pasted = format!("{}/v1/messages", fake.uri());
+    let out = run_plain(&anthropic_at(&pasted, "retries = 0\n"), &[]).await;
+    assert_eq!(out.status, 1, "{}", out.transcript());
+    insta::assert_snapshot!("endpoint_pasted_whole", failure_lines(&out, &fake.uri()));
+}
+
+/// Item 4: `retries` counts retries, as GitHub Actions and the SDKs do: `retries = 1` is two
+/// attempts, and the failure says so.
+#[tokio::test(flavor = "multi_thread")]
+async fn retries_count_retries_not_attempts() {
+    use crate::fake::Fake;
+    let overloaded = || {
+        wiremock::ResponseTemplate::new(529)
+            .insert_header("retry-after-ms", "10")
+            .set_body_json(serde_json::json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}))
+    };
+    let fake = Fake::anthropic(vec![overloaded(), overloaded(), overloaded()]).await;
+    let out = run_plain(&anthropic_at(&fake.uri(), "retries = 1\n"), &[]).await;
+    assert_eq!(out.status, 1, "{}", out.transcript());
+    assert_eq!(fake.requests().await.len(), 2);
+    insta::assert_snapshot!("retries_one", failure_lines(&out, &fake.uri()));
+}
+
+/// Item 5: run ids are UTC start times to the millisecond (whatever the local time zone), so
+/// `--resume latest` takes the run that started last even when two start in the same second.
+#[tokio::test(flavor = "multi_thread")]
+async fn resume_latest_takes_the_run_that_started_last() {
+    use crate::fake::{Fake, anthropic_text};
+    let fake = Fake::anthropic_fn(|_| anthropic_text("done")).await;
+    let workflow = format!(
+        "{}[inputs.n]\ndescription = \"which\"\n",
+        anthropic_at(&fake.uri(), "")
+            .replace("prompt = \"Look.\"", "prompt = \"Look {{ inputs.n }}.\"")
+    );
+    let mut test = Test::new()
+        .file("w.toml", &workflow)
+        .env("CLAUDE_KEY", "sk-test")
+        // Far from UTC: a run id in local time would be hours off.
+        .env("TZ", "Pacific/Kiritimati");
+    // Two runs back to back (usually within one second), then a resume of the latest.
+    let mut ids = Vec::new();
+    for n in ["n=1", "n=2"] {
+        let (out, back) = test
+            .args(&["run", "w.toml", "--format", "json", "--input", n])
+            .run_async()
+            .await;
+        test = back.clear_args();
+        assert_eq!(out.status, 0, "{}", out.transcript());
+        let record: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+        ids.push(record["run_id"].as_str().unwrap().to_owned());
+    }
+    assert!(ids[0] < ids[1], "{ids:?}");
+    // UTC to the hour (a minute back, too, in case the hour turned during the test).
+    let now = jiff::Timestamp::now();
+    let hours: Vec<String> = [now, now - jiff::SignedDuration::from_secs(60)]
+        .iter()
+        .map(|t| t.strftime("%Y%m%dT%H").to_string())
+        .collect();
+    assert!(
+        hours.contains(&ids[1][..11].to_owned()),
+        "run id {} is not UTC ({hours:?})",
+        ids[1]
+    );
+
+    let before = fake.requests().await.len();
+    let (out, _) = test
+        .args(&["run", "w.toml", "--input", "n=2", "--resume", "latest"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    // The step is reused from the second run (same prompt); the first had another prompt.
+    assert_eq!(fake.requests().await.len(), before, "{}", out.transcript());
+}
+
+/// Item 9: warnings about an agent file shared with Claude Code are whole in `validate` (with
+/// the permission rule named as what is unsupported, not the tool), and one line in `run`.
+#[tokio::test(flavor = "multi_thread")]
+async fn claude_code_agent_warnings_are_brief_when_running() {
+    use crate::fake::{Fake, anthropic_text};
+    let fake = Fake::anthropic(vec![anthropic_text("done")]).await;
+    let test = Test::new()
+        .file(
+            ".claude/agents/reviewer.md",
+            "---\nname: reviewer\ndescription: reviews\ntools: Read, Grep, Bash(git log:*)\npermissionMode: acceptEdits\n---\nReview.\n",
+        )
+        .file(
+            "w.toml",
+            &anthropic_at(&fake.uri(), "").replace("agent = \"explore\"", "agent = \"reviewer\""),
+        )
+        .env("CLAUDE_KEY", "sk-test");
+    let (out, test) = test.args(&["validate", "w.toml"]).run_async().await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    insta::assert_snapshot!("agent_warnings_validate", out.stderr);
+    let (out, _) = test
+        .clear_args()
+        .args(&["run", "w.toml", "--no-progress"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let first = out.stderr.lines().next().unwrap_or_default().to_owned();
+    insta::assert_snapshot!("agent_warnings_run", first);
+    assert!(!out.stderr.contains("permissionMode"), "{}", out.stderr);
+}
+
+/// Item 10: an OpenAI reasoning model that refuses `max_tokens` gets `max_completion_tokens`,
+/// and the step goes on.
+#[tokio::test(flavor = "multi_thread")]
+async fn reasoning_models_get_max_completion_tokens() {
+    use crate::fake::{Fake, openai_text};
+    let fake = Fake::openai_fn(|body| {
+        if body.get("max_tokens").is_some() {
+            wiremock::ResponseTemplate::new(400).set_body_json(serde_json::json!({"error": {
+                "message": "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.",
+                "type": "invalid_request_error", "param": "max_tokens", "code": "unsupported_parameter"
+            }}))
+        } else {
+            openai_text("done")
+        }
+    })
+    .await;
+    let workflow = format!(
+        "name = \"w\"\n[providers.oai]\nkind = \"openai\"\nbase_url = \"{}/v1\"\napi_key_env = \"OAI_KEY\"\n[models]\ndefault = \"oai/o3\"\n[steps.s]\nagent = \"explore\"\nmax_tokens = 777\nprompt = \"Look.\"\n",
+        fake.uri()
+    );
+    let (out, _) = Test::new()
+        .file("w.toml", &workflow)
+        .env("OAI_KEY", "sk-test")
+        .args(&["run", "w.toml", "--no-progress"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let bodies = fake.bodies().await;
+    let last = bodies.last().unwrap();
+    assert_eq!(last["max_completion_tokens"], 777);
+    assert!(last.get("max_tokens").is_none());
+}
