@@ -78,11 +78,7 @@ impl Object for Missing {
     }
 
     fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
-        let path = match key.as_str() {
-            Some(name) => format!("{}.{name}", self.0),
-            None => format!("{}[{key}]", self.0),
-        };
-        Some(Missing::value(path))
+        Some(Missing::value(child_path(&self.0, key)))
     }
 
     fn enumerate(self: &Arc<Self>) -> Enumerator {
@@ -233,6 +229,14 @@ pub fn step_value(
     minijinja::context! { summary, output, status, branch, diff }
 }
 
+/// The path of `key` read from the value at `path`: `steps.x.output.files`, `….files[0]`.
+fn child_path(path: &str, key: &Value) -> String {
+    match key.as_str() {
+        Some(name) => format!("{path}.{name}"),
+        None => format!("{path}[{key}]"),
+    }
+}
+
 /// A value not known until a step runs. It renders as `<steps.x.summary>`, and any attribute or
 /// item of it is a placeholder too, so `steps.x.output.files` renders `<steps.x.output.files>`.
 #[derive(Debug, Clone)]
@@ -250,11 +254,7 @@ impl Object for Placeholder {
     }
 
     fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
-        let path = match key.as_str() {
-            Some(name) => format!("{}.{name}", self.0),
-            None => format!("{}[{key}]", self.0),
-        };
-        Some(Placeholder::value(path))
+        Some(Placeholder::value(child_path(&self.0, key)))
     }
 
     fn enumerate(self: &Arc<Self>) -> Enumerator {

@@ -126,6 +126,14 @@ fn a_broken_agent_file_is_found_by_its_name() {
     insta::assert_snapshot!("broken_agent_by_name", out.stderr);
 }
 
+/// A workflow whose step `triage` runs only with `--input mode=full` and outputs JSON with the
+/// given properties (and what follows them in the schema), then `rest`.
+fn triage_then(properties: &str, rest: &str) -> String {
+    format!(
+        "name = \"w\"\n[models]\ndefault = \"anthropic/m\"\n[inputs.mode]\ndefault = \"quick\"\n\n[steps.triage]\nagent = \"explore\"\nif = \"inputs.mode == 'full'\"\nprompt = \"Triage.\"\noutput_schema = {{ type = \"object\", properties = {properties} }}\n{rest}"
+    )
+}
+
 /// Template mistakes are found by `validate`, all at once and together with other errors: a
 /// field of a summary, a property the output schema does not declare, an output read unguarded
 /// by a step that runs after it was skipped, and an unknown filter.
@@ -134,18 +142,9 @@ fn template_mistakes_are_found_before_anything_runs() {
     let out = Test::new()
         .file(
             "w.toml",
-            r#"name = "w"
-[models]
-default = "anthropic/m"
-[inputs.mode]
-default = "quick"
-
-[steps.triage]
-agent = "explore"
-if = "inputs.mode == 'full'"
-prompt = "Triage."
-output_schema = { type = "object", properties = { severity = { type = "string" } } }
-
+            &triage_then(
+                "{ severity = { type = \"string\" } }",
+                r#"
 [steps.a]
 agent = "explore"
 prompt = "Look."
@@ -165,6 +164,7 @@ prompt = """
 agent = "reviewer"
 prompt = "x"
 "#,
+            ),
         )
         .args(&["validate", "w.toml"])
         .run();
@@ -177,18 +177,9 @@ prompt = "x"
 #[tokio::test(flavor = "multi_thread")]
 async fn guarded_reads_render_whether_the_step_ran_or_not() {
     use crate::fake::{Fake, anthropic_text, prompt_of};
-    let workflow = r#"name = "w"
-[models]
-default = "anthropic/m"
-[inputs.mode]
-default = "quick"
-
-[steps.triage]
-agent = "explore"
-if = "inputs.mode == 'full'"
-prompt = "Triage."
-output_schema = { type = "object", properties = { severity = { type = "string" }, files = { type = "array", items = { type = "object", properties = { path = { type = "string" } } } } }, required = ["severity", "files"] }
-
+    let workflow = triage_then(
+        "{ severity = { type = \"string\" }, files = { type = \"array\", items = { type = \"object\", properties = { path = { type = \"string\" } } } } }, required = [\"severity\", \"files\"]",
+        r#"
 [steps.report]
 agent = "explore"
 needs = ["triage"]
@@ -200,7 +191,8 @@ severity={{ steps.triage.output.severity | default("unknown") }}
 or={{ steps.triage.output.severity or "n/a" }}
 files={% for f in steps.triage.output.files %}{{ f.path }} {% endfor %}
 status={{ steps.triage.status }}"""
-"#;
+"#,
+    );
     for (mode, expected) in [
         (
             "quick",
@@ -222,7 +214,7 @@ status={{ steps.triage.status }}"""
         ])
         .await;
         let (out, _test) = Test::new()
-            .file("w.toml", workflow)
+            .file("w.toml", &workflow)
             .env("ANTHROPIC_BASE_URL", &fake.uri())
             .env("ANTHROPIC_API_KEY", "sk-test")
             .args(&[

@@ -257,21 +257,17 @@ impl Walker<'_> {
 
     /// The field `name` of `base` (the value of `base_expr`), read by `e`.
     pub(super) fn field(&mut self, e: &Expr<'_>, base_expr: &Expr<'_>, base: Ty, name: &str) -> Ty {
-        let absent = base.absent.clone();
-        let wrong = |kind| Found::NotAMap {
-            read: path_of(e).unwrap_or_else(|| name.to_owned()),
-            base: path_of(base_expr).unwrap_or_else(|| "the value".into()),
-            kind,
-        };
-        let ty = match &base.kind {
-            Kind::Any => Ty::any(),
+        let read = || path_of(e).unwrap_or_else(|| name.to_owned());
+        let base_path = || path_of(base_expr).unwrap_or_else(|| "the value".into());
+        let not_a_map = match &base.kind {
+            Kind::Any => return self.narrowed(Ty::any(), base.absent),
             Kind::Map(fields) => match fields.fields.get(name) {
-                Some(ty) => ty.clone(),
-                None if fields.open => Ty::any(),
+                Some(ty) => return self.narrowed(ty.clone(), base.absent),
+                None if fields.open => return self.narrowed(Ty::any(), base.absent),
                 None => {
                     let found = Found::NoProperty {
-                        read: path_of(e).unwrap_or_else(|| name.to_owned()),
-                        base: path_of(base_expr).unwrap_or_else(|| "the value".into()),
+                        read: read(),
+                        base: base_path(),
                         field: name.to_owned(),
                         known: fields.fields.keys().cloned().collect(),
                     };
@@ -279,29 +275,26 @@ impl Walker<'_> {
                     return Ty::any();
                 }
             },
-            Kind::Str => {
-                self.report(range_of(e), wrong("a string"));
-                return Ty::any();
-            }
-            Kind::Number => {
-                self.report(range_of(e), wrong("a number"));
-                return Ty::any();
-            }
-            Kind::Bool => {
-                self.report(range_of(e), wrong("a boolean"));
-                return Ty::any();
-            }
-            Kind::Null => {
-                self.report(range_of(e), wrong("always none"));
-                return Ty::any();
-            }
-            Kind::List(_) => {
-                self.report(range_of(e), wrong("a list"));
-                return Ty::any();
-            }
+            Kind::Str => "a string",
+            Kind::Number => "a number",
+            Kind::Bool => "a boolean",
+            Kind::Null => "always none",
+            Kind::List(_) => "a list",
         };
+        let found = Found::NotAMap {
+            read: read(),
+            base: base_path(),
+            kind: not_a_map,
+        };
+        self.report(range_of(e), found);
+        Ty::any()
+    }
+
+    /// A field's type, missing when it or what it was read from may be, unless a guard around
+    /// it proves it present.
+    fn narrowed(&self, ty: Ty, from: Option<std::rc::Rc<super::Absence>>) -> Ty {
         let ty = Ty {
-            absent: ty.absent.or(absent),
+            absent: ty.absent.or(from),
             ..ty
         };
         match &ty.absent {
