@@ -1,20 +1,14 @@
 //! `runner export github-actions WORKFLOW`: see [`crate::export`].
 
-use super::load_plan;
-use crate::cli::{ExportArgs, ExportTarget, Io, LimitArgs};
+use super::load_plan_to_inspect;
+use crate::cli::{ExportArgs, ExportTarget, Io};
 use crate::error::Exit;
 use crate::export::{Options, check, github_actions};
 use crate::workflow::load_workflow;
 
 pub fn export(args: ExportArgs, io: &mut Io<'_>) -> Exit {
     // Inputs are given when the exported workflow is dispatched, not now.
-    let Some(plan) = load_plan(
-        &args.workflow,
-        &args.resolve,
-        LimitArgs::default(),
-        false,
-        io,
-    ) else {
+    let Some(plan) = load_plan_to_inspect(&args.workflow, &args.resolve, io) else {
         return Exit::Invalid;
     };
     let inputs = match load_workflow(&args.workflow) {

@@ -1,18 +1,12 @@
 //! `runner graph WORKFLOW`: the DAG as Mermaid or DOT.
 
-use super::load_plan;
-use crate::cli::{GraphArgs, GraphFormat, Io, LimitArgs};
+use super::load_plan_to_inspect;
+use crate::cli::{GraphArgs, GraphFormat, Io};
 use crate::error::Exit;
 use crate::plan::render;
 
 pub fn graph(args: GraphArgs, io: &mut Io<'_>) -> Exit {
-    let Some(plan) = load_plan(
-        &args.workflow,
-        &args.resolve,
-        LimitArgs::default(),
-        false,
-        io,
-    ) else {
+    let Some(plan) = load_plan_to_inspect(&args.workflow, &args.resolve, io) else {
         return Exit::Invalid;
     };
     let text = match args.format {

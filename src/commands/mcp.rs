@@ -3,19 +3,13 @@
 
 use std::collections::BTreeMap;
 
-use super::load_plan;
-use crate::cli::{Io, LimitArgs, McpListArgs};
+use super::load_plan_to_inspect;
+use crate::cli::{Io, McpListArgs};
 use crate::error::Exit;
 use crate::mcp::Hub;
 
 pub fn list(args: McpListArgs, io: &mut Io<'_>) -> Exit {
-    let Some(plan) = load_plan(
-        &args.workflow,
-        &args.resolve,
-        LimitArgs::default(),
-        false,
-        io,
-    ) else {
+    let Some(plan) = load_plan_to_inspect(&args.workflow, &args.resolve, io) else {
         return Exit::Invalid;
     };
     let servers: BTreeMap<_, _> = plan

@@ -117,6 +117,16 @@ pub(crate) fn load_plan(
     load_plan_with(workflow, args, limits, require_inputs, false, io)
 }
 
+/// [`load_plan`] for commands that look at a workflow without running it (`graph`, `export`,
+/// `mcp list`): no limits from flags, and inputs may be left out.
+pub(crate) fn load_plan_to_inspect(
+    workflow: &Utf8Path,
+    args: &ResolveArgs,
+    io: &mut Io<'_>,
+) -> Option<Plan> {
+    load_plan(workflow, args, LimitArgs::default(), false, io)
+}
+
 /// [`load_plan`], but when `brief` and the workflow is valid, warnings about other files (agent
 /// files using Claude Code settings runner ignores) are one line per file: they are about files
 /// the user may share with Claude Code and cannot act on every run; `validate` shows them whole.

@@ -145,17 +145,6 @@ impl StepGraph {
         below.into_iter().collect()
     }
 
-    /// Each step's wave, `None` if there is a cycle.
-    pub fn wave_of(&self) -> Option<Vec<usize>> {
-        let mut out = vec![0; self.graph.node_count()];
-        for (w, wave) in self.waves()?.iter().enumerate() {
-            for &i in wave {
-                out[i] = w;
-            }
-        }
-        Some(out)
-    }
-
     /// Whether `ancestor` is reachable from `step` by following `needs`.
     pub fn is_ancestor(&self, ancestor: usize, step: usize) -> bool {
         let target = NodeIndex::new(ancestor);
@@ -180,6 +169,17 @@ impl StepGraph {
     }
 }
 
+/// Each step's wave, from the waves (`steps` steps in all).
+pub fn wave_of(waves: &[Vec<usize>], steps: usize) -> Vec<usize> {
+    let mut out = vec![0; steps];
+    for (w, wave) in waves.iter().enumerate() {
+        for &i in wave {
+            out[i] = w;
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,7 +193,7 @@ mod tests {
         assert!(g.is_ancestor(0, 3));
         assert!(g.is_ancestor(1, 3));
         assert!(!g.is_ancestor(3, 0));
-        let wave = g.wave_of().unwrap();
+        let wave = wave_of(&g.waves().unwrap(), 4);
         assert_eq!(wave, vec![0, 0, 1, 2]);
         assert_eq!(g.between(0, 3, &wave), vec![2, 3]);
         assert_eq!(g.between(1, 3, &wave), vec![2, 3]);

@@ -212,7 +212,12 @@ pub fn build_plan(
             b.load_output_schema(id, schema)
         })
         .collect();
-    let wave_of = graph.wave_of().unwrap_or_default();
+    // Waves once: they order the sealed plan and bound the ancestry walks of typed templates.
+    let waves_idx = graph.waves();
+    let wave_of = waves_idx
+        .as_ref()
+        .map(|w| graph::wave_of(w, ids.len()))
+        .unwrap_or_default();
     let env = template::environment();
     let mut resolved: Vec<Option<PlannedStep>> = Vec::with_capacity(ids.len());
     for (i, (id, step)) in def.steps.iter().enumerate() {
@@ -264,7 +269,7 @@ pub fn build_plan(
     if problems.iter().any(Problem::is_error) {
         return (None, problems);
     }
-    let Some(waves_idx) = graph.waves() else {
+    let Some(waves_idx) = waves_idx else {
         return (None, problems);
     };
 
