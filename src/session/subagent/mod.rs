@@ -4,204 +4,30 @@
 //! one run-wide limit; background ones are collected with `task_output`; a step does not end before
 //! its background subagents do, and cancelling the step cancels them.
 
-use std::collections::{BTreeMap, BTreeSet};
+mod context;
+mod scope;
+
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use futures_util::future::BoxFuture;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
-use tokio_util::sync::CancellationToken;
+use tokio::sync::{OwnedSemaphorePermit, watch};
 
 use super::{Conversation, Session, StepOutcome, prompt};
-use crate::agent::{Agent, AgentCatalog};
+use crate::agent::Agent;
 use crate::event::{Emitter, EventKind};
-use crate::provider::message::{Block, ChatRequest, Message, Role};
-use crate::provider::{ModelApi, ModelRef, ProviderSpec, Secret, connect};
+use crate::provider::message::Message;
+use crate::provider::{ModelApi, ModelRef};
 use crate::run::{StepStatus, SubagentRecord};
 use crate::sandbox::Mode;
-use crate::tools::task::{ContextFile, TaskInput};
-use crate::tools::{Delegate, Registry, StepTools, TASK, TASK_OUTPUT, ToolContext, ToolOutput};
+use crate::tools::task::TaskInput;
+use crate::tools::{Delegate, StepTools, TASK, TASK_OUTPUT, ToolContext, ToolOutput};
 
-/// What every step of a run shares for its subagents.
-pub struct Team {
-    pub registry: Arc<Registry>,
-    pub catalog: Arc<AgentCatalog>,
-    /// Model aliases and providers, to resolve a subagent's model.
-    pub aliases: BTreeMap<String, ModelRef>,
-    pub providers: BTreeMap<String, ProviderSpec>,
-    /// APIs by provider; others are connected when a subagent first needs them.
-    pub apis: Mutex<BTreeMap<String, Arc<dyn ModelApi>>>,
-    /// `max_subagents`: subagents running at once, across the run.
-    pub slots: Arc<Semaphore>,
-    /// The run's budget, which every step and subagent charges.
-    pub budget: Arc<crate::budget::RunBudget>,
-    /// `--record` / `--replay`: every request goes through the cassettes.
-    pub tapes: Option<Arc<crate::provider::tape::Tapes>>,
-    /// The run's MCP servers.
-    pub mcp: Arc<crate::mcp::Hub>,
-}
-
-impl Team {
-    /// The team of a run of `plan`: its aliases, providers and subagent limit.
-    pub fn new(
-        plan: &crate::plan::Plan,
-        registry: Arc<Registry>,
-        catalog: Arc<AgentCatalog>,
-        apis: BTreeMap<String, Arc<dyn ModelApi>>,
-    ) -> Self {
-        Self {
-            registry,
-            catalog,
-            aliases: plan.aliases.clone(),
-            providers: plan.providers.clone(),
-            apis: Mutex::new(apis),
-            slots: Arc::new(Semaphore::new(plan.max_subagents as usize)),
-            budget: Arc::new(crate::budget::RunBudget::new(
-                plan.max_tokens,
-                plan.max_cost_usd,
-                plan.prices.clone(),
-            )),
-            tapes: None,
-            mcp: Arc::default(),
-        }
-    }
-
-    /// The API a step (or its subagent) working in `roots` sends to: the provider's, through
-    /// the cassettes when recording; only the cassettes when replaying (no key, no network).
-    pub fn api_for(
-        &self,
-        provider: &str,
-        step: &str,
-        roots: Vec<String>,
-    ) -> Result<Arc<dyn ModelApi>, String> {
-        match &self.tapes {
-            Some(tapes) if tapes.replaying() => Ok(tapes.wrap(None, step, roots)),
-            Some(tapes) => Ok(tapes.wrap(Some(self.api(provider)?), step, roots)),
-            None => self.api(provider),
-        }
-    }
-
-    fn api(&self, provider: &str) -> Result<Arc<dyn ModelApi>, String> {
-        let mut apis = self.apis.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(api) = apis.get(provider) {
-            return Ok(api.clone());
-        }
-        let spec = self
-            .providers
-            .get(provider)
-            .ok_or_else(|| format!("there is no provider `{provider}`"))?;
-        let key = match &spec.api_key_env {
-            Some(var) => Some(Secret::new(crate::secrets::var(var).ok_or_else(|| {
-                format!("{var} is not set, so provider `{provider}` cannot be used")
-            })?)),
-            None => None,
-        };
-        let api = connect(spec, key);
-        apis.insert(provider.to_owned(), api.clone());
-        Ok(api)
-    }
-
-    /// `model` as a step would resolve it: an alias (`small` and `plan` fall back to `default`)
-    /// or `provider/model`.
-    fn model(&self, text: &str) -> Result<ModelRef, String> {
-        if let Some(model) = ModelRef::parse(text) {
-            return if self.providers.contains_key(&model.provider) {
-                Ok(model)
-            } else {
-                Err(format!("unknown provider `{}` in `{text}`", model.provider))
-            };
-        }
-        crate::plan::lookup_alias(&self.aliases, text)
-            .cloned()
-            .ok_or_else(|| format!("model alias `{text}` is not defined"))
-    }
-}
-
-/// What the subagents of one step share: who may be spawned, the limits, and what they left.
-pub struct StepScope {
-    pub team: Arc<Team>,
-    /// Agents the step's `task` may spawn.
-    pub spawnable: Vec<String>,
-    pub max_depth: u32,
-    pub max_turns: u32,
-    pub max_tokens: u32,
-    pub retries: u32,
-    /// Cancelled when the step ends or is dropped: background subagents stop with it.
-    pub cancel: CancellationToken,
-    /// The step's budgets: its subagents charge them too.
-    pub meter: crate::budget::Meter,
-    /// The step's tools (its MCP servers' included).
-    pub registry: Arc<Registry>,
-    state: Mutex<State>,
-}
-
-#[derive(Default)]
-struct State {
-    /// The last number given to each agent's subagents (`explore#2`).
-    numbers: BTreeMap<String, u32>,
-    /// Background subagents: their answers once they have one.
-    background: BTreeMap<String, watch::Receiver<Option<ToolOutput>>>,
-    /// Finished conversations, for `resume`.
-    conversations: BTreeMap<String, Saved>,
-}
-
-#[derive(Clone)]
-struct Saved {
-    agent: String,
-    model: ModelRef,
-    tools: BTreeSet<String>,
-    messages: Vec<Message>,
-}
-
-impl StepScope {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        team: Arc<Team>,
-        spawnable: Vec<String>,
-        max_depth: u32,
-        max_turns: u32,
-        max_tokens: u32,
-        retries: u32,
-        meter: crate::budget::Meter,
-        registry: Arc<Registry>,
-    ) -> Self {
-        Self {
-            meter,
-            registry,
-            team,
-            spawnable,
-            max_depth,
-            max_turns,
-            max_tokens,
-            retries,
-            cancel: CancellationToken::new(),
-            state: Mutex::default(),
-        }
-    }
-
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Waits for every background subagent of the step (a step does not end before them).
-    pub async fn wait_background(&self) {
-        loop {
-            let pending: Vec<watch::Receiver<Option<ToolOutput>>> = self
-                .state()
-                .background
-                .values()
-                .filter(|r| r.borrow().is_none())
-                .cloned()
-                .collect();
-            if pending.is_empty() {
-                return;
-            }
-            for mut receiver in pending {
-                let _ = receiver.wait_for(Option::is_some).await;
-            }
-        }
-    }
-}
+use context::context_files;
+pub use context::fork;
+use scope::Saved;
+pub use scope::{StepScope, Team};
 
 /// One agent that may delegate: a step (depth 0), or a subagent allowed to nest.
 pub struct Delegation {
@@ -556,121 +382,6 @@ fn record(
         error,
     }
 }
-
-/// The files a `task` call asked for, numbered as `read_file` shows them, ready to append to the
-/// first message. A file that cannot be read (outside the directory, missing) fails the call.
-fn context_files(ctx: &ToolContext, files: &[ContextFile]) -> Result<String, String> {
-    let mut out = String::new();
-    for file in files {
-        let start = file.start_line.unwrap_or(1).max(1);
-        let mut input = serde_json::json!({"path": file.path, "offset": start});
-        if let Some(end) = file.end_line {
-            if end < start {
-                return Err(format!(
-                    "context file `{}`: end_line {end} is before start_line {start}",
-                    file.path
-                ));
-            }
-            input["limit"] = (end - start + 1).into();
-        }
-        let read = crate::tools::fs::read_file(&ctx.workspace, &input);
-        if read.is_error {
-            return Err(format!("context file `{}`: {}", file.path, read.text));
-        }
-        let lines = match (file.start_line, file.end_line) {
-            (None, None) => String::new(),
-            _ => format!(
-                " lines=\"{start}-{}\"",
-                file.end_line
-                    .map_or_else(|| "end".to_owned(), |e| e.to_string())
-            ),
-        };
-        out.push_str(&format!(
-            "\n\n<context_file path=\"{}\"{lines}>\n{}</context_file>",
-            file.path, read.text
-        ));
-    }
-    Ok(out)
-}
-
-/// The parent's conversation as a forked subagent starts from it (SPEC §6): tool calls the
-/// subagent cannot make, and their results, become short text notes; calls not answered yet
-/// (the `task` calls being run, and their siblings) are dropped.
-pub fn fork(parent: &ChatRequest, tools: &BTreeSet<String>) -> Vec<Message> {
-    let answered: BTreeSet<&str> = parent
-        .messages
-        .iter()
-        .flat_map(|m| &m.content)
-        .filter_map(|b| match b {
-            Block::ToolResult { tool_use_id, .. } => Some(tool_use_id.as_str()),
-            _ => None,
-        })
-        .collect();
-    let names: BTreeMap<&str, &str> = parent
-        .messages
-        .iter()
-        .flat_map(|m| &m.content)
-        .filter_map(|b| match b {
-            Block::ToolUse { id, name, .. } => Some((id.as_str(), name.as_str())),
-            _ => None,
-        })
-        .collect();
-    let short = |text: &str, n: usize| -> String {
-        let cut: String = text.chars().take(n).collect();
-        if cut.len() < text.len() {
-            format!("{cut}…")
-        } else {
-            cut
-        }
-    };
-    let mut out = Vec::new();
-    for message in &parent.messages {
-        let mut content = Vec::new();
-        for block in &message.content {
-            match block {
-                Block::ToolUse { id, .. } if !answered.contains(id.as_str()) => {}
-                Block::ToolUse { name, input, .. } if !tools.contains(name) => {
-                    content.push(Block::Text {
-                        text: format!("[called {name} with {}]", short(&input.to_string(), 200)),
-                    });
-                }
-                Block::ToolResult {
-                    tool_use_id,
-                    content: text,
-                    ..
-                } if names
-                    .get(tool_use_id.as_str())
-                    .is_some_and(|n| !tools.contains(*n)) =>
-                {
-                    let name = names.get(tool_use_id.as_str()).copied().unwrap_or("tool");
-                    content.push(Block::Text {
-                        text: format!("[{name} returned: {}]", short(text, 500)),
-                    });
-                }
-                other => content.push(other.clone()),
-            }
-        }
-        if content.is_empty() {
-            continue;
-        }
-        match out.last_mut() {
-            Some(Message {
-                role,
-                content: last,
-            }) if *role == message.role => last.extend(content),
-            _ => out.push(Message {
-                role: message.role,
-                content,
-            }),
-        }
-    }
-    // A conversation starts with the user.
-    if out.first().is_some_and(|m| m.role == Role::Assistant) {
-        out.insert(0, Message::user_text("(earlier conversation)"));
-    }
-    out
-}
-
 impl Delegate for Delegation {
     fn task<'a>(&'a self, input: TaskInput, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
@@ -740,90 +451,5 @@ impl Delegate for Delegation {
 
     fn as_any(&self) -> &dyn std::any::Any {
         self
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn tool_use(id: &str, name: &str) -> Block {
-        Block::ToolUse {
-            id: id.into(),
-            name: name.into(),
-            input: json!({"path": "a.rs"}),
-        }
-    }
-
-    fn result(id: &str, text: &str) -> Block {
-        Block::ToolResult {
-            tool_use_id: id.into(),
-            content: text.into(),
-            is_error: false,
-        }
-    }
-
-    #[test]
-    fn a_fork_keeps_what_it_can_use_notes_the_rest_and_drops_unanswered_calls() {
-        let parent = ChatRequest {
-            model: "m".into(),
-            system: "s".into(),
-            messages: vec![
-                Message::user_text("go"),
-                Message {
-                    role: Role::Assistant,
-                    content: vec![tool_use("t1", "read_file"), tool_use("t2", "write_file")],
-                },
-                Message {
-                    role: Role::User,
-                    content: vec![result("t1", "fn a() {}"), result("t2", "created a.rs")],
-                },
-                Message {
-                    role: Role::Assistant,
-                    content: vec![
-                        Block::Text {
-                            text: "Delegating.".into(),
-                        },
-                        tool_use("t3", "task"),
-                    ],
-                },
-            ],
-            tools: Vec::new(),
-            max_tokens: 10,
-        };
-        let tools: BTreeSet<String> = ["read_file".to_owned()].into();
-        let forked = fork(&parent, &tools);
-        assert_eq!(forked.len(), 4);
-        assert_eq!(forked[0], parent.messages[0]);
-        assert_eq!(
-            forked[1].content,
-            vec![
-                tool_use("t1", "read_file"),
-                Block::Text {
-                    text: "[called write_file with {\"path\":\"a.rs\"}]".into()
-                }
-            ]
-        );
-        assert_eq!(
-            forked[2].content,
-            vec![
-                result("t1", "fn a() {}"),
-                Block::Text {
-                    text: "[write_file returned: created a.rs]".into()
-                }
-            ]
-        );
-        // The unanswered task call is gone; the text before it stays.
-        assert_eq!(
-            forked[3].content,
-            vec![Block::Text {
-                text: "Delegating.".into()
-            }]
-        );
-        // With every tool, nothing but the unanswered call changes.
-        let all: BTreeSet<String> = ["read_file", "write_file", "task"].map(String::from).into();
-        let same = fork(&parent, &all);
-        assert_eq!(same[..3], parent.messages[..3]);
     }
 }

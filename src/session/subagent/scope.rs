@@ -1,0 +1,195 @@
+//! What subagents share: the run's [`Team`] (model APIs, aliases, the run-wide limit, the budget)
+//! and a step's [`StepScope`] (who may be spawned, its limits, its background subagents and the
+//! conversations `resume` continues).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tokio::sync::{Semaphore, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::AgentCatalog;
+use crate::provider::message::Message;
+use crate::provider::{ModelApi, ModelRef, ProviderSpec, Secret, connect};
+use crate::tools::{Registry, ToolOutput};
+
+/// What every step of a run shares for its subagents.
+pub struct Team {
+    pub registry: Arc<Registry>,
+    pub catalog: Arc<AgentCatalog>,
+    /// Model aliases and providers, to resolve a subagent's model.
+    pub aliases: BTreeMap<String, ModelRef>,
+    pub providers: BTreeMap<String, ProviderSpec>,
+    /// APIs by provider; others are connected when a subagent first needs them.
+    pub apis: Mutex<BTreeMap<String, Arc<dyn ModelApi>>>,
+    /// `max_subagents`: subagents running at once, across the run.
+    pub slots: Arc<Semaphore>,
+    /// The run's budget, which every step and subagent charges.
+    pub budget: Arc<crate::budget::RunBudget>,
+    /// `--record` / `--replay`: every request goes through the cassettes.
+    pub tapes: Option<Arc<crate::provider::tape::Tapes>>,
+    /// The run's MCP servers.
+    pub mcp: Arc<crate::mcp::Hub>,
+}
+
+impl Team {
+    /// The team of a run of `plan`: its aliases, providers and subagent limit.
+    pub fn new(
+        plan: &crate::plan::Plan,
+        registry: Arc<Registry>,
+        catalog: Arc<AgentCatalog>,
+        apis: BTreeMap<String, Arc<dyn ModelApi>>,
+    ) -> Self {
+        Self {
+            registry,
+            catalog,
+            aliases: plan.aliases.clone(),
+            providers: plan.providers.clone(),
+            apis: Mutex::new(apis),
+            slots: Arc::new(Semaphore::new(plan.max_subagents as usize)),
+            budget: Arc::new(crate::budget::RunBudget::new(
+                plan.max_tokens,
+                plan.max_cost_usd,
+                plan.prices.clone(),
+            )),
+            tapes: None,
+            mcp: Arc::default(),
+        }
+    }
+
+    /// The API a step (or its subagent) working in `roots` sends to: the provider's, through
+    /// the cassettes when recording; only the cassettes when replaying (no key, no network).
+    pub fn api_for(
+        &self,
+        provider: &str,
+        step: &str,
+        roots: Vec<String>,
+    ) -> Result<Arc<dyn ModelApi>, String> {
+        match &self.tapes {
+            Some(tapes) if tapes.replaying() => Ok(tapes.wrap(None, step, roots)),
+            Some(tapes) => Ok(tapes.wrap(Some(self.api(provider)?), step, roots)),
+            None => self.api(provider),
+        }
+    }
+
+    fn api(&self, provider: &str) -> Result<Arc<dyn ModelApi>, String> {
+        let mut apis = self.apis.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(api) = apis.get(provider) {
+            return Ok(api.clone());
+        }
+        let spec = self
+            .providers
+            .get(provider)
+            .ok_or_else(|| format!("there is no provider `{provider}`"))?;
+        let key = match &spec.api_key_env {
+            Some(var) => Some(Secret::new(crate::secrets::var(var).ok_or_else(|| {
+                format!("{var} is not set, so provider `{provider}` cannot be used")
+            })?)),
+            None => None,
+        };
+        let api = connect(spec, key);
+        apis.insert(provider.to_owned(), api.clone());
+        Ok(api)
+    }
+
+    /// `model` as a step would resolve it: an alias (`small` and `plan` fall back to `default`)
+    /// or `provider/model`.
+    pub(super) fn model(&self, text: &str) -> Result<ModelRef, String> {
+        if let Some(model) = ModelRef::parse(text) {
+            return if self.providers.contains_key(&model.provider) {
+                Ok(model)
+            } else {
+                Err(format!("unknown provider `{}` in `{text}`", model.provider))
+            };
+        }
+        crate::plan::lookup_alias(&self.aliases, text)
+            .cloned()
+            .ok_or_else(|| format!("model alias `{text}` is not defined"))
+    }
+}
+
+/// What the subagents of one step share: who may be spawned, the limits, and what they left.
+pub struct StepScope {
+    pub team: Arc<Team>,
+    /// Agents the step's `task` may spawn.
+    pub spawnable: Vec<String>,
+    pub max_depth: u32,
+    pub max_turns: u32,
+    pub max_tokens: u32,
+    pub retries: u32,
+    /// Cancelled when the step ends or is dropped: background subagents stop with it.
+    pub cancel: CancellationToken,
+    /// The step's budgets: its subagents charge them too.
+    pub meter: crate::budget::Meter,
+    /// The step's tools (its MCP servers' included).
+    pub registry: Arc<Registry>,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+pub(super) struct State {
+    /// The last number given to each agent's subagents (`explore#2`).
+    pub(super) numbers: BTreeMap<String, u32>,
+    /// Background subagents: their answers once they have one.
+    pub(super) background: BTreeMap<String, watch::Receiver<Option<ToolOutput>>>,
+    /// Finished conversations, for `resume`.
+    pub(super) conversations: BTreeMap<String, Saved>,
+}
+
+#[derive(Clone)]
+pub(super) struct Saved {
+    pub(super) agent: String,
+    pub(super) model: ModelRef,
+    pub(super) tools: BTreeSet<String>,
+    pub(super) messages: Vec<Message>,
+}
+
+impl StepScope {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        team: Arc<Team>,
+        spawnable: Vec<String>,
+        max_depth: u32,
+        max_turns: u32,
+        max_tokens: u32,
+        retries: u32,
+        meter: crate::budget::Meter,
+        registry: Arc<Registry>,
+    ) -> Self {
+        Self {
+            meter,
+            registry,
+            team,
+            spawnable,
+            max_depth,
+            max_turns,
+            max_tokens,
+            retries,
+            cancel: CancellationToken::new(),
+            state: Mutex::default(),
+        }
+    }
+
+    pub(super) fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Waits for every background subagent of the step (a step does not end before them).
+    pub async fn wait_background(&self) {
+        loop {
+            let pending: Vec<watch::Receiver<Option<ToolOutput>>> = self
+                .state()
+                .background
+                .values()
+                .filter(|r| r.borrow().is_none())
+                .cloned()
+                .collect();
+            if pending.is_empty() {
+                return;
+            }
+            for mut receiver in pending {
+                let _ = receiver.wait_for(Option::is_some).await;
+            }
+        }
+    }
+}
