@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use camino::Utf8PathBuf;
-use runner::sandbox::Mode;
+use runner::sandbox::{Mode, Support};
 use runner::tools::ToolOutput;
 use runner::tools::bash::{BashEnv, bash};
 use runner::tools::confine::Workspace;
@@ -225,6 +225,38 @@ async fn read_only_bash_writes_nothing_but_its_temporary_directory() {
     )
     .await;
     assert_eq!(ok, ToolOutput::ok("exit code 0\nfn a() {}\nscratch\n"));
+}
+
+#[tokio::test]
+async fn without_landlock_a_read_only_bash_is_refused_not_run_unconfined() {
+    let p = place();
+    let mut env = env(Mode::ReadOnly, false);
+    env.support = Support { landlock_abi: 0 };
+    let out = run(&p, &env, "touch new.txt").await;
+    assert!(out.is_error, "{}", out.text);
+    assert!(
+        out.text.contains("the kernel has no Landlock"),
+        "{}",
+        out.text
+    );
+    assert!(!p.ws.root().join("new.txt").exists());
+    // What the run says once, before any step: which modes lose what.
+    let warning = env
+        .support
+        .warning([Mode::ReadOnly, Mode::Workdir])
+        .unwrap();
+    assert!(
+        warning.contains("read-only steps get no bash")
+            && warning.contains("can write anywhere this user can")
+            && warning.contains("`--sandbox off`"),
+        "{warning}"
+    );
+    assert_eq!(env.support.warning([Mode::Off]), None);
+    assert_eq!(
+        Support::probe().warning([Mode::ReadOnly]),
+        None,
+        "this machine has Landlock"
+    );
 }
 
 #[tokio::test]

@@ -312,10 +312,11 @@ async fn a_worktree_step_commits_on_its_branch_and_leaves_the_main_tree_clean() 
             ],
         ),
         ("MARK-review", vec![anthropic_text("Looks fine.")]),
+        ("MARK-after", vec![anthropic_text("Nothing to do.")]),
     ])
     .await;
     let workflow = format!(
-        "name = \"t\"\n{MODELS}[steps.impl]\nagent = \"code\"\nisolation = \"worktree\"\nprompt = \"MARK-impl\"\n[steps.review]\nagent = \"explore\"\nneeds = [\"impl\"]\nprompt = \"MARK-review {{{{ steps.impl.branch }}}}\\n{{{{ steps.impl.diff }}}}\"\n"
+        "name = \"t\"\n{MODELS}[steps.impl]\nagent = \"code\"\nisolation = \"worktree\"\nprompt = \"MARK-impl\"\n[steps.review]\nagent = \"explore\"\nneeds = [\"impl\"]\nprompt = \"MARK-review {{{{ steps.impl.branch }}}}\\n{{{{ steps.impl.diff }}}}\"\n[steps.after]\nagent = \"code\"\nneeds = [\"review\"]\nprompt = \"MARK-after\"\n"
     );
     let test = Test::new()
         .file("w.toml", &workflow)
@@ -345,6 +346,26 @@ async fn a_worktree_step_commits_on_its_branch_and_leaves_the_main_tree_clean() 
     );
     assert!(!test.path().join("hello.txt").exists());
     assert_eq!(git(test.path(), &["worktree", "list"]).lines().count(), 1);
+    // Both code steps share one cacheable prefix (system prompt and tools), byte for byte: where
+    // each works is in its first message, the worktree's path only in the worktree step's.
+    let (inside, after) = (
+        fake.body_for("MARK-impl").await,
+        fake.body_for("MARK-after").await,
+    );
+    assert_eq!(inside["system"], after["system"]);
+    assert_eq!(inside["tools"], after["tools"]);
+    let workdir = |body: &Value| {
+        let first = body["messages"][0]["content"][0]["text"].as_str().unwrap();
+        let line = first.lines().find(|l| l.starts_with("Working directory: "));
+        line.unwrap_or_default().to_owned()
+    };
+    let top = test.path().canonicalize().unwrap();
+    assert_eq!(
+        workdir(&after),
+        format!("Working directory: {}", top.display())
+    );
+    assert!(workdir(&inside).starts_with("Working directory: /"));
+    assert_ne!(workdir(&inside), workdir(&after));
     // The reviewer got the branch and the diff.
     let prompt = prompt_of(&fake.body_for("MARK-review").await);
     assert!(prompt.contains(&branch));
