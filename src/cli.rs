@@ -1,14 +1,11 @@
-//! The command line: clap definitions and dispatch to [`crate::commands`]. Output goes to the
-//! writers passed in so the whole CLI can be driven in-process (the no-panic test does that).
+//! The command line: clap definitions, and [`Io`], the writers every command writes to (so the
+//! whole CLI can be driven in-process; the no-panic test does that). [`crate::commands`] parses
+//! and dispatches.
 
-use std::ffi::OsString;
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 
 use camino::Utf8PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
-
-use crate::commands;
-use crate::error::Exit;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -270,63 +267,4 @@ pub struct Io<'a> {
     pub out: &'a mut dyn Write,
     pub err: &'a mut dyn Write,
     pub color: bool,
-}
-
-/// Entry point of the binary.
-pub fn main() -> Exit {
-    crate::secrets::harden_process();
-    // SAFETY: this is the start of the binary's main thread; no other thread exists yet, and none
-    // is started before the command line is handled.
-    unsafe { crate::secrets::take_keys_from_env() };
-    let args: Vec<OsString> = std::env::args_os().collect();
-    let color = std::io::stderr().is_terminal()
-        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    // Unlocked handles: progress threads and the signal task write to stderr too.
-    let mut out = std::io::stdout();
-    let mut err = std::io::stderr();
-    run_cli(
-        args,
-        &mut Io {
-            out: &mut out,
-            err: &mut err,
-            color,
-        },
-    )
-}
-
-/// Parses `args` (including the program name) and runs the command.
-pub fn run_cli(args: Vec<OsString>, io: &mut Io<'_>) -> Exit {
-    let cli = match Cli::try_parse_from(args) {
-        Ok(cli) => cli,
-        Err(err) => {
-            let text = if io.color {
-                err.render().ansi().to_string()
-            } else {
-                err.render().to_string()
-            };
-            return match err.kind() {
-                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
-                    let _ = write!(io.out, "{text}");
-                    Exit::Success
-                }
-                _ => {
-                    let _ = write!(io.err, "{text}");
-                    Exit::Invalid
-                }
-            };
-        }
-    };
-    match cli.command {
-        Command::Run(args) => commands::run::run(args, io),
-        Command::Plan(args) => {
-            commands::plan::plan(&args.workflow, &args.resolve, args.limits, args.format, io)
-        }
-        Command::Validate(args) => commands::validate::validate(args, io),
-        Command::Graph(args) => commands::graph::graph(args, io),
-        Command::Agents(args) => commands::agents::agents(args, io),
-        Command::Schema(args) => commands::schema::schema(args, io),
-        Command::Diff(args) => commands::diff::diff(args, io),
-        Command::Export(args) => commands::export::export(args, io),
-        Command::Mcp(McpCommand::List(args)) => commands::mcp::list(args, io),
-    }
 }

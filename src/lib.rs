@@ -20,3 +20,5 @@ pub mod session;
 pub mod template;
 pub mod tools;
 pub mod workflow;
+
+pub use commands::{main, run_cli};

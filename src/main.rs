@@ -8,5 +8,5 @@ fn main() -> std::process::ExitCode {
         let code = runner::sandbox::supervisor::main(args);
         return std::process::ExitCode::from(u8::try_from(code).unwrap_or(u8::MAX));
     }
-    std::process::ExitCode::from(runner::cli::main().code())
+    std::process::ExitCode::from(runner::main().code())
 }

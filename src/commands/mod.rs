@@ -1,5 +1,5 @@
-//! One file per command; what they share (loading a workflow into a plan, reporting problems)
-//! lives here.
+//! The binary's entry point and dispatch, one file per command, and what the commands share
+//! (loading a workflow into a plan, reporting problems).
 
 pub mod agents;
 pub mod diff;
@@ -11,14 +11,77 @@ pub mod run;
 pub mod schema;
 pub mod validate;
 
+use std::ffi::OsString;
+use std::io::IsTerminal;
+
 use camino::{Utf8Path, Utf8PathBuf};
+use clap::Parser;
 
 use crate::agent::{AgentCatalog, lookup_dirs};
-use crate::cli::{Io, LimitArgs, ResolveArgs, SandboxSetting};
-use crate::error::{Problem, Renderer, count_summary};
+use crate::cli::{Cli, Command, Io, LimitArgs, McpCommand, ResolveArgs, SandboxSetting};
+use crate::error::{Exit, Problem, Renderer, count_summary};
 use crate::plan::{Plan, PlanOptions, build_plan};
 use crate::tools::Registry;
 use crate::workflow::load_workflow;
+
+/// Entry point of the binary.
+pub fn main() -> Exit {
+    crate::secrets::harden_process();
+    // SAFETY: this is the start of the binary's main thread; no other thread exists yet, and none
+    // is started before the command line is handled.
+    unsafe { crate::secrets::take_keys_from_env() };
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let color = std::io::stderr().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    // Unlocked handles: progress threads and the signal task write to stderr too.
+    let mut out = std::io::stdout();
+    let mut err = std::io::stderr();
+    run_cli(
+        args,
+        &mut Io {
+            out: &mut out,
+            err: &mut err,
+            color,
+        },
+    )
+}
+
+/// Parses `args` (including the program name) and runs the command.
+pub fn run_cli(args: Vec<OsString>, io: &mut Io<'_>) -> Exit {
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(err) => {
+            let text = if io.color {
+                err.render().ansi().to_string()
+            } else {
+                err.render().to_string()
+            };
+            return match err.kind() {
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
+                    let _ = write!(io.out, "{text}");
+                    Exit::Success
+                }
+                _ => {
+                    let _ = write!(io.err, "{text}");
+                    Exit::Invalid
+                }
+            };
+        }
+    };
+    match cli.command {
+        Command::Run(args) => run::run(args, io),
+        Command::Plan(args) => {
+            plan::plan(&args.workflow, &args.resolve, args.limits, args.format, io)
+        }
+        Command::Validate(args) => validate::validate(args, io),
+        Command::Graph(args) => graph::graph(args, io),
+        Command::Agents(args) => agents::agents(args, io),
+        Command::Schema(args) => schema::schema(args, io),
+        Command::Diff(args) => diff::diff(args, io),
+        Command::Export(args) => export::export(args, io),
+        Command::Mcp(McpCommand::List(args)) => mcp::list(args, io),
+    }
+}
 
 pub(crate) fn report(io: &mut Io<'_>, problems: &[Problem]) {
     if problems.is_empty() {

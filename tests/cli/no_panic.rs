@@ -3,8 +3,9 @@
 use std::ffi::OsString;
 
 use proptest::prelude::*;
-use runner::cli::{Io, run_cli};
+use runner::cli::Io;
 use runner::error::Exit;
+use runner::run_cli;
 
 use crate::support::REPO;
 
