@@ -200,6 +200,15 @@ pub struct LoadedAgent {
 /// Loads one agent file (`.md`, `.toml`, `.yaml`, `.yml`).
 pub fn load_agent_file(path: &Utf8Path, registry: &Registry) -> Result<LoadedAgent, Vec<Problem>> {
     let file = SourceFile::read(path).map_err(|p| vec![p])?;
+    load_agent_source(file, registry)
+}
+
+/// Loads an agent from text already read; its name's extension says how to parse it.
+pub fn load_agent_source(
+    file: Arc<SourceFile>,
+    registry: &Registry,
+) -> Result<LoadedAgent, Vec<Problem>> {
+    let path = file.name.clone();
     let ext = path.extension().map(str::to_ascii_lowercase);
     let (tree, syntax, body) = match ext.as_deref() {
         Some("md") => {
@@ -207,7 +216,7 @@ pub fn load_agent_file(path: &Utf8Path, registry: &Registry) -> Result<LoadedAge
             (tree, Syntax::Yaml, Some(body))
         }
         _ => {
-            let syntax = Syntax::from_path(path).ok_or_else(|| {
+            let syntax = Syntax::from_path(&path).ok_or_else(|| {
                 vec![
                     Problem::error(format!("`{path}` is not an agent file (.md, .toml, .yaml)"))
                         .in_file(&file),
