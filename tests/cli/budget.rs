@@ -20,8 +20,7 @@ fn turn(n: u32) -> wiremock::ResponseTemplate {
 async fn run(fake: &Fake, workflow: &str) -> (crate::support::Output, Value) {
     let (out, _test) = Test::new()
         .file("w.toml", workflow)
-        .env("ANTHROPIC_BASE_URL", &fake.uri())
-        .env("ANTHROPIC_API_KEY", KEY)
+        .anthropic_api(&fake.uri(), KEY)
         .args(&["run", "w.toml", "--format", "json"])
         .run_async()
         .await;

@@ -34,8 +34,7 @@ async fn jsonl_streams_every_step_and_tool_event() {
     );
     let (out, _test) = Test::new()
         .file("w.toml", &workflow)
-        .env("ANTHROPIC_BASE_URL", &fake.uri())
-        .env("ANTHROPIC_API_KEY", KEY)
+        .anthropic_api(&fake.uri(), KEY)
         .args(&["run", "w.toml", "--format", "jsonl"])
         .run_async()
         .await;
@@ -107,8 +106,7 @@ async fn github_actions_get_a_summary_annotations_and_groups() {
         .file("summary.md", "previous step's summary\n");
     let summary = test.path().join("summary.md");
     let test = test
-        .env("ANTHROPIC_BASE_URL", &fake.uri())
-        .env("ANTHROPIC_API_KEY", KEY)
+        .anthropic_api(&fake.uri(), KEY)
         .env("GITHUB_ACTIONS", "true")
         .env("GITHUB_STEP_SUMMARY", summary.to_str().unwrap())
         .args(&["run", "w.toml", "--format", "json"]);
@@ -211,8 +209,7 @@ async fn a_recorded_run_replays_elsewhere_without_network_or_key() {
         .file("w.toml", PIPELINE)
         .file("notes.txt", "hello\n");
     let (out, recorded) = recorded
-        .env("ANTHROPIC_BASE_URL", &fake.uri())
-        .env("ANTHROPIC_API_KEY", KEY)
+        .anthropic_api(&fake.uri(), KEY)
         .args(&["run", "w.toml", "--format", "json", "--record", "cassettes"])
         .run_async()
         .await;
@@ -305,8 +302,7 @@ async fn jobs_sharing_a_run_id_merge_their_state_directories() {
     );
     let mut test = Test::new()
         .file("w.toml", &workflow)
-        .env("ANTHROPIC_BASE_URL", &fake.uri())
-        .env("ANTHROPIC_API_KEY", KEY);
+        .anthropic_api(&fake.uri(), KEY);
     for (step, state) in [("a", "s1"), ("b", "s2")] {
         let (out, back) = test
             .clear_args()
@@ -418,8 +414,7 @@ async fn diff_reports_a_changed_summary_and_an_added_step() {
     let mut test = Test::new()
         .file("two.toml", &two)
         .file("three.toml", &three)
-        .env("ANTHROPIC_BASE_URL", &fake.uri())
-        .env("ANTHROPIC_API_KEY", KEY);
+        .anthropic_api(&fake.uri(), KEY);
     let mut ids = Vec::new();
     for file in ["two.toml", "three.toml"] {
         let (out, back) = test
@@ -499,8 +494,7 @@ async fn a_need_that_failed_in_another_job_skips_the_step() {
     );
     let test = Test::new()
         .file("w.toml", &workflow)
-        .env("ANTHROPIC_BASE_URL", &fake.uri())
-        .env("ANTHROPIC_API_KEY", KEY);
+        .anthropic_api(&fake.uri(), KEY);
     let (out, test) = test
         .args(&["run", "w.toml", "--only", "a", "--run-id", "77"])
         .run_async()

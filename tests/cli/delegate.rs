@@ -17,9 +17,7 @@ const MODELS: &str =
     "[models]\ndefault = \"anthropic/claude-test\"\nsmall = \"anthropic/claude-small\"\n";
 
 fn against(test: Test, fake: &Fake, args: &[&str]) -> Test {
-    test.env("ANTHROPIC_BASE_URL", &fake.uri())
-        .env("ANTHROPIC_API_KEY", KEY)
-        .args(args)
+    test.anthropic_api(&fake.uri(), KEY).args(args)
 }
 
 fn json_of(out: &Output) -> Value {

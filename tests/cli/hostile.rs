@@ -17,8 +17,7 @@ fn one_step(agent: &str, extra: &str) -> String {
 }
 
 async fn run(test: Test, fake_uri: &str, args: &[&str]) -> (Output, Test) {
-    test.env("ANTHROPIC_BASE_URL", fake_uri)
-        .env("ANTHROPIC_API_KEY", KEY)
+    test.anthropic_api(fake_uri, KEY)
         .args(args)
         .run_async()
         .await
@@ -385,8 +384,7 @@ async fn resume_cleans_up_what_a_killed_run_left() {
     init_repo(test.path());
     let (fake, requested) = Fake::anthropic_hanging(Duration::from_secs(600)).await;
     let test = test
-        .env("ANTHROPIC_BASE_URL", &fake.uri())
-        .env("ANTHROPIC_API_KEY", KEY)
+        .anthropic_api(&fake.uri(), KEY)
         .args(&["run", "w.toml"]);
     let mut child = test.spawn();
     // The step's worktree exists once its first request arrives.

@@ -96,8 +96,7 @@ async fn a_step_calls_mcp_tools_it_was_given_and_only_those() {
     );
     let (out, _test) = test
         .file("w.toml", &workflow)
-        .env("ANTHROPIC_BASE_URL", &fake.uri())
-        .env("ANTHROPIC_API_KEY", KEY)
+        .anthropic_api(&fake.uri(), KEY)
         .env("OPENAI_API_KEY", "sk-openai-secret-1111")
         .args(&["run", "w.toml", "--format", "json"])
         .run_async()
@@ -159,8 +158,7 @@ async fn an_agent_file_brings_its_own_mcp_server() {
     let (out, _test) = test
         .file("w.toml", workflow)
         .file(".claude/agents/echoer.md", &agent)
-        .env("ANTHROPIC_BASE_URL", &fake.uri())
-        .env("ANTHROPIC_API_KEY", KEY)
+        .anthropic_api(&fake.uri(), KEY)
         .args(&["run", "w.toml", "--format", "json"])
         .run_async()
         .await;
@@ -181,8 +179,7 @@ async fn a_server_that_does_not_start_fails_its_step_with_its_stderr() {
     let workflow = "name = \"m\"\n[models]\ndefault = \"anthropic/m\"\n[mcp_servers.broken]\ncommand = \"sh\"\nargs = [\"-c\", \"echo 'cannot open config.json' >&2; exit 3\"]\n[steps.s]\nagent = \"explore\"\ntools = [\"read_file\", \"mcp__broken\"]\nprompt = \"x\"\n[steps.other]\nagent = \"explore\"\nprompt = \"y\"\n";
     let (out, _test) = Test::new()
         .file("w.toml", workflow)
-        .env("ANTHROPIC_BASE_URL", &fake.uri())
-        .env("ANTHROPIC_API_KEY", KEY)
+        .anthropic_api(&fake.uri(), KEY)
         .args(&["run", "w.toml", "--format", "json"])
         .run_async()
         .await;
@@ -282,8 +279,7 @@ async fn a_streamable_http_server_serves_its_tools() {
     );
     let (out, _test) = Test::new()
         .file("w.toml", &workflow)
-        .env("ANTHROPIC_BASE_URL", &fake.uri())
-        .env("ANTHROPIC_API_KEY", KEY)
+        .anthropic_api(&fake.uri(), KEY)
         .env("MCP_TEST_HEADER", "yes")
         .args(&["run", "w.toml", "--format", "json"])
         .run_async()
@@ -408,8 +404,7 @@ async fn broken_tool_run(tool: &str) -> (crate::support::Output, Value, std::tim
     let started = std::time::Instant::now();
     let (out, _test) = Test::new()
         .file("w.toml", &workflow)
-        .env("ANTHROPIC_BASE_URL", &fake.uri())
-        .env("ANTHROPIC_API_KEY", KEY)
+        .anthropic_api(&fake.uri(), KEY)
         .args(&["run", "w.toml", "--format", "json"])
         .run_async()
         .await;

@@ -215,8 +215,7 @@ status={{ steps.triage.status }}"""
         .await;
         let (out, _test) = Test::new()
             .file("w.toml", &workflow)
-            .env("ANTHROPIC_BASE_URL", &fake.uri())
-            .env("ANTHROPIC_API_KEY", "sk-test")
+            .anthropic_api(&fake.uri(), "sk-test")
             .args(&[
                 "run",
                 "w.toml",

@@ -25,8 +25,7 @@ fn project(workflow: &str) -> Test {
 }
 
 async fn run_anthropic(test: Test, fake: &Fake) -> (Output, Test) {
-    test.env("ANTHROPIC_BASE_URL", &fake.uri())
-        .env("ANTHROPIC_API_KEY", KEY)
+    test.anthropic_api(&fake.uri(), KEY)
         .args(&["run", "w.toml", "--format", "json"])
         .run_async()
         .await

@@ -69,6 +69,12 @@ impl Test {
         self
     }
 
+    /// Points the Anthropic provider at a fake API (`uri`, on 127.0.0.1) with `key`.
+    pub fn anthropic_api(self, uri: &str, key: &str) -> Self {
+        self.env("ANTHROPIC_BASE_URL", uri)
+            .env("ANTHROPIC_API_KEY", key)
+    }
+
     /// Runs the binary under a resource limit (`setrlimit`), e.g. an address-space cap that makes
     /// a memory bomb abort instead of exhausting the machine.
     pub fn limit(mut self, resource: nix::sys::resource::Resource, value: u64) -> Self {

@@ -15,9 +15,7 @@ const KEY: &str = "sk-test-key-0000";
 const MODELS: &str = "[models]\ndefault = \"anthropic/claude-test\"\n";
 
 fn with_fake(test: Test, fake: &Fake, args: &[&str]) -> Test {
-    test.env("ANTHROPIC_BASE_URL", &fake.uri())
-        .env("ANTHROPIC_API_KEY", KEY)
-        .args(args)
+    test.anthropic_api(&fake.uri(), KEY).args(args)
 }
 
 /// Runs `workflow` as `w.toml` in a fresh directory against `fake`, with `--format json`.
@@ -217,9 +215,7 @@ async fn resume_reruns_only_what_failed_or_changed_and_only_picks_steps() {
         let fake_uri = fake.uri();
         let dir = dir.clone();
         async move {
-            let mut t = Test::new()
-                .env("ANTHROPIC_BASE_URL", &fake_uri)
-                .env("ANTHROPIC_API_KEY", KEY);
+            let mut t = Test::new().anthropic_api(&fake_uri, KEY);
             t = t.args(&[
                 "run",
                 dir.join("w.toml").to_str().unwrap(),
