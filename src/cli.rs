@@ -77,6 +77,9 @@ pub(crate) struct ResolveArgs {
     /// `off` runs bash without its kernel sandbox (Landlock, no network), on purpose
     #[arg(long, value_enum, default_value_t, value_name = "on|off")]
     pub(crate) sandbox: SandboxSetting,
+    /// Trust the working directory's agent files (.claude/agents/) and MCP servers (.mcp.json)
+    #[arg(long)]
+    pub(crate) trust_workdir: bool,
 }
 
 /// How much runs at once, shared by `run` and `plan`.
@@ -211,6 +214,9 @@ pub(crate) struct AgentsArgs {
     /// The directory whose `.claude/agents/` is searched [default: current directory]
     #[arg(long, value_name = "DIR")]
     pub(crate) workdir: Option<Utf8PathBuf>,
+    /// Trust the working directory's agent files (.claude/agents/)
+    #[arg(long)]
+    pub(crate) trust_workdir: bool,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

@@ -1,13 +1,14 @@
 //! Every agent a workflow can see, and the lookup order of SPEC §2: each `--agents-dir`, the
-//! `agents/` folder beside the workflow's folder, `.claude/agents/`, then the built-ins.
+//! `agents/` folder beside the workflow's folder, `.claude/agents/`, then the built-ins; and the
+//! trust boundary between the user's agent files and those the working directory brings.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use camino::{Utf8Path, Utf8PathBuf};
 
-use super::{Agent, builtin, load_agent_file};
+use super::{Agent, AgentSource, builtin, load_agent_file};
 use crate::error::Problem;
-use crate::tools::Registry;
+use crate::tools::{Registry, ToolSet};
 
 /// Every agent a workflow can use, highest priority first (SPEC §2).
 #[derive(Debug, Default)]
@@ -22,14 +23,20 @@ pub struct AgentCatalog {
 
 impl AgentCatalog {
     /// Loads the agents of `dirs` (highest priority first), then the built-ins.
-    pub fn load(dirs: &[Utf8PathBuf], registry: &Registry) -> Self {
+    pub fn load(dirs: &[AgentDir], registry: &Registry) -> Self {
+        let builtins = builtin::builtins();
         let mut catalog = AgentCatalog::default();
         for dir in dirs {
-            for path in agent_files(dir) {
+            for path in agent_files(&dir.path) {
                 let stem = path.file_stem().unwrap_or_default().to_owned();
                 match load_agent_file(&path, registry) {
-                    Ok(loaded) => {
+                    Ok(mut loaded) => {
                         let name = loaded.agent.name.clone();
+                        if !dir.trust.trusts(&name) {
+                            let shadows = builtins.iter().find(|b| b.name == name);
+                            let notes = narrow_untrusted(&mut loaded.agent, shadows, &path);
+                            loaded.warnings.extend(notes);
+                        }
                         if catalog.agents.contains_key(&name) || catalog.broken.contains_key(&name)
                         {
                             catalog.shadowed.push(loaded.agent);
@@ -44,14 +51,19 @@ impl AgentCatalog {
                         // Known by the name it gives itself when that can be read (a step asks
                         // for `reviewer`, not for `rev.md`), else by its file name.
                         let name = declared_name(&path).unwrap_or(stem);
-                        if !catalog.agents.contains_key(&name) {
+                        // A broken file the working directory brought cannot take a built-in
+                        // away.
+                        let hides_builtin = builtins.iter().any(|b| b.name == name);
+                        if !catalog.agents.contains_key(&name)
+                            && (dir.trust.trusts(&name) || !hides_builtin)
+                        {
                             catalog.broken.entry(name).or_insert((path, problems));
                         }
                     }
                 }
             }
         }
-        for agent in builtin::builtins() {
+        for agent in builtins {
             if catalog.agents.contains_key(&agent.name) || catalog.broken.contains_key(&agent.name)
             {
                 catalog.shadowed.push(agent);
@@ -94,21 +106,156 @@ fn agent_files(dir: &Utf8Path) -> Vec<Utf8PathBuf> {
     files
 }
 
+/// Which of the working directory's agent files the user trusts: all of them
+/// (`--trust-workdir`, `trust_workdir = true`), those named in `trusted_agents`, or none.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WorkdirTrust {
+    pub all: bool,
+    pub agents: BTreeSet<String>,
+}
+
+impl WorkdirTrust {
+    /// From `--trust-workdir` and the workflow's `trust_workdir` / `trusted_agents`.
+    pub fn new(flag: bool, def: Option<&crate::workflow::WorkflowFile>) -> Self {
+        Self {
+            all: flag || def.and_then(|d| d.trust_workdir).unwrap_or(false),
+            agents: def
+                .map(|d| d.trusted_agents.iter().cloned().collect())
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// One folder of agent files and how far its files are trusted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentDir {
+    pub path: Utf8PathBuf,
+    pub trust: DirTrust,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DirTrust {
+    /// The user's own folders: `--agents-dir` and the workflow's `agents/`.
+    Trusted,
+    /// A folder the working directory brings: only the agents `WorkdirTrust` names.
+    Workdir(WorkdirTrust),
+}
+
+impl DirTrust {
+    fn trusts(&self, name: &str) -> bool {
+        match self {
+            DirTrust::Trusted => true,
+            DirTrust::Workdir(trust) => trust.all || trust.agents.contains(name),
+        }
+    }
+}
+
 /// The lookup directories of SPEC §2, highest priority first: each `--agents-dir`, the `agents/`
-/// folder beside the workflow's folder, `.claude/agents/` under the working directory.
+/// folder beside the workflow's folder, `.claude/agents/` under the working directory (trusted
+/// only as `trust` says). A folder met twice keeps its first, higher-priority place and trust.
 pub fn lookup_dirs(
     agents_dirs: &[Utf8PathBuf],
     workflow: Option<&Utf8Path>,
     workdir: &Utf8Path,
-) -> Vec<Utf8PathBuf> {
-    let mut dirs: Vec<Utf8PathBuf> = agents_dirs.to_vec();
+    trust: &WorkdirTrust,
+) -> Vec<AgentDir> {
+    let mut dirs: Vec<AgentDir> = agents_dirs
+        .iter()
+        .map(|path| AgentDir {
+            path: path.clone(),
+            trust: DirTrust::Trusted,
+        })
+        .collect();
     if let Some(workflow) = workflow {
-        dirs.push(beside_folder(workflow));
+        dirs.push(AgentDir {
+            path: beside_folder(workflow),
+            trust: DirTrust::Trusted,
+        });
     }
-    dirs.push(workdir.join(".claude").join("agents"));
+    let base = if workdir == "." {
+        Utf8PathBuf::new()
+    } else {
+        workdir.to_owned()
+    };
+    dirs.push(AgentDir {
+        path: base.join(".claude").join("agents"),
+        trust: DirTrust::Workdir(trust.clone()),
+    });
     let mut seen = BTreeSet::new();
-    dirs.retain(|d| seen.insert(absolute(d)));
+    dirs.retain(|d| seen.insert(absolute(&d.path)));
     dirs
+}
+
+/// What an untrusted agent file may still do: give a step its prompt and fewer tools. Its tools
+/// are capped at the built-in it replaces (or, for a new name, the read-only tools of
+/// `explore`); it starts no MCP server, picks no model, forks no conversation and sets no turn
+/// limit. Returns the warnings that say so, naming the file.
+fn narrow_untrusted(agent: &mut Agent, shadows: Option<&Agent>, path: &Utf8Path) -> Vec<Problem> {
+    let mut notes = Vec::new();
+    let trust_hint = "the working directory's agent files are not trusted; `--trust-workdir`, `trust_workdir = true` or `trusted_agents` in the workflow trusts them";
+    let read_only = builtin::builtins()
+        .into_iter()
+        .find(|b| b.name == "explore")
+        .map(|b| b.tools);
+    let cap = shadows
+        .map(|b| b.tools.clone())
+        .or(read_only)
+        .unwrap_or(ToolSet::Some(BTreeSet::new()));
+    let narrowed = intersect(&agent.tools, &cap);
+    if let Some(builtin) = shadows {
+        notes.push(
+            Problem::warning(format!(
+                "`{path}` (from the working directory, not trusted) replaces the built-in `{}`: it keeps at most the built-in's tools ({})",
+                builtin.name,
+                cap.describe()
+            ))
+            .help(trust_hint),
+        );
+        agent.default_alias = builtin.default_alias;
+    } else if narrowed != agent.tools {
+        notes.push(
+            Problem::warning(format!(
+                "`{path}` (from the working directory, not trusted): agent `{}` is limited to read-only tools ({})",
+                agent.name,
+                narrowed.describe()
+            ))
+            .help(trust_hint),
+        );
+    }
+    agent.tools = narrowed;
+    let mut ignored = Vec::new();
+    if !agent.mcp_servers.is_empty() {
+        ignored.push("`mcpServers` (no program is started)");
+        agent.mcp_servers.clear();
+    }
+    if agent.model.take().is_some() {
+        ignored.push("`model`");
+    }
+    if std::mem::take(&mut agent.fork_context) {
+        ignored.push("`forkContext`");
+    }
+    if agent.max_turns.take().is_some() {
+        ignored.push("`maxTurns`");
+    }
+    if !ignored.is_empty() {
+        notes.push(
+            Problem::warning(format!(
+                "`{path}` is not trusted, so runner ignores its {}",
+                ignored.join(", ")
+            ))
+            .help(trust_hint),
+        );
+    }
+    agent.source = AgentSource::Untrusted(path.to_owned());
+    notes
+}
+
+fn intersect(tools: &ToolSet, cap: &ToolSet) -> ToolSet {
+    match (tools, cap) {
+        (any, ToolSet::All) => any.clone(),
+        (ToolSet::All, some) => some.clone(),
+        (ToolSet::Some(a), ToolSet::Some(b)) => ToolSet::Some(a.intersection(b).cloned().collect()),
+    }
 }
 
 /// `agents/` beside the workflow's folder, kept relative when the workflow path is (so messages

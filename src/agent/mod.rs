@@ -4,7 +4,7 @@
 pub mod builtin;
 mod catalog;
 
-pub use catalog::{AgentCatalog, lookup_dirs};
+pub use catalog::{AgentCatalog, AgentDir, WorkdirTrust, lookup_dirs};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -22,10 +22,30 @@ use crate::tools::{Registry, ToolEntry, ToolSet};
 use crate::workflow::load::{compile, load_typed};
 use crate::workflow::source::{self, Node, SourceFile, Spanned, Syntax};
 
+/// Where an agent came from, and so whether it is trusted (README "Security": the working
+/// directory's own agent files are not, unless the user says so).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AgentSource {
     Builtin,
+    /// A trusted file: an `--agents-dir`, the workflow's own `agents/`, or a working-directory
+    /// file the user chose to trust.
     File(Utf8PathBuf),
+    /// A file the working directory brought (`.claude/agents/`), not trusted: it may only narrow
+    /// what a step can do.
+    Untrusted(Utf8PathBuf),
+}
+
+impl AgentSource {
+    pub fn trusted(&self) -> bool {
+        !matches!(self, AgentSource::Untrusted(_))
+    }
+
+    pub fn path(&self) -> Option<&Utf8Path> {
+        match self {
+            AgentSource::Builtin => None,
+            AgentSource::File(path) | AgentSource::Untrusted(path) => Some(path),
+        }
+    }
 }
 
 impl fmt::Display for AgentSource {
@@ -33,6 +53,7 @@ impl fmt::Display for AgentSource {
         match self {
             AgentSource::Builtin => f.write_str("built-in"),
             AgentSource::File(path) => write!(f, "{path}"),
+            AgentSource::Untrusted(path) => write!(f, "{path} (untrusted)"),
         }
     }
 }

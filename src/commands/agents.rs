@@ -3,7 +3,7 @@
 use camino::{Utf8Path, Utf8PathBuf};
 
 use super::{report, workdir};
-use crate::agent::{AgentCatalog, AgentSource, lookup_dirs};
+use crate::agent::{AgentCatalog, AgentSource, WorkdirTrust, lookup_dirs};
 use crate::cli::{AgentsArgs, Io, ResolveArgs};
 use crate::error::{Exit, Problem};
 use crate::tools::Registry;
@@ -20,8 +20,14 @@ pub fn agents(args: AgentsArgs, io: &mut Io<'_>) -> Exit {
             return Exit::Invalid;
         }
     };
+    // The workflow's own keys can trust the working directory's agents, as in `run`.
+    let def = args
+        .workflow
+        .as_deref()
+        .and_then(|w| crate::workflow::load_workflow(w).ok());
+    let trust = WorkdirTrust::new(args.trust_workdir, def.as_ref().map(|l| &l.def));
     let catalog = AgentCatalog::load(
-        &lookup_dirs(&args.agents_dirs, args.workflow.as_deref(), &dir),
+        &lookup_dirs(&args.agents_dirs, args.workflow.as_deref(), &dir, &trust),
         &Registry::builtin(),
     );
     let mut rows = vec![[
@@ -86,14 +92,17 @@ pub fn agents(args: AgentsArgs, io: &mut Io<'_>) -> Exit {
 fn display_source(source: &AgentSource) -> String {
     match source {
         AgentSource::Builtin => "built-in".into(),
-        AgentSource::File(path) => {
-            let cwd = std::env::current_dir()
-                .ok()
-                .and_then(|p| Utf8PathBuf::from_path_buf(p).ok());
-            let canonical = path.canonicalize_utf8().unwrap_or_else(|_| path.clone());
-            cwd.and_then(|cwd| canonical.strip_prefix(&cwd).ok().map(Utf8Path::to_owned))
-                .unwrap_or_else(|| path.clone())
-                .to_string()
-        }
+        AgentSource::Untrusted(path) => format!("{} (untrusted)", relative(path)),
+        AgentSource::File(path) => relative(path),
     }
+}
+
+fn relative(path: &Utf8Path) -> String {
+    let cwd = std::env::current_dir()
+        .ok()
+        .and_then(|p| Utf8PathBuf::from_path_buf(p).ok());
+    let canonical = path.canonicalize_utf8().unwrap_or_else(|_| path.to_owned());
+    cwd.and_then(|cwd| canonical.strip_prefix(&cwd).ok().map(Utf8Path::to_owned))
+        .unwrap_or_else(|| path.to_owned())
+        .to_string()
 }

@@ -17,7 +17,7 @@ use std::io::IsTerminal;
 use camino::{Utf8Path, Utf8PathBuf};
 use clap::Parser;
 
-use crate::agent::{AgentCatalog, lookup_dirs};
+use crate::agent::{AgentCatalog, WorkdirTrust, lookup_dirs};
 use crate::cli::{Cli, Command, Io, LimitArgs, McpCommand, ResolveArgs, SandboxSetting};
 use crate::error::{Exit, Problem, Renderer, count_summary};
 use crate::plan::{Plan, PlanOptions, build_plan};
@@ -166,6 +166,7 @@ pub(crate) fn plan_options(
         require_inputs,
         sandbox_off: args.sandbox == SandboxSetting::Off,
         max_subagents: limits.max_subagents,
+        trust_workdir: args.trust_workdir,
     })
 }
 
@@ -219,10 +220,8 @@ pub(crate) fn load_plan_with(
         }
     };
     let registry = Registry::builtin();
-    let catalog = AgentCatalog::load(
-        &lookup_dirs(&args.agents_dirs, Some(workflow), &dir),
-        &registry,
-    );
+    let trust = WorkdirTrust::new(args.trust_workdir, Some(&loaded.def));
+    let catalog = agent_catalog(&args.agents_dirs, Some(workflow), &trust, &dir, &registry);
     let (plan, mut problems) = build_plan(&loaded, &catalog, &registry, &options);
     if brief && !problems.iter().any(Problem::is_error) {
         let mut elsewhere: std::collections::BTreeMap<String, usize> = Default::default();
@@ -245,6 +244,18 @@ pub(crate) fn load_plan_with(
         return None;
     }
     plan
+}
+
+/// The agents a command sees: the lookup folders, with the working directory's own agent files
+/// trusted only as `trust` says.
+pub(crate) fn agent_catalog(
+    agents_dirs: &[Utf8PathBuf],
+    workflow: Option<&Utf8Path>,
+    trust: &WorkdirTrust,
+    dir: &Utf8Path,
+    registry: &Registry,
+) -> AgentCatalog {
+    AgentCatalog::load(&lookup_dirs(agents_dirs, workflow, dir, trust), registry)
 }
 
 /// The async runtime of a command that runs things; `None` (after saying why) when the machine

@@ -10,7 +10,6 @@ use camino::Utf8PathBuf;
 use tokio_util::sync::CancellationToken;
 
 use super::{load_plan_with, report};
-use crate::agent::{AgentCatalog, lookup_dirs};
 use crate::cli::{Format, Io, RunArgs, RunFormat};
 use crate::error::Exit;
 use crate::event::Sinks;
@@ -155,8 +154,11 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
         let _ = writeln!(io.err, "warning: {warning}");
     }
     let registry = Arc::new(Registry::builtin());
-    let catalog = Arc::new(AgentCatalog::load(
-        &lookup_dirs(&args.resolve.agents_dirs, Some(&args.workflow), &workdir),
+    let catalog = Arc::new(super::agent_catalog(
+        &args.resolve.agents_dirs,
+        Some(&args.workflow),
+        &plan.workdir_trust,
+        &workdir,
         &registry,
     ));
     let mut team = Team::new(&plan, registry, catalog, apis);

@@ -52,6 +52,8 @@ pub struct PlanOptions {
     pub sandbox_off: bool,
     /// `--max-subagents`.
     pub max_subagents: Option<u32>,
+    /// `--trust-workdir`.
+    pub trust_workdir: bool,
 }
 
 /// A sealed plan: everything a run needs, with nothing left to resolve. Only [`build_plan`]
@@ -75,6 +77,9 @@ pub struct Plan {
     pub providers: BTreeMap<String, ProviderSpec>,
     /// Model aliases, resolved (`--model` applied): subagents pick their models with them.
     pub aliases: BTreeMap<String, ModelRef>,
+    /// How far the working directory's own agent files and MCP servers are trusted
+    /// (`--trust-workdir` and the workflow's keys).
+    pub workdir_trust: crate::agent::WorkdirTrust,
     /// Step ids, sorted within each wave.
     waves: Vec<Vec<String>>,
     /// In wave order, then by id.
@@ -318,6 +323,7 @@ pub fn build_plan(
         max_cost_usd: def.budget.as_ref().and_then(|b| b.max_cost_usd),
         prices,
         aliases,
+        workdir_trust: crate::agent::WorkdirTrust::new(options.trust_workdir, Some(def)),
         inputs: inputs
             .into_iter()
             .filter_map(|(k, v)| v.map(|v| (k, v)))

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::{Plan, PlannedStep};
+use crate::agent::AgentSource;
 use crate::sandbox::Mode;
 use crate::workflow::Isolation;
 use crate::workflow::duration::format_duration;
@@ -30,6 +31,10 @@ struct JsonBudget {
 struct JsonStep<'a> {
     id: &'a str,
     agent: &'a str,
+    /// Where the agent came from: `built-in` or its file.
+    agent_source: String,
+    /// False for an agent file the working directory brought and the user did not trust.
+    agent_trusted: bool,
     model: String,
     tools: Vec<&'a str>,
     needs: &'a [String],
@@ -62,6 +67,11 @@ pub fn to_json(plan: &Plan) -> String {
             .map(|s| JsonStep {
                 id: &s.id,
                 agent: &s.agent,
+                agent_source: match s.agent_source.path() {
+                    Some(path) => path.to_string(),
+                    None => "built-in".to_owned(),
+                },
+                agent_trusted: s.agent_source.trusted(),
                 model: s.model.to_string(),
                 // BTreeSet of an Ord enum whose order matches the names' order: sorted.
                 tools: s.tools.iter().map(String::as_str).collect(),
@@ -144,6 +154,19 @@ fn step_text(out: &mut String, step: &PlannedStep, width: usize) {
     );
     if let Some(description) = &step.description {
         let _ = writeln!(out, "    {:<9}{}", "about", description);
+    }
+    match &step.agent_source {
+        AgentSource::Builtin => {}
+        AgentSource::File(path) => {
+            let _ = writeln!(out, "    {:<9}{path}", "agent");
+        }
+        AgentSource::Untrusted(path) => {
+            let _ = writeln!(
+                out,
+                "    {:<9}{path} (untrusted: from the working directory, tools capped, no MCP servers)",
+                "agent"
+            );
+        }
     }
     if !step.needs.is_empty() {
         let _ = writeln!(out, "    {:<9}{}", "needs", step.needs.join(", "));

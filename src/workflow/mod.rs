@@ -52,6 +52,13 @@ pub struct WorkflowFile {
     /// MCP servers whose tools steps may use, as `mcp__<server>__<tool>` or `mcp__<server>`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub mcp_servers: BTreeMap<String, McpServerDef>,
+    /// Trust the working directory's own agent files (`.claude/agents/`) and MCP servers
+    /// (`.mcp.json`): only for a checkout you trust as much as this workflow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trust_workdir: Option<bool>,
+    /// Agents of the working directory's `.claude/agents/` to trust, by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trusted_agents: Vec<String>,
     /// The steps, by id.
     pub steps: IndexMap<String, Step>,
 }

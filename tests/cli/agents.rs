@@ -161,6 +161,9 @@ fn agents_lists_every_agent_with_its_source() {
     insta::assert_snapshot!("agents_list", out.stdout);
     assert!(out.stdout.contains("explore   built-in"));
     assert!(out.stdout.contains("reviewer  agents/reviewer.md"));
-    assert!(out.stdout.contains("plan      .claude/agents/plan.md"));
+    assert!(
+        out.stdout
+            .contains("plan      .claude/agents/plan.md (untrusted)")
+    );
     assert!(out.stderr.contains("agent `plan` from built-in is hidden"));
 }

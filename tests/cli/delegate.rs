@@ -617,9 +617,13 @@ async fn forked_subagents_start_from_the_parent_conversation() {
             ".claude/agents/narrow.md",
             "---\nname: narrow\ndescription: Searches, from the conversation so far\ntools: Grep\nfork_context: true\n---\nYou search.\n",
         );
-    let (out, _test) = against(test, &fake, &["run", "w.toml", "--format", "json"])
-        .run_async()
-        .await;
+    let (out, _test) = against(
+        test,
+        &fake,
+        &["run", "w.toml", "--format", "json", "--trust-workdir"],
+    )
+    .run_async()
+    .await;
     assert_eq!(out.status, 0, "{}", out.transcript());
     let bodies = fake.bodies().await;
     let parent = bodies

@@ -22,4 +22,5 @@ mod schema;
 mod seams;
 mod stream;
 mod support;
+mod trust;
 mod workflows;

@@ -154,7 +154,8 @@ async fn an_agent_file_brings_its_own_mcp_server() {
         "---\nname: echoer\ndescription: Echoes\ntools: Read, mcp__everything__echo\nmcpServers:\n  everything:\n    type: stdio\n    command: node\n    args: [{:?}, \"stdio\", {marker:?}]\n---\nYou echo.\n",
         everything().to_str().unwrap()
     );
-    let workflow = "name = \"m\"\n[models]\ndefault = \"anthropic/m\"\n[steps.s]\nagent = \"echoer\"\nprompt = \"echo\"\n";
+    // The working directory's agent files start programs only when the workflow trusts them.
+    let workflow = "name = \"m\"\ntrust_workdir = true\n[models]\ndefault = \"anthropic/m\"\n[steps.s]\nagent = \"echoer\"\nprompt = \"echo\"\n";
     let (out, _test) = test
         .file("w.toml", workflow)
         .file(".claude/agents/echoer.md", &agent)

@@ -61,7 +61,7 @@ fn agents_show_the_tools_that_are_left() {
             ".claude/agents/doer.md",
             "---\nname: doer\ndisallowedTools: Bash\n---\nDo.\n",
         )
-        .args(&["agents"])
+        .args(&["agents", "--trust-workdir"])
         .run();
     assert_eq!(out.status, 0, "{}", out.transcript());
     let line = |name: &str| {

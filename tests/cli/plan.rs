@@ -68,6 +68,8 @@ fn check_json_shape(plan: &serde_json::Value) {
             keys,
             [
                 "agent",
+                "agent_source",
+                "agent_trusted",
                 "condition",
                 "id",
                 "isolation",

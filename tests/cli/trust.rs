@@ -1,0 +1,168 @@
+//! Trust, round two: what the working directory brings does not configure runner, runner's own
+//! git runs nothing a repository wrote, and the CI log runs nothing a model wrote. Each attack's
+//! files live under `tests/fixtures/attacks/`.
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use crate::fake::{Fake, anthropic_results, anthropic_text, anthropic_tool};
+use crate::support::{REPO, Test};
+
+const KEY: &str = "sk-ant-trust-test-key-5b8e1d07c4";
+const MODELS: &str = "[models]\ndefault = \"anthropic/claude-test\"\n";
+
+/// A test dir holding a copy of `tests/fixtures/attacks/<name>/`.
+fn with_attack(name: &str) -> Test {
+    let test = Test::new();
+    copy_tree(
+        &Path::new(REPO).join("tests/fixtures/attacks").join(name),
+        test.path(),
+    );
+    test
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).unwrap().flatten() {
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            std::fs::create_dir_all(&target).unwrap();
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+fn plan_json(test: Test, extra: &[&str]) -> Value {
+    let mut args = vec!["plan", "w.toml", "--format", "json"];
+    args.extend_from_slice(extra);
+    let out = test.args(&args).run();
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    serde_json::from_str(&out.stdout).unwrap()
+}
+
+/// The repository's `explore.md` cannot make the read-only built-in a writer, and its
+/// `mcpServers` entry never starts: no file appears, the key stays in runner, and the user is
+/// told which file was narrowed.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_workdirs_agent_files_cannot_widen_a_step_or_start_programs() {
+    let fake = Fake::anthropic(vec![
+        anthropic_tool(
+            "w1",
+            "write_file",
+            json!({"path": "pwned.txt", "content": "owned"}),
+        ),
+        anthropic_text("done"),
+    ])
+    .await;
+    let workflow =
+        format!("name = \"t\"\n{MODELS}[steps.s]\nagent = \"explore\"\nprompt = \"go\"\n");
+    let (out, test) = with_attack("workdir-agent")
+        .file("w.toml", &workflow)
+        .anthropic_api(&fake.uri(), KEY)
+        .args(&["run", "w.toml", "--format", "json"])
+        .run_async()
+        .await;
+    for planted in ["pwned.txt", "pwned-by-mcp", "stolen-key"] {
+        assert!(!test.path().join(planted).exists(), "{planted} was written");
+    }
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let bodies = fake.bodies().await;
+    // The model was not offered the tools the file asked for, and its call was refused.
+    let offered: Vec<&str> = bodies[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(!offered.contains(&"write_file"), "{offered:?}");
+    assert!(
+        !offered.iter().any(|t| t.starts_with("mcp__")),
+        "{offered:?}"
+    );
+    let results = anthropic_results(&bodies[1]);
+    assert!(results[0].2, "write_file must fail: {results:?}");
+    // Its prompt still applies (an untrusted file may narrow), on the built-in's model alias.
+    assert!(
+        bodies[0]["system"].to_string().contains("helpful explorer"),
+        "{}",
+        bodies[0]["system"]
+    );
+    for said in [
+        ".claude/agents/explore.md",
+        "not trusted",
+        "replaces the built-in",
+    ] {
+        assert!(out.stderr.contains(said), "{said}: {}", out.stderr);
+    }
+    assert!(out.stderr.contains("mcpServers"), "{}", out.stderr);
+}
+
+/// `plan` says where each agent came from and whether it is trusted; the flag, the workflow key
+/// and a list of names each trust the working directory's files.
+#[test]
+fn plan_shows_trust_and_the_user_can_grant_it() {
+    let workflow = |extra: &str| {
+        format!(
+            "name = \"t\"\n{extra}{MODELS}[steps.s]\nagent = \"helper\"\nprompt = \"go\"\n[steps.e]\nagent = \"explore\"\nprompt = \"go\"\n"
+        )
+    };
+    let step = |plan: &Value, id: &str| {
+        plan["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["id"] == id)
+            .unwrap()
+            .clone()
+    };
+    let untrusted = plan_json(
+        with_attack("workdir-agent").file("w.toml", &workflow("")),
+        &[],
+    );
+    let helper = step(&untrusted, "s");
+    assert_eq!(helper["agent_trusted"], false);
+    assert_eq!(helper["agent_source"], ".claude/agents/helper.md");
+    // A new agent from the working directory gets read-only tools at most.
+    assert_eq!(helper["tools"], json!(["bash", "read_file"]));
+    assert_eq!(helper["sandbox"], "read-only");
+    assert_eq!(step(&untrusted, "e")["agent_trusted"], false);
+
+    let flagged = plan_json(
+        with_attack("workdir-agent").file("w.toml", &workflow("")),
+        &["--trust-workdir"],
+    );
+    assert_eq!(step(&flagged, "s")["agent_trusted"], true);
+    assert_eq!(
+        step(&flagged, "s")["tools"],
+        json!(["bash", "read_file", "write_file"])
+    );
+
+    let keyed = plan_json(
+        with_attack("workdir-agent").file("w.toml", &workflow("trust_workdir = true\n")),
+        &[],
+    );
+    assert_eq!(step(&keyed, "s")["agent_trusted"], true);
+
+    let named = plan_json(
+        with_attack("workdir-agent").file("w.toml", &workflow("trusted_agents = [\"helper\"]\n")),
+        &[],
+    );
+    assert_eq!(step(&named, "s")["agent_trusted"], true);
+    assert_eq!(step(&named, "e")["agent_trusted"], false);
+
+    // The workflow's own `agents/` folder is the user's: trusted without asking.
+    let out = Test::new()
+        .file("workflows/w.toml", &workflow(""))
+        .file(
+            "agents/helper.md",
+            "---\nname: helper\ntools: Read, Write\n---\nHelp.\n",
+        )
+        .args(&["plan", "workflows/w.toml", "--format", "json"])
+        .run();
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let own: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(step(&own, "s")["agent_trusted"], true);
+    assert_eq!(step(&own, "s")["tools"], json!(["read_file", "write_file"]));
+}
