@@ -4,23 +4,42 @@
 //!
 //! A step may be hostile, so git runs on paths runner resolved itself before the step started
 //! (`--git-dir`/`--work-tree`; a `.git` file the step rewrote is never followed), with hooks,
-//! fsmonitor and external diff drivers off, and without keys or git variables from runner's
-//! environment. A worktree whose `.git` file changed fails its step and is thrown away.
+//! fsmonitor, external diff drivers, credential helpers and transports off, never entering a
+//! repository nested in the tree, and with a clean environment. A worktree whose `.git` file changed fails its step and is thrown away.
 
 use std::process::Command;
 
 use camino::{Utf8Path, Utf8PathBuf};
 
-/// Configuration that would make git run a program, turned off for every git runner runs.
+/// Configuration that would make git run a program, or enter a repository a step made, turned
+/// off for every git runner runs (README "Security").
 const SAFE_CONFIG: &[&str] = &[
     "core.hooksPath=/dev/null",
     "core.fsmonitor=false",
     "core.untrackedCache=false",
+    "core.sshCommand=false",
+    "core.editor=false",
+    "core.pager=cat",
     "diff.external=",
     "commit.gpgSign=false",
+    "tag.gpgSign=false",
     "safe.bareRepository=explicit",
+    "credential.helper=",
+    "protocol.allow=never",
+    "submodule.recurse=false",
+    "diff.ignoreSubmodules=all",
+    "status.submoduleSummary=false",
+    "fetch.recurseSubmodules=false",
+    "gc.auto=0",
+    "maintenance.auto=false",
     "user.name=runner",
     "user.email=runner@localhost",
+];
+
+/// The only variables git gets from runner's environment: what it needs to find itself, the
+/// user's own configuration and a locale. Nothing secret, no `GIT_*` that redirects it.
+const GIT_ENV: &[&str] = &[
+    "PATH", "HOME", "USER", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
 ];
 
 /// The repository a working directory belongs to.
@@ -69,15 +88,19 @@ fn git(
     args: &[&str],
 ) -> Result<String, String> {
     let mut command = Command::new("git");
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("GIT_") {
-            command.env_remove(key);
+    command.env_clear();
+    for key in GIT_ENV {
+        if let Some(value) = std::env::var_os(key) {
+            command.env(key, value);
         }
     }
     command
         .current_dir(dir)
         .env("GIT_TERMINAL_PROMPT", "0")
-        .env("GIT_OPTIONAL_LOCKS", "0");
+        .env("GIT_OPTIONAL_LOCKS", "0")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_NO_REPLACE_OBJECTS", "1")
+        .arg("--no-optional-locks");
     for setting in SAFE_CONFIG {
         command.arg("-c").arg(setting);
     }
@@ -202,9 +225,29 @@ impl Repo {
                 "step `{step}` changed its worktree's `.git` file; its changes were discarded and nothing was committed"
             ));
         }
+        match self.record(tree, step, keep_changes_only) {
+            Ok(finished) => Ok(finished),
+            Err(err) => {
+                // Whatever failed, nothing of the step's tree stays behind to confuse a later run.
+                self.discard(tree);
+                Err(err)
+            }
+        }
+    }
+
+    fn record(
+        &self,
+        tree: &Worktree,
+        step: &str,
+        keep_changes_only: bool,
+    ) -> Result<Finished, String> {
         let in_tree = |args: &[&str]| git(&tree.path, Some((&tree.git_dir, &tree.path)), args);
         in_tree(&["add", "-A"])?;
-        let changed = !in_tree(&["status", "--porcelain"])?.trim().is_empty();
+        // `--ignore-submodules=all`: a repository the step made inside its tree is never
+        // entered, so its config (filters, fsmonitor) is never read.
+        let changed = !in_tree(&["status", "--porcelain", "--ignore-submodules=all"])?
+            .trim()
+            .is_empty();
         if changed && keep_changes_only {
             return Ok(Finished {
                 branch: Some(tree.branch.clone()),
@@ -218,11 +261,21 @@ impl Repo {
         if changed {
             let message = format!("runner: {step}");
             in_tree(&["commit", "--quiet", "--no-verify", "-m", &message])?;
-            finished.diff =
-                in_tree(&["diff", "--no-ext-diff", "--no-textconv", &tree.base, "HEAD"])?;
+            finished.diff = in_tree(&[
+                "diff",
+                "--no-ext-diff",
+                "--no-textconv",
+                "--ignore-submodules=all",
+                &tree.base,
+                "HEAD",
+            ])?;
             finished.branch = Some(tree.branch.clone());
         }
-        self.main(&["worktree", "remove", "--force", tree.path.as_str()])?;
+        // Not `git worktree remove`: it would look inside (and refuses trees holding a nested
+        // repository). The files go without following links, then git forgets the tree.
+        std::fs::remove_dir_all(&tree.path)
+            .map_err(|e| format!("cannot remove the worktree `{}`: {e}", tree.path))?;
+        self.main(&["worktree", "prune"])?;
         if !changed {
             self.main(&["branch", "-D", "--quiet", &tree.branch])?;
         }

@@ -166,3 +166,53 @@ fn plan_shows_trust_and_the_user_can_grant_it() {
     assert_eq!(step(&own, "s")["agent_trusted"], true);
     assert_eq!(step(&own, "s")["tools"], json!(["read_file", "write_file"]));
 }
+
+/// runner's own git at the end of a worktree step never enters a repository the step made: the
+/// nested repository's filters, textconv and fsmonitor commands run nowhere, and the worktree
+/// is gone afterwards whatever happened.
+#[tokio::test(flavor = "multi_thread")]
+async fn runners_git_runs_nothing_a_nested_repository_configures() {
+    let test = Test::new().file("a.txt", "a\n").file(
+        "w.toml",
+        &format!(
+            "name = \"t\"\n{MODELS}[steps.s]\nagent = \"code\"\nisolation = \"worktree\"\nprompt = \"go\"\n"
+        ),
+    );
+    crate::support::init_repo(test.path());
+    let mark = test.path().canonicalize().unwrap().join("pwned");
+    let plant = std::fs::read_to_string(
+        Path::new(REPO).join("tests/fixtures/attacks/nested-repo/plant.sh"),
+    )
+    .unwrap();
+    let command = format!("export MARK={}\n{plant}", mark.display());
+    let fake = Fake::anthropic(vec![
+        anthropic_tool("b1", "bash", json!({ "command": command })),
+        anthropic_text("done"),
+    ])
+    .await;
+    let (out, test) = test
+        .anthropic_api(&fake.uri(), KEY)
+        .args(&["run", "w.toml", "--format", "json"])
+        .run_async()
+        .await;
+    let bodies = fake.bodies().await;
+    let results = anthropic_results(&bodies[1]);
+    assert!(results[0].1.contains("planted"), "{results:?}");
+    let traces: Vec<String> = std::fs::read_dir(test.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("pwned"))
+        .collect();
+    assert!(
+        traces.is_empty(),
+        "git ran the nested repository's commands: {traces:?}"
+    );
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let worktrees = crate::support::git(test.path(), &["worktree", "list", "--porcelain"]);
+    assert_eq!(
+        worktrees.matches("worktree ").count(),
+        1,
+        "the step's worktree was left: {worktrees}"
+    );
+}
