@@ -2,11 +2,14 @@
 //!
 //! Every `bash` call runs under a small supervisor: runner starts itself again as
 //! `runner __sandbox POLICY bash -c COMMAND`. The supervisor makes itself a child subreaper (so
-//! whatever the command starts, even a double-forked daemon, stays below it), restricts itself
-//! with Landlock (what may be written, TCP, signals and abstract sockets outside) and seccomp (no
-//! sockets without `network = true`), then runs the command. When the command ends, or runner
-//! asks it to stop (SIGTERM on a timeout or a cancelled step, or runner itself dying), it kills
-//! every process below it before it exits. So nothing a step started outlives its call.
+//! whatever the command starts, even a double-forked daemon, stays below it) and starts
+//! `runner __confine POLICY bash -c COMMAND`, which restricts itself with Landlock (what may be
+//! written, TCP, signals and abstract sockets outside its domain) and seccomp (no sockets
+//! without `network = true`, no metadata changes it may not make), then becomes the command. The
+//! supervisor stays outside that domain, so the command cannot signal or trace it. When the
+//! command ends, or runner asks it to stop (SIGTERM on a timeout or a cancelled step, or runner
+//! itself dying), it kills every process below it before it exits. So nothing a step started
+//! outlives its call.
 //!
 //! What a step's bash may write follows from the step's tools: without `write_file` or
 //! `edit_file` it writes nothing but its private temporary directory ([`Mode::ReadOnly`]); with
@@ -69,6 +72,31 @@ pub struct Policy {
     pub protected: Vec<PathBuf>,
     /// runner's pid: the supervisor exits at once if its parent is already gone.
     pub parent: i32,
+}
+
+/// Marks every descriptor above 2 close-on-exec, so none that runner inherited (a CI runner's
+/// pipe, a shell's `7>file`) passes into a child: bash, git, an MCP server.
+pub fn close_inherited_fds() {
+    use nix::libc;
+    // SAFETY: close_range with the CLOEXEC flag only changes descriptor flags.
+    let done = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 4u32) } == 0;
+    if done {
+        return;
+    }
+    // Kernels before 5.11: each open descriptor by its number.
+    let fds: Vec<i32> = std::fs::read_dir("/proc/self/fd")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .filter(|fd| *fd > 2)
+        .collect();
+    for fd in fds {
+        // SAFETY: fcntl on a number that may or may not be open; errors are harmless.
+        unsafe {
+            libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+        }
+    }
 }
 
 /// The exit code of a supervisor that could not set up the sandbox; its stderr then starts with

@@ -1,5 +1,5 @@
-//! The Landlock ruleset of one `bash` call, applied by the supervisor to itself before it starts
-//! the command (which inherits it).
+//! The Landlock ruleset of one `bash` call, applied by the confined stage to itself before it
+//! becomes the command.
 //!
 //! Landlock only grants: a right given on a directory holds for everything beneath it, and
 //! nothing can be taken back below. So the working directory cannot be granted whole while its

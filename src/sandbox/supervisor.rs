@@ -17,12 +17,23 @@ use super::{Mode, Policy, SETUP_FAILED, SETUP_FAILED_PREFIX, filter, ruleset};
 /// The first argument that selects the supervisor.
 pub const ARG: &str = "__sandbox";
 
+/// The first argument of the confined stage the supervisor starts: it restricts itself and
+/// becomes the command, so the supervisor itself stays outside the sandbox (README "Security").
+pub const CONFINE_ARG: &str = "__confine";
+
 /// Rounds of killing before giving up on a process tree that keeps forking.
 const MAX_KILL_ROUNDS: usize = 1000;
 
-/// Runs the supervisor; the result is the process's exit code.
+/// Runs the supervisor (or, with [`CONFINE_ARG`], the confined stage); the result is the
+/// process's exit code.
 pub fn main(args: Vec<OsString>) -> i32 {
-    match supervise(args) {
+    let confine = args.get(1).is_some_and(|a| a == CONFINE_ARG);
+    let result = if confine {
+        self::confine(args)
+    } else {
+        supervise(args)
+    };
+    match result {
         Ok(code) => code,
         Err(message) => {
             eprintln!("{SETUP_FAILED_PREFIX}{message}");
@@ -31,15 +42,20 @@ pub fn main(args: Vec<OsString>) -> i32 {
     }
 }
 
-fn supervise(args: Vec<OsString>) -> Result<i32, String> {
+fn parse(args: Vec<OsString>) -> Result<(Policy, String, OsString, Vec<OsString>), String> {
     let mut args = args.into_iter().skip(2);
-    let policy: Policy = args
+    let raw = args
         .next()
         .and_then(|p| p.into_string().ok())
-        .and_then(|p| serde_json::from_str(&p).ok())
         .ok_or("the sandbox policy is missing or invalid")?;
+    let policy: Policy =
+        serde_json::from_str(&raw).map_err(|_| "the sandbox policy is missing or invalid")?;
     let program = args.next().ok_or("no command to run")?;
-    let rest: Vec<OsString> = args.collect();
+    Ok((policy, raw, program, args.collect()))
+}
+
+fn supervise(args: Vec<OsString>) -> Result<i32, String> {
+    let (policy, raw, program, rest) = parse(args)?;
 
     // Stop (and take everything below along) when runner dies, even by SIGKILL.
     prctl::set_pdeathsig(Signal::SIGTERM).map_err(|e| format!("cannot watch runner: {e}"))?;
@@ -62,24 +78,28 @@ fn supervise(args: Vec<OsString>) -> Result<i32, String> {
     signals
         .thread_block()
         .map_err(|e| format!("cannot block signals: {e}"))?;
+    // Descriptors runner was given by whoever started it never reach the command.
+    super::close_inherited_fds();
 
-    if policy.mode != Mode::Off {
-        drop_capabilities();
-        let status = ruleset::restrict(&policy)?;
-        if status == RulesetStatus::NotEnforced && policy.mode == Mode::ReadOnly {
-            return Err(
-                "this kernel has no Landlock, so a read-only bash cannot be enforced".into(),
-            );
-        }
-        if !policy.network {
-            filter::deny_sockets()?;
-        }
-    }
-
-    // std resets the signal mask of the child, so the command sees signals normally.
-    let child = Command::new(&program)
+    // The command runs in a stage of its own that confines itself: the supervisor is outside
+    // its Landlock domain, so the command can neither signal nor trace it (a scoped domain
+    // reaches only its own processes).
+    let mut command = Command::new("/proc/self/exe");
+    command
+        .arg(CONFINE_ARG)
+        .arg(raw)
+        .arg(&program)
         .args(&rest)
-        .process_group(0)
+        .process_group(0);
+    // SAFETY: sigprocmask is async-signal-safe and the closure allocates nothing; the command
+    // must start with no signal blocked (`timeout`, `kill` and Ctrl-C work inside it).
+    unsafe {
+        command.pre_exec(|| {
+            SigSet::empty().thread_set_mask()?;
+            Ok(())
+        });
+    }
+    let child = command
         .spawn()
         .map_err(|e| format!("cannot start `{}`: {e}", program.to_string_lossy()))?;
     let child = Pid::from_raw(i32::try_from(child.id()).map_err(|_| "pid out of range")?);
@@ -98,6 +118,27 @@ fn supervise(args: Vec<OsString>) -> Result<i32, String> {
     };
     kill_tree(child);
     Ok(code)
+}
+
+/// The confined stage: restricts itself (capabilities, Landlock, seccomp), then becomes the
+/// command. It only returns on failure.
+fn confine(args: Vec<OsString>) -> Result<i32, String> {
+    let (policy, _, program, rest) = parse(args)?;
+    if policy.mode != Mode::Off {
+        drop_capabilities();
+        let status = ruleset::restrict(&policy)?;
+        if status == RulesetStatus::NotEnforced && policy.mode == Mode::ReadOnly {
+            return Err(
+                "this kernel has no Landlock, so a read-only bash cannot be enforced".into(),
+            );
+        }
+    }
+    filter::install(policy.mode, policy.network || policy.mode == Mode::Off)?;
+    let err = Command::new(&program).args(&rest).exec();
+    Err(format!(
+        "cannot start `{}`: {err}",
+        program.to_string_lossy()
+    ))
 }
 
 /// Gives up every capability, for good: a bash run as root would otherwise keep

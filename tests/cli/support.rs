@@ -14,6 +14,8 @@ pub struct Test {
     args: Vec<String>,
     env: Vec<(String, String)>,
     limits: Vec<(nix::sys::resource::Resource, u64)>,
+    /// A file runner inherits open for writing as descriptor 7, as a shell's `7>file` does.
+    fd7: Option<PathBuf>,
 }
 
 pub struct Output {
@@ -30,6 +32,7 @@ impl Test {
             args: Vec::new(),
             env: Vec::new(),
             limits: Vec::new(),
+            fd7: None,
         }
     }
 
@@ -82,6 +85,12 @@ impl Test {
         self
     }
 
+    /// Starts runner with `path` open for writing as its descriptor 7.
+    pub fn inherit_fd7(mut self, path: &Path) -> Self {
+        self.fd7 = Some(path.to_owned());
+        self
+    }
+
     /// Starts the binary without waiting, its output dropped (for tests that kill it).
     pub fn spawn(&self) -> std::process::Child {
         let mut command = self.command();
@@ -131,6 +140,22 @@ impl Test {
             .env_remove("OLLAMA_HOST");
         for (key, value) in &self.env {
             command.env(key, value);
+        }
+        if let Some(path) = &self.fd7 {
+            use std::os::fd::IntoRawFd;
+            use std::os::unix::process::CommandExt;
+            let fd = std::fs::File::create(path)
+                .expect("fd 7 file")
+                .into_raw_fd();
+            // SAFETY: dup2 is async-signal-safe; the new descriptor has no close-on-exec flag.
+            unsafe {
+                command.pre_exec(move || {
+                    if nix::libc::dup2(fd, 7) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
         }
         let limits = self.limits.clone();
         if !limits.is_empty() {

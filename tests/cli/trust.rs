@@ -216,3 +216,108 @@ async fn runners_git_runs_nothing_a_nested_repository_configures() {
         "the step's worktree was left: {worktrees}"
     );
 }
+
+/// A read-only bash changes no metadata: no mode, owner, times or xattrs, on the checkout or its
+/// `.git`; a writing one still cannot set a setuid bit or change an owner.
+#[tokio::test(flavor = "multi_thread")]
+async fn bash_cannot_change_metadata_it_may_not_write() {
+    let attack = "chmod 000 a.txt .git/HEAD; chmod u+s a.txt; touch -d 2001-01-01 a.txt; \
+                  chown 1:1 a.txt; python3 -c \"import os; os.setxattr('a.txt', 'user.x', b'1')\"; \
+                  echo tried";
+    for (agent, extra) in [("explore", ""), ("code", "isolation = \"worktree\"\n")] {
+        let test = Test::new().file("a.txt", "a\n").file(
+            "w.toml",
+            &format!(
+                "name = \"t\"\n{MODELS}[steps.s]\nagent = \"{agent}\"\nprompt = \"go\"\n{extra}"
+            ),
+        );
+        crate::support::init_repo(test.path());
+        let before = |test: &Test, name: &str| std::fs::metadata(test.path().join(name)).unwrap();
+        let (a, head) = (before(&test, "a.txt"), before(&test, ".git/HEAD"));
+        let fake = Fake::anthropic(vec![
+            anthropic_tool("b1", "bash", json!({ "command": attack })),
+            anthropic_text("done"),
+        ])
+        .await;
+        let (out, test) = test
+            .anthropic_api(&fake.uri(), KEY)
+            .args(&["run", "w.toml", "--format", "json"])
+            .run_async()
+            .await;
+        assert_eq!(out.status, 0, "{agent}: {}", out.transcript());
+        let results = anthropic_results(&fake.bodies().await[1]);
+        assert!(results[0].1.contains("tried"), "{results:?}");
+        use std::os::unix::fs::MetadataExt;
+        for (name, was) in [("a.txt", a), (".git/HEAD", head)] {
+            let now = before(&test, name);
+            assert_eq!(now.mode(), was.mode(), "{agent}: mode of {name}");
+            assert_eq!(now.uid(), was.uid(), "{agent}: owner of {name}");
+            assert_eq!(now.mtime(), was.mtime(), "{agent}: mtime of {name}");
+        }
+        assert!(
+            xattr_absent(&test.path().join("a.txt")),
+            "{agent}: an xattr was set"
+        );
+    }
+}
+
+fn xattr_absent(path: &Path) -> bool {
+    let name = std::ffi::CString::new("user.x").unwrap();
+    let path = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: getxattr with valid C strings and a null buffer of size 0 only asks for a size.
+    let size =
+        unsafe { nix::libc::getxattr(path.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0) };
+    size < 0
+}
+
+/// A command can neither stop nor kill its supervisor, a `setsid` daemon dies with the call,
+/// no descriptor runner inherited reaches it, and it starts with no signal blocked.
+#[tokio::test(flavor = "multi_thread")]
+async fn bash_cannot_outlive_its_call_or_use_runners_descriptors() {
+    let test = Test::new().file(
+        "w.toml",
+        &format!("name = \"t\"\n{MODELS}[steps.s]\nagent = \"code\"\nprompt = \"go\"\n"),
+    );
+    std::fs::create_dir(test.path().join("work")).unwrap();
+    let outside = test.path().join("inherited.txt");
+    let attack = "setsid sh -c 'echo $$ > work/daemon.pid; exec sleep 600' </dev/null >/dev/null 2>&1 & \
+                  while [ ! -s work/daemon.pid ]; do :; done; \
+                  kill -STOP $PPID; echo stop=$?; kill -KILL $PPID; echo kill=$?; \
+                  echo leaked >&7; echo fd7=$?; \
+                  grep SigBlk /proc/self/status; timeout 1 sleep 30; echo timeout=$?";
+    let fake = Fake::anthropic(vec![
+        anthropic_tool("b1", "bash", json!({ "command": attack })),
+        anthropic_text("done"),
+    ])
+    .await;
+    let (out, test) = test
+        .inherit_fd7(&outside)
+        .anthropic_api(&fake.uri(), KEY)
+        .args(&["run", "w.toml", "--format", "json"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let results = anthropic_results(&fake.bodies().await[1]);
+    let text = &results[0].1;
+    for said in [
+        "stop=1",
+        "kill=1",
+        "fd7=1",
+        "SigBlk:\t0000000000000000",
+        "timeout=124",
+    ] {
+        assert!(text.contains(said), "{said}: {text}");
+    }
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "");
+    let pid: i32 = std::fs::read_to_string(test.path().join("work/daemon.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // The supervisor killed and reaped it before the call returned.
+    assert_eq!(
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
+        Err(nix::errno::Errno::ESRCH),
+        "the daemon outlived its call"
+    );
+}
