@@ -36,6 +36,8 @@ pub fn main() -> Exit {
     // Unlocked handles: progress threads and the signal task write to stderr too.
     let mut out = std::io::stdout();
     let mut err = std::io::stderr();
+    // Held until the command is done: nothing it prints runs as a GitHub workflow command.
+    let _guard = crate::report::github::LogGuard::start();
     run_cli(
         args,
         &mut Io {

@@ -21,6 +21,45 @@ pub fn detected() -> bool {
     std::env::var("GITHUB_ACTIONS").is_ok_and(|v| v == "true")
 }
 
+/// The token of `::stop-commands::` while a [`LogGuard`] holds the log.
+static STOP_TOKEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// In a GitHub Actions job, text from models, tools, MCP servers and files must never run as a
+/// workflow command (`::add-mask::`, `::stop-commands::`, a forged `::error`). While the guard
+/// lives, GitHub processes no command at all (`::stop-commands::<random token>`); runner's own
+/// commands are let through one block at a time ([`commands`]), and dropping the guard resumes
+/// processing for whatever the job runs next.
+pub struct LogGuard(Option<String>);
+
+impl LogGuard {
+    pub fn start() -> Self {
+        if !detected() {
+            return LogGuard(None);
+        }
+        let token = format!("{:032x}", rand::random::<u128>());
+        let token = STOP_TOKEN.get_or_init(|| token).clone();
+        let _ = writeln!(std::io::stderr(), "::stop-commands::{token}");
+        LogGuard(Some(token))
+    }
+}
+
+impl Drop for LogGuard {
+    fn drop(&mut self) {
+        if let Some(token) = &self.0 {
+            let _ = writeln!(std::io::stderr(), "::{token}::");
+        }
+    }
+}
+
+/// `block` (runner's own workflow commands, built from escaped text only) let through the guard:
+/// processing resumes for it and stops again after it.
+fn commands(block: &str) -> String {
+    match STOP_TOKEN.get() {
+        Some(token) => format!("::{token}::\n{block}::stop-commands::{token}\n"),
+        None => block.to_owned(),
+    }
+}
+
 pub struct GithubSink {
     workflow: String,
     /// Steps in plan order, with their agents.
@@ -68,15 +107,15 @@ impl GithubSink {
         let lines = self.lines.remove(step).unwrap_or_default();
         let mut out = String::new();
         if self.groups {
-            let _ = writeln!(
-                out,
-                "::group::{}",
+            out.push_str(&commands(&format!(
+                "::group::{}\n",
                 escape_data(&finish_line(&agent, step, record))
-            );
+            )));
+            // The step's own lines: data, with command processing stopped.
             for line in lines {
                 let _ = writeln!(out, "{}", terminal::clean(&line));
             }
-            let _ = writeln!(out, "::endgroup::");
+            out.push_str(&commands("::endgroup::\n"));
         }
         let reason = || {
             record
@@ -85,24 +124,21 @@ impl GithubSink {
                 .unwrap_or("no reason was recorded")
                 .to_owned()
         };
-        match record.status {
-            StepStatus::Failed => {
-                let _ = writeln!(
-                    out,
-                    "::error title={}::{}",
-                    escape_property(&format!("step {step} failed")),
-                    escape_data(&terminal::clean(&reason()))
-                );
-            }
-            StepStatus::Skipped => {
-                let _ = writeln!(
-                    out,
-                    "::warning title={}::{}",
-                    escape_property(&format!("step {step} skipped")),
-                    escape_data(&terminal::clean(&reason()))
-                );
-            }
-            _ => {}
+        let annotation = match record.status {
+            StepStatus::Failed => Some(format!(
+                "::error title={}::{}\n",
+                escape_property(&format!("step {step} failed")),
+                escape_data(&terminal::clean(&reason()))
+            )),
+            StepStatus::Skipped => Some(format!(
+                "::warning title={}::{}\n",
+                escape_property(&format!("step {step} skipped")),
+                escape_data(&terminal::clean(&reason()))
+            )),
+            _ => None,
+        };
+        if let Some(annotation) = annotation {
+            out.push_str(&commands(&annotation));
         }
         // Log output is best effort, like progress.
         let _ = std::io::stderr().write_all(out.as_bytes());
@@ -169,18 +205,24 @@ impl GithubSink {
     }
 }
 
-/// Text that is safe in a Markdown table cell.
+/// Text that is safe in a Markdown table cell of the job summary, which renders HTML: no tag,
+/// entity or table syntax survives.
 fn cell(text: &str) -> String {
-    text.replace('|', "\\|")
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('|', "\\|")
         .replace(['\n', '\r'], " ")
         .replace('`', "'")
 }
 
-/// The message part of a workflow command.
+/// The message part of a workflow command. `##[` would start a legacy command anywhere in a
+/// line, so it is broken up.
 fn escape_data(text: &str) -> String {
     text.replace('%', "%25")
         .replace('\r', "%0D")
         .replace('\n', "%0A")
+        .replace("##[", "#%23[")
 }
 
 /// A property (`title=`) of a workflow command.
@@ -271,5 +313,9 @@ mod tests {
         assert_eq!(escape_data("50% done\nnext"), "50%25 done%0Anext");
         assert_eq!(escape_property("step a: x, y"), "step a%3A x%2C y");
         assert_eq!(cell("a|b\nc `d`"), "a\\|b c 'd'");
+        assert_eq!(
+            cell("<img src=x onerror=alert(1)> &amp;"),
+            "&lt;img src=x onerror=alert(1)&gt; &amp;amp;"
+        );
     }
 }

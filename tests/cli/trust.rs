@@ -321,3 +321,118 @@ async fn bash_cannot_outlive_its_call_or_use_runners_descriptors() {
         "the daemon outlived its call"
     );
 }
+
+/// The workflow commands GitHub would run from a log: every line that starts with `::` while
+/// processing is on, honouring `::stop-commands::TOKEN` ... `::TOKEN::`.
+fn processed_commands(log: &str) -> Vec<String> {
+    let mut stopped: Option<String> = None;
+    let mut out = Vec::new();
+    for line in log.lines() {
+        let line = line.trim_start();
+        if let Some(token) = &stopped {
+            if line == format!("::{token}::") {
+                stopped = None;
+            }
+            continue;
+        }
+        if let Some(token) = line.strip_prefix("::stop-commands::") {
+            stopped = Some(token.to_owned());
+        } else if line.starts_with("::") || line.contains("##[") {
+            out.push(line.to_owned());
+        }
+    }
+    out
+}
+
+/// Model text with newlines (a tool name, a failure reason) reaches the Actions log as data: no
+/// line of it is processed as a workflow command, and runner's own commands still are; the job
+/// summary gets no raw HTML.
+#[tokio::test(flavor = "multi_thread")]
+async fn ci_log_lines_from_a_model_never_run_as_workflow_commands() {
+    let forged = "x\n::add-mask::ghp_realtoken\n::error title=forged::pwned\n##[warning]v1";
+    let fake = Fake::anthropic_routed(vec![
+        (
+            "MARK-a",
+            vec![
+                anthropic_tool("t1", forged, json!({})),
+                anthropic_text("a <img src=x onerror=alert(1)> done"),
+            ],
+        ),
+        (
+            "MARK-b",
+            vec![wiremock::ResponseTemplate::new(400).set_body_json(json!({
+                "type": "error",
+                "error": {"type": "invalid_request_error", "message": forged}
+            }))],
+        ),
+    ])
+    .await;
+    let workflow = format!(
+        "name = \"t <b>x</b>\"\n{MODELS}[steps.a]\nagent = \"code\"\nprompt = \"MARK-a\"\n[steps.b]\nagent = \"explore\"\nretries = 0\nprompt = \"MARK-b\"\n"
+    );
+    let test = Test::new().file("w.toml", &workflow);
+    let summary = test.path().join("summary.md");
+    let (out, _test) = test
+        .env("GITHUB_ACTIONS", "true")
+        .env("GITHUB_STEP_SUMMARY", summary.to_str().unwrap())
+        .anthropic_api(&fake.uri(), KEY)
+        .args(&["run", "w.toml"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 1, "{}", out.transcript());
+    assert!(
+        out.stderr.contains("add-mask"),
+        "the text is shown: {}",
+        out.stderr
+    );
+    let commands = processed_commands(&out.stderr);
+    // Only runner's own commands are processed; model text inside them is their escaped data.
+    for command in &commands {
+        let own = [
+            "::group::",
+            "::endgroup::",
+            "::error title=step ",
+            "::warning title=step ",
+        ]
+        .iter()
+        .any(|p| command.starts_with(p));
+        assert!(
+            own && !command.contains("##["),
+            "a model's text ran as a command: {command}\n{}",
+            out.stderr
+        );
+    }
+    // Runner's own commands still work: both groups and the failure's annotation.
+    assert_eq!(
+        commands
+            .iter()
+            .filter(|c| c.starts_with("::group::"))
+            .count(),
+        2,
+        "{commands:?}"
+    );
+    assert!(
+        commands
+            .iter()
+            .any(|c| c.starts_with("::error title=step b failed::")),
+        "{commands:?}"
+    );
+    // Processing is on again when runner exits.
+    assert!(
+        out.stderr
+            .trim_end()
+            .lines()
+            .last()
+            .unwrap()
+            .starts_with("::")
+    );
+    assert!(
+        processed_commands(&format!("{}\n::notice::after", out.stderr))
+            .contains(&"::notice::after".to_owned())
+    );
+    let markdown = std::fs::read_to_string(&summary).unwrap();
+    assert!(
+        !markdown.contains("<b>") && !markdown.contains("<img"),
+        "{markdown}"
+    );
+}
