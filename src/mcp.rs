@@ -142,23 +142,6 @@ impl Hub {
     }
 }
 
-/// `${VAR}` replaced by runner's variable (keys included: the entry named them on purpose).
-fn expand(value: &str) -> String {
-    let mut out = String::new();
-    let mut rest = value;
-    while let Some(start) = rest.find("${") {
-        let Some(end) = rest[start..].find('}') else {
-            break;
-        };
-        out.push_str(&rest[..start]);
-        let var = &rest[start + 2..start + end];
-        out.push_str(&crate::secrets::var(var).unwrap_or_default());
-        rest = &rest[start + end + 1..];
-    }
-    out.push_str(rest);
-    out
-}
-
 async fn start(
     name: &str,
     def: &McpServerDef,
@@ -178,13 +161,9 @@ async fn start(
             let mut cmd = tokio::process::Command::new(command);
             cmd.args(&def.args).current_dir(workdir).env_clear();
             // A clean environment: what programs need to run, and what the entry names.
-            for var in ["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER", "TERM"] {
-                if let Ok(value) = std::env::var(var) {
-                    cmd.env(var, value);
-                }
-            }
+            cmd.envs(crate::secrets::clean_env());
             for (key, value) in &def.env {
-                cmd.env(key, expand(value));
+                cmd.env(key, crate::secrets::expand_vars(value));
             }
             let (transport, child_stderr) = TokioChildProcess::builder(cmd)
                 .stderr(Stdio::piped())
@@ -227,8 +206,9 @@ async fn start(
             for (key, value) in &def.headers {
                 let header = reqwest::header::HeaderName::from_bytes(key.as_bytes())
                     .map_err(|err| format!("MCP server `{name}`: header `{key}`: {err}"))?;
-                let value = reqwest::header::HeaderValue::from_str(&expand(value))
-                    .map_err(|err| format!("MCP server `{name}`: header `{key}`: {err}"))?;
+                let value =
+                    reqwest::header::HeaderValue::from_str(&crate::secrets::expand_vars(value))
+                        .map_err(|err| format!("MCP server `{name}`: header `{key}`: {err}"))?;
                 headers.insert(header, value);
             }
             let config =
@@ -361,19 +341,5 @@ impl Tool for McpTool {
                 ToolOutput::ok(text)
             }
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn variables_expand_and_unknown_ones_are_empty() {
-        // SAFETY: tests in this module do not read this variable concurrently.
-        unsafe { std::env::set_var("RUNNER_MCP_TEST_VAR", "v1") };
-        assert_eq!(expand("a-${RUNNER_MCP_TEST_VAR}-b"), "a-v1-b");
-        assert_eq!(expand("${RUNNER_MCP_NOT_SET_X}"), "");
-        assert_eq!(expand("no ${brace"), "no ${brace");
     }
 }

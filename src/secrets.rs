@@ -33,6 +33,103 @@ pub fn is_key_name(name: &str) -> bool {
     name.ends_with("_API_KEY")
 }
 
+/// Whether a variable's name says it holds a secret: `*_TOKEN`, `*_KEY`, `*SECRET*`,
+/// `*PASSWORD*`, `*_CREDENTIALS`, GitHub's `ACTIONS_*_TOKEN_*`. Its value is hidden in every
+/// output, and no child gets it unless a workflow names it.
+pub fn is_secret_name(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    upper.ends_with("_TOKEN")
+        || upper.ends_with("_KEY")
+        || upper.contains("SECRET")
+        || upper.contains("PASSWORD")
+        || upper.contains("_TOKEN_")
+        || upper.ends_with("_CREDENTIALS")
+        || upper.ends_with("_PAT")
+        || upper == "TOKEN"
+}
+
+/// What a child runner starts (bash, an MCP server) gets from runner's environment: what
+/// programs need to run and to find their toolchains. Nothing else, so no secret of the user's
+/// or of the CI (whatever its name) reaches a command a model wrote.
+const CLEAN_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "LC_ALL",
+    "LC_CTYPE",
+    "LC_MESSAGES",
+    "TERM",
+    "COLORTERM",
+    "NO_COLOR",
+    "TZ",
+    "CI",
+    "CARGO_HOME",
+    "RUSTUP_HOME",
+    "RUSTUP_TOOLCHAIN",
+    "GOPATH",
+    "GOROOT",
+    "GOCACHE",
+    "JAVA_HOME",
+    "NODE_PATH",
+    "NVM_DIR",
+    "PYENV_ROOT",
+    "VIRTUAL_ENV",
+    "CONDA_PREFIX",
+    "PYTHONPATH",
+    "PKG_CONFIG_PATH",
+];
+
+/// The variables of [`CLEAN_ENV`] that are set.
+pub fn clean_env() -> Vec<(&'static str, std::ffi::OsString)> {
+    CLEAN_ENV
+        .iter()
+        .filter_map(|name| std::env::var_os(name).map(|v| (*name, v)))
+        .collect()
+}
+
+/// `${VAR}` replaced by runner's variable (keys included: the workflow named them on purpose);
+/// an unset one is empty.
+pub fn expand_vars(value: &str) -> String {
+    let mut out = String::new();
+    let mut rest = value;
+    while let Some(start) = rest.find("${") {
+        let Some(end) = rest[start..].find('}') else {
+            break;
+        };
+        out.push_str(&rest[..start]);
+        let var = &rest[start + 2..start + end];
+        out.push_str(&var_any(var).unwrap_or_default());
+        rest = &rest[start + end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A variable by name, from the vault or the environment; a secret-named one is registered for
+/// redaction.
+fn var_any(name: &str) -> Option<String> {
+    if is_key_name(name) || is_secret_name(name) {
+        return var(name);
+    }
+    std::env::var(name).ok()
+}
+
+/// Registers the value of every secret-named variable for redaction (done once at start): a
+/// `GITHUB_TOKEN` a tool prints shows as `[hidden]` like a provider key.
+pub fn hide_secret_vars() {
+    for (name, value) in std::env::vars_os() {
+        if let (Some(name), Some(value)) = (name.to_str(), value.to_str())
+            && is_secret_name(name)
+        {
+            register(value);
+        }
+    }
+}
+
 /// Hardening for the whole process, done first thing in `main`: no core dumps and no ptrace or
 /// `/proc/<pid>/{environ,mem}` access by other processes of the same user.
 pub fn harden_process() {
@@ -159,6 +256,34 @@ pub fn redact_owned(text: String) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn variables_expand_and_unknown_ones_are_empty() {
+        // SAFETY: tests in this module do not read this variable concurrently.
+        unsafe { std::env::set_var("RUNNER_SECRETS_TEST_VAR", "v1") };
+        assert_eq!(expand_vars("a-${RUNNER_SECRETS_TEST_VAR}-b"), "a-v1-b");
+        assert_eq!(expand_vars("${RUNNER_SECRETS_NOT_SET_X}"), "");
+        assert_eq!(expand_vars("no ${brace"), "no ${brace");
+    }
+
+    #[test]
+    fn secret_names() {
+        for name in [
+            "GITHUB_TOKEN",
+            "AWS_SECRET_ACCESS_KEY",
+            "ACTIONS_ID_TOKEN_REQUEST_TOKEN",
+            "ACTIONS_ID_TOKEN_REQUEST_URL",
+            "NPM_TOKEN",
+            "DB_PASSWORD",
+            "GCP_CREDENTIALS",
+            "SSH_KEY",
+        ] {
+            assert!(is_secret_name(name), "{name}");
+        }
+        for name in ["PATH", "HOME", "TOKENIZERS_PARALLELISM", "KEYBOARD", "CI"] {
+            assert!(!is_secret_name(name), "{name}");
+        }
+    }
 
     #[test]
     fn registered_values_are_hidden_and_short_ones_ignored() {

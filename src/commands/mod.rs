@@ -30,6 +30,7 @@ pub fn main() -> Exit {
     // SAFETY: this is the start of the binary's main thread; no other thread exists yet, and none
     // is started before the command line is handled.
     unsafe { crate::secrets::take_keys_from_env() };
+    crate::secrets::hide_secret_vars();
     let args: Vec<OsString> = std::env::args_os().collect();
     let color = std::io::stderr().is_terminal()
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());

@@ -25,7 +25,6 @@ use crate::run::{self, RunOptions, RunStatus};
 use crate::sandbox::Support;
 use crate::session::subagent::Team;
 use crate::tools::Registry;
-use crate::tools::bash::scrubbed_vars;
 
 pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
     if args.dry_run {
@@ -130,11 +129,6 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
     };
     let interrupt = CancellationToken::new();
     watch_signals(&runtime, interrupt.clone());
-    let configured: Vec<String> = plan
-        .providers
-        .values()
-        .filter_map(|p| p.api_key_env.clone())
-        .collect();
     let apis: BTreeMap<String, Arc<dyn ModelApi>> = plan
         .providers
         .values()
@@ -171,7 +165,6 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
     let executor = Arc::new(ModelExecutor {
         team: Arc::new(team),
         workdir: canonical,
-        scrub: scrubbed_vars(&configured),
         state_dir: state_dir.clone(),
         support,
     });

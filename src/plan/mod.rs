@@ -152,6 +152,8 @@ pub struct PlannedStep {
     pub max_tokens_total: Option<u64>,
     /// The MCP servers its tools come from, by name.
     pub mcp_servers: BTreeMap<String, crate::workflow::McpServerDef>,
+    /// Variables its bash gets on top of the clean environment (`${VAR}` not yet expanded).
+    pub env: BTreeMap<String, String>,
     pub wave: usize,
 }
 

@@ -61,6 +61,7 @@ impl Builder<'_> {
             self.check_condition(ctx, condition, env);
         }
         let subagents = self.subagents(id, step, catalog, tools.as_ref());
+        let env = self.step_env(id, step);
         let mcp_servers = match (agent, &tools) {
             (Some(agent), Some(tools)) => {
                 let known = self.mcp_servers_of(agent);
@@ -111,8 +112,37 @@ impl Builder<'_> {
                 .unwrap_or(DEFAULT_SUBAGENT_DEPTH),
             max_tokens_total: step.max_tokens_total.or(defaults.max_tokens_total),
             mcp_servers,
+            env,
             wave: 0,
         })
+    }
+
+    /// `[defaults] env` with the step's `env` on top; each name a valid variable name.
+    fn step_env(&mut self, id: &str, step: &Step) -> BTreeMap<String, String> {
+        let defaults = &self.loaded.def.defaults.env;
+        let mut env = defaults.clone();
+        env.extend(step.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        for name in env.keys() {
+            let valid = name
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !valid {
+                let span = if step.env.contains_key(name) {
+                    self.key_span(&path!["steps", id, "env", name.as_str()])
+                } else {
+                    self.key_span(&path!["defaults", "env", name.as_str()])
+                };
+                self.error(
+                    format!("`{name}` is not a valid environment variable name"),
+                    span,
+                    "invalid name",
+                    Some("use letters, digits and `_`, not starting with a digit".into()),
+                );
+            }
+        }
+        env
     }
 
     /// The agents the step's `task` may spawn: its `subagents` list, checked, or every agent the

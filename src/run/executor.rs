@@ -35,8 +35,6 @@ pub trait Executor: Send + Sync + 'static {
 pub struct ModelExecutor {
     /// The APIs, tools, agents and limits every step (and its subagents) share.
     pub team: Arc<Team>,
-    /// Environment variables removed from `bash`.
-    pub scrub: Vec<String>,
     /// runner's state directory: no tool may touch it.
     pub state_dir: Utf8PathBuf,
     /// The run's working directory (canonical), as requests show it.
@@ -67,7 +65,7 @@ impl ModelExecutor {
             .map_err(|err| format!("cannot use `{root}`: {err}"))?
             .with_state_dir(&self.state_dir);
         let mut bash = BashEnv::new(step.sandbox, step.network);
-        bash.scrub.clone_from(&self.scrub);
+        bash.vars = crate::tools::bash::bash_vars(&step.env);
         bash.support = self.support;
         bash.protected = protected_paths(
             workspace.root(),

@@ -63,16 +63,18 @@ struct BashInput {
     timeout: Option<f64>,
 }
 
-/// Environment variables `bash` must not see: every `*_API_KEY` plus the configured ones.
-pub fn scrubbed_vars(configured: &[String]) -> Vec<String> {
-    let mut names: Vec<String> = std::env::vars_os()
-        .filter_map(|(k, _)| k.into_string().ok())
-        .filter(|k| crate::secrets::is_key_name(k))
+/// The environment of a step's `bash`: the clean one every child gets, plus the step's `env`
+/// (`${VAR}` expanded). Nothing else of runner's: no key, no token, whatever its name.
+pub fn bash_vars(step_env: &std::collections::BTreeMap<String, String>) -> Vec<(String, String)> {
+    let mut vars: Vec<(String, String)> = crate::secrets::clean_env()
+        .into_iter()
+        .filter_map(|(k, v)| Some((k.to_owned(), v.into_string().ok()?)))
         .collect();
-    names.extend(configured.iter().cloned());
-    names.sort();
-    names.dedup();
-    names
+    for (name, value) in step_env {
+        vars.retain(|(k, _)| k != name);
+        vars.push((name.clone(), crate::secrets::expand_vars(value)));
+    }
+    vars
 }
 
 /// How one step's `bash` runs: its sandbox, and the private temporary directory all its calls
@@ -85,8 +87,8 @@ pub struct BashEnv {
     pub network: bool,
     /// Canonical paths bash never writes: the state directory, the checkout's `.git`.
     pub protected: Vec<PathBuf>,
-    /// Environment variables removed.
-    pub scrub: Vec<String>,
+    /// Its whole environment but the temporary directory (see [`bash_vars`]).
+    pub vars: Vec<(String, String)>,
     pub support: Support,
     tmp: Mutex<Option<tempfile::TempDir>>,
 }
@@ -100,7 +102,7 @@ impl BashEnv {
             mode,
             network,
             protected: Vec::new(),
-            scrub: Vec::new(),
+            vars: bash_vars(&Default::default()),
             support: Support::probe(),
             tmp: Mutex::new(None),
         }
@@ -114,7 +116,7 @@ impl BashEnv {
             mode,
             network: self.network,
             protected: self.protected.clone(),
-            scrub: self.scrub.clone(),
+            vars: self.vars.clone(),
             support: self.support,
             tmp: Mutex::new(None),
         }
@@ -232,15 +234,14 @@ pub async fn bash(ws: &Workspace, input: &Value, env: &BashEnv) -> ToolOutput {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
+        .env_clear()
+        .envs(env.vars.iter().map(|(k, v)| (k, v)))
         .env("TMPDIR", &tmp)
         .env("TMP", &tmp)
         .env("TEMP", &tmp);
     if env.mode != Mode::Off {
         // Well-behaved tools keep caches where the sandbox lets them write.
         command.env("XDG_CACHE_HOME", tmp.join("cache"));
-    }
-    for name in &env.scrub {
-        command.env_remove(name);
     }
     let mut child = match command.spawn() {
         Ok(child) => child,

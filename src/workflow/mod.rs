@@ -185,6 +185,10 @@ pub struct Defaults {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub max_tokens_total: Option<u64>,
+    /// Variables `bash` gets on top of its clean environment; `${VAR}` in a value is runner's
+    /// variable (a secret named here is passed on purpose, and still hidden in every output).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
 }
 
 /// One type with two shapes, so a wrong value reads "must be a string or a list".
@@ -281,6 +285,10 @@ pub struct Step {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub max_tokens_total: Option<u64>,
+    /// Variables `bash` gets on top of its clean environment; `${VAR}` in a value is runner's
+    /// variable (a secret named here is passed on purpose, and still hidden in every output).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
 }
 
 fn output_schema_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {

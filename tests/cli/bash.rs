@@ -180,12 +180,12 @@ async fn cancelling_the_call_kills_the_whole_tree() {
 }
 
 #[tokio::test]
-async fn scrubbed_variables_are_absent() {
+async fn bash_gets_only_the_variables_it_is_given() {
     let p = place();
     let mut env = env(Mode::ReadOnly, false);
-    env.scrub = vec!["HOME".into()];
-    let out = run(&p, &env, "echo ${HOME-unset}").await;
-    assert_eq!(out.text, "exit code 0\nunset\n");
+    env.vars = vec![("ONLY_THIS".into(), "yes".into())];
+    let out = run(&p, &env, "echo ${HOME-unset} ${CARGO_HOME-unset} $ONLY_THIS").await;
+    assert_eq!(out.text, "exit code 0\nunset unset yes\n");
 }
 
 #[tokio::test]

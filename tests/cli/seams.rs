@@ -124,7 +124,6 @@ async fn a_tool_and_a_model_api_plug_in_by_registration() {
     let team = Team::new(&plan, Arc::new(registry), catalog, apis);
     let executor = Arc::new(ModelExecutor {
         team: Arc::new(team),
-        scrub: Vec::new(),
         state_dir: root.join(".runner"),
         workdir: root.clone(),
         support: Support::probe(),

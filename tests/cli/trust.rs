@@ -436,3 +436,56 @@ async fn ci_log_lines_from_a_model_never_run_as_workflow_commands() {
         "{markdown}"
     );
 }
+
+/// bash gets a clean environment: no secret of the user's or the CI's, whatever its name, only
+/// what the step's `env` names; every secret-named value is hidden in what runner writes.
+#[tokio::test(flavor = "multi_thread")]
+async fn secrets_reach_bash_only_when_named_and_are_hidden_everywhere() {
+    const GH: &str = "ghp_trustTestGithubToken0123456789";
+    const AWS: &str = "aws-secret-trust-test-9f8e7d6c5b";
+    const OIDC: &str = "oidc-request-token-trust-test-42";
+    const NPM: &str = "npm_trustTestTokenPassedOnPurpose";
+    let fake = Fake::anthropic(vec![
+        anthropic_tool("b1", "bash", json!({"command": "env; echo end"})),
+        anthropic_text(&format!("the server echoes {GH} and {AWS}")),
+    ])
+    .await;
+    let workflow = format!(
+        "name = \"t\"\n{MODELS}[steps.s]\nagent = \"explore\"\nprompt = \"go\"\nenv = {{ PLAIN = \"${{VISIBLE}}-x\", GIVEN = \"${{NPM_TOKEN}}\" }}\n"
+    );
+    let (out, test) = Test::new()
+        .file("w.toml", &workflow)
+        .env("GITHUB_TOKEN", GH)
+        .env("AWS_SECRET_ACCESS_KEY", AWS)
+        .env("ACTIONS_ID_TOKEN_REQUEST_TOKEN", OIDC)
+        .env("NPM_TOKEN", NPM)
+        .env("VISIBLE", "shown")
+        .anthropic_api(&fake.uri(), KEY)
+        .args(&["run", "w.toml", "--format", "json"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let bodies = fake.bodies().await;
+    let env_text = &anthropic_results(&bodies[1])[0].1;
+    assert!(env_text.contains("PLAIN=shown-x"), "{env_text}");
+    // Named on purpose: bash had it, the model sees it hidden.
+    assert!(env_text.contains("GIVEN=[hidden]"), "{env_text}");
+    for name in [
+        "GITHUB_TOKEN",
+        "AWS_SECRET_ACCESS_KEY",
+        "ACTIONS_ID_TOKEN",
+        "NPM_TOKEN=",
+    ] {
+        assert!(!env_text.contains(name), "{name} reached bash: {env_text}");
+    }
+    let mut written = out.stdout.clone() + &out.stderr;
+    let runs = test.path().join(".runner/runs");
+    for run in std::fs::read_dir(&runs).unwrap().flatten() {
+        written += &std::fs::read_to_string(run.path().join("run.json")).unwrap();
+        written += &std::fs::read_to_string(run.path().join("steps/s/transcript.jsonl")).unwrap();
+    }
+    for secret in [GH, AWS, OIDC, NPM] {
+        assert!(!written.contains(secret), "{secret} was written");
+    }
+    assert!(written.contains("the server echoes [hidden]"), "{written}");
+}
