@@ -22,6 +22,9 @@ pub const MAX_RESPONSE_BYTES: usize = 32 << 20;
 /// Values a YAML file may hold once its aliases are expanded (a "billion laughs" file has few
 /// bytes and billions of values).
 pub const MAX_YAML_VALUES: usize = 100_000;
+/// Bytes of text a YAML file may hold once its aliases are expanded: more than any file runner
+/// reads can hold without aliases, far less than a repeated long string would make.
+pub const MAX_YAML_BYTES: usize = 32 << 20;
 /// Tables and lists nested in each other, in any file runner parses.
 pub const MAX_NESTING: usize = 64;
 /// Bytes of one template (a prompt or an `if`); longer ones are refused before parsing.

@@ -241,17 +241,30 @@ fn read(path: &Utf8Path) -> Result<Cassette, String> {
     serde_json::from_str(&text).map_err(|err| format!("cassette `{path}` is not valid: {err}"))
 }
 
-/// Written whole and renamed into place, so an interrupted run leaves no half cassette.
+/// Written whole and renamed into place, so an interrupted run leaves no half cassette. The
+/// temporary file is made new in the cassette's own folder (`O_EXCL`, a fresh random name), so a
+/// link planted where a cassette or its temporary file would go is replaced, never followed; a
+/// step's folder that is a link is refused.
 fn write(path: &Utf8Path, cassette: &Cassette) -> std::io::Result<()> {
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)?;
+    use std::io::Write as _;
+    let parent = path.parent().unwrap_or(Utf8Path::new("."));
+    std::fs::create_dir_all(parent)?;
+    if parent.symlink_metadata()?.file_type().is_symlink() {
+        return Err(std::io::Error::other(format!(
+            "`{parent}` is a symbolic link; cassettes are only written into real folders"
+        )));
     }
     let text = crate::secrets::redact_owned(
         serde_json::to_string_pretty(cassette).map_err(std::io::Error::other)?,
     );
-    let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, text + "\n")?;
-    std::fs::rename(&tmp, path)
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".cassette-")
+        .suffix(".tmp")
+        .tempfile_in(parent)?;
+    tmp.write_all(text.as_bytes())?;
+    tmp.write_all(b"\n")?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
 }
 
 impl ModelApi for Taped {

@@ -9,7 +9,7 @@ use yaml_rust2::scanner::{Marker, TScalarStyle};
 
 use super::source::{Entries, Node, SourceFile, Spanned};
 use crate::error::Problem;
-use crate::limits::{MAX_NESTING, MAX_YAML_VALUES};
+use crate::limits::{MAX_NESTING, MAX_YAML_BYTES, MAX_YAML_VALUES};
 
 /// Builds a [`Node`] tree from yaml-rust2's marked events. Its markers count characters, so they
 /// are turned into byte offsets here.
@@ -19,16 +19,40 @@ struct YamlBuilder<'a> {
     char_to_byte: Vec<usize>,
     stack: Vec<Frame>,
     /// Anchored values, with how many values each holds (aliases copy them).
-    anchors: Vec<(usize, Spanned<Node>, usize)>,
+    anchors: Vec<(usize, Spanned<Node>, Weight)>,
     root: Option<Spanned<Node>>,
     documents: usize,
     problems: Vec<(Range<usize>, String)>,
-    /// Values built so far, aliases counted at their full size.
-    values: usize,
+    /// Values and text built so far, aliases counted at their full size.
+    built: Weight,
     /// Collections opened past [`MAX_NESTING`]: their events are ignored until they close.
     too_deep: usize,
     /// Set once a limit is passed: nothing more is built, so a bomb costs no memory.
     gave_up: bool,
+}
+
+/// What a value costs once built: how many values it holds, and how many bytes of text (a short
+/// file can repeat one long string through aliases into gigabytes).
+#[derive(Debug, Clone, Copy, Default)]
+struct Weight {
+    values: usize,
+    bytes: usize,
+}
+
+impl Weight {
+    fn scalar(text: &str) -> Self {
+        Weight {
+            values: 1,
+            bytes: text.len(),
+        }
+    }
+
+    fn add(self, other: Weight) -> Self {
+        Weight {
+            values: self.values.saturating_add(other.values),
+            bytes: self.bytes.saturating_add(other.bytes),
+        }
+    }
 }
 
 enum Frame {
@@ -37,14 +61,14 @@ enum Frame {
         anchor: usize,
         items: Vec<Spanned<Node>>,
         /// Values inside, nested ones included.
-        size: usize,
+        size: Weight,
     },
     Map {
         start: usize,
         anchor: usize,
         entries: Entries,
         pending_key: Option<Spanned<Node>>,
-        size: usize,
+        size: Weight,
     },
 }
 
@@ -83,7 +107,7 @@ impl YamlBuilder<'_> {
     }
 
     /// Adds a value of `size` values to the collection being built.
-    fn push(&mut self, node: Spanned<Node>, size: usize) {
+    fn push(&mut self, node: Spanned<Node>, size: Weight) {
         match self.stack.last_mut() {
             None => {
                 if self.root.is_none() {
@@ -93,7 +117,7 @@ impl YamlBuilder<'_> {
             Some(Frame::Seq {
                 items, size: total, ..
             }) => {
-                *total = total.saturating_add(size);
+                *total = total.add(size);
                 items.push(node);
             }
             Some(Frame::Map {
@@ -103,11 +127,11 @@ impl YamlBuilder<'_> {
                 ..
             }) => match pending_key.take() {
                 None => {
-                    *total = total.saturating_add(size);
+                    *total = total.add(size);
                     *pending_key = Some(node);
                 }
                 Some(key) => {
-                    *total = total.saturating_add(size);
+                    *total = total.add(size);
                     let key_text = match &key.value {
                         Node::Str(s) => s.clone(),
                         Node::Int(i) => i.to_string(),
@@ -131,21 +155,26 @@ impl YamlBuilder<'_> {
         }
     }
 
-    fn remember(&mut self, anchor: usize, node: &Spanned<Node>, size: usize) {
+    fn remember(&mut self, anchor: usize, node: &Spanned<Node>, size: Weight) {
         if anchor > 0 {
             self.anchors.push((anchor, node.clone(), size));
         }
     }
 
-    /// Counts `n` more values; past the limit, says so once and stops building.
-    fn count(&mut self, n: usize, at: Range<usize>) -> bool {
-        self.values = self.values.saturating_add(n);
-        if self.values > MAX_YAML_VALUES {
+    /// Counts `n` more; past a limit, says so once and stops building.
+    fn count(&mut self, n: Weight, at: Range<usize>) -> bool {
+        self.built = self.built.add(n);
+        let over = if self.built.values > MAX_YAML_VALUES {
+            Some(format!("{MAX_YAML_VALUES} values"))
+        } else if self.built.bytes > MAX_YAML_BYTES {
+            Some(format!("{} MiB of text", MAX_YAML_BYTES >> 20))
+        } else {
+            None
+        };
+        if let Some(limit) = over {
             self.problems.push((
                 at,
-                format!(
-                    "this file holds more than {MAX_YAML_VALUES} values once its aliases are expanded"
-                ),
+                format!("this file holds more than {limit} once its aliases are expanded"),
             ));
             self.gave_up = true;
             self.stack.clear();
@@ -181,6 +210,7 @@ impl MarkedEventReceiver for YamlBuilder<'_> {
             }
             Event::Scalar(value, style, anchor, tag) => {
                 let span = self.scalar_span(at, &value, style);
+                let weight = Weight::scalar(&value);
                 let node = if style == TScalarStyle::Plain && tag.is_none() {
                     match yaml_rust2::Yaml::from_str(&value) {
                         yaml_rust2::Yaml::Boolean(b) => Node::Bool(b),
@@ -196,11 +226,11 @@ impl MarkedEventReceiver for YamlBuilder<'_> {
                     Node::Str(value)
                 };
                 let node = Spanned { span, value: node };
-                if !self.count(1, node.span.clone()) {
+                if !self.count(weight, node.span.clone()) {
                     return;
                 }
-                self.remember(anchor, &node, 1);
-                self.push(node, 1);
+                self.remember(anchor, &node, weight);
+                self.push(node, weight);
             }
             Event::Alias(anchor) => {
                 let found = self
@@ -238,23 +268,23 @@ impl MarkedEventReceiver for YamlBuilder<'_> {
                 ));
             }
             Event::SequenceStart(anchor, _) => {
-                if self.count(1, at..at + 1) {
+                if self.count(Weight::scalar(""), at..at + 1) {
                     self.stack.push(Frame::Seq {
                         start: at,
                         anchor,
                         items: Vec::new(),
-                        size: 0,
+                        size: Weight::default(),
                     });
                 }
             }
             Event::MappingStart(anchor, _) => {
-                if self.count(1, at..at + 1) {
+                if self.count(Weight::scalar(""), at..at + 1) {
                     self.stack.push(Frame::Map {
                         start: at,
                         anchor,
                         entries: Entries::new(),
                         pending_key: None,
-                        size: 0,
+                        size: Weight::default(),
                     });
                 }
             }
@@ -279,7 +309,7 @@ impl MarkedEventReceiver for YamlBuilder<'_> {
                     span: start..at.max(start),
                     value,
                 };
-                let size = size.saturating_add(1);
+                let size = size.add(Weight::scalar(""));
                 self.remember(anchor, &node, size);
                 self.push(node, size);
             }
@@ -308,7 +338,7 @@ pub fn parse_yaml_text(
         root: None,
         documents: 0,
         problems: Vec::new(),
-        values: 0,
+        built: Weight::default(),
         too_deep: 0,
         gave_up: false,
     };

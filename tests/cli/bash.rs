@@ -184,7 +184,12 @@ async fn bash_gets_only_the_variables_it_is_given() {
     let p = place();
     let mut env = env(Mode::ReadOnly, false);
     env.vars = vec![("ONLY_THIS".into(), "yes".into())];
-    let out = run(&p, &env, "echo ${HOME-unset} ${CARGO_HOME-unset} $ONLY_THIS").await;
+    let out = run(
+        &p,
+        &env,
+        "echo ${HOME-unset} ${CARGO_HOME-unset} $ONLY_THIS",
+    )
+    .await;
     assert_eq!(out.text, "exit code 0\nunset unset yes\n");
 }
 

@@ -209,3 +209,27 @@ fn a_byte_order_mark_is_accepted() {
     );
     assert_eq!(out.status, 0, "{}", out.transcript());
 }
+
+/// 60 kB that repeat one 30 kB string through 10,000 aliases: few values, gigabytes of text.
+fn repeated_string(name_line: &str) -> String {
+    let long = "x".repeat(30_000);
+    let refs = vec!["*s"; 10_000].join(",");
+    format!("{name_line}\ns: &s \"{long}\"\nmany: [{refs}]\n")
+}
+
+#[test]
+fn a_long_string_repeated_through_aliases_is_refused() {
+    let bomb = repeated_string("name: w");
+    assert!(bomb.len() < 61_000, "the bomb is {} bytes", bomb.len());
+    refused(
+        "workflow string bomb",
+        &[("w.yaml", &bomb)],
+        &["validate", "w.yaml"],
+        "more than 32 MiB of text once its aliases are expanded",
+    );
+    // The same as an agent file the repository brings.
+    let agent = format!("---\n{}---\nYou review.\n", repeated_string("name: bomb"));
+    let out = bounded(&[(".claude/agents/bomb.md", &agent)], &["agents"]);
+    assert_eq!(out.status, 2, "{}", out.transcript());
+    assert!(out.stderr.contains("32 MiB of text"), "{}", out.stderr);
+}

@@ -489,3 +489,57 @@ async fn secrets_reach_bash_only_when_named_and_are_hidden_everywhere() {
     }
     assert!(written.contains("the server echoes [hidden]"), "{written}");
 }
+
+/// `--record` writes only inside its cassette folder: a link planted where a cassette goes is
+/// replaced, not followed, and a step folder that is a link is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn recording_never_follows_a_planted_link() {
+    let workflow =
+        format!("name = \"t\"\n{MODELS}[steps.s]\nagent = \"explore\"\nprompt = \"go\"\n");
+    let record = |test: Test, uri: String| {
+        test.clear_args()
+            .anthropic_api(&uri, KEY)
+            .args(&["run", "w.toml", "--format", "json", "--record", "cassettes"])
+            .run_async()
+    };
+    let fake = Fake::anthropic(vec![anthropic_text("one"), anthropic_text("two")]).await;
+    let test = Test::new()
+        .file("w.toml", &workflow)
+        .file("outside/target.txt", "keep\n");
+    let (out, test) = record(test, fake.uri()).await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let step_dir = test.path().join("cassettes/s");
+    let cassette = std::fs::read_dir(&step_dir)
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .path();
+    let target = test.path().join("outside/target.txt");
+    std::fs::remove_file(&cassette).unwrap();
+    std::os::unix::fs::symlink(&target, &cassette).unwrap();
+    std::os::unix::fs::symlink(&target, cassette.with_extension("json.tmp")).unwrap();
+    let (out, test) = record(test, fake.uri()).await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep\n");
+    assert!(
+        !cassette
+            .symlink_metadata()
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+
+    // The step's folder itself a link to somewhere else: refused, nothing written there.
+    std::fs::remove_dir_all(&step_dir).unwrap();
+    std::os::unix::fs::symlink(test.path().join("outside"), &step_dir).unwrap();
+    let fake = Fake::anthropic(vec![anthropic_text("three")]).await;
+    let (out, test) = record(test, fake.uri()).await;
+    assert_eq!(out.status, 1, "{}", out.transcript());
+    assert!(out.stdout.contains("symbolic link"), "{}", out.stdout);
+    let outside: Vec<_> = std::fs::read_dir(test.path().join("outside"))
+        .unwrap()
+        .flatten()
+        .collect();
+    assert_eq!(outside.len(), 1, "{outside:?}");
+}
