@@ -1,7 +1,8 @@
 //! Budgets (SPEC §9): a step's `max_tokens_total` and the run's `[budget]`, checked before every
 //! model request (a step's and its subagents'), so a ceiling is passed by at most the replies
-//! already on their way. Costs come from `[prices]`; a reply from a model without a price costs
-//! nothing that can be counted, and the plan warns about such steps when a cost ceiling is set.
+//! already on their way. Costs come from `[prices]`; under a cost ceiling a model without a price
+//! is refused (the plan for a step's model, the request for a subagent's), since its replies
+//! could not be counted.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -135,6 +136,17 @@ impl Meter {
             ));
         }
         let run = &self.run;
+        // A cost ceiling only holds if every reply is priced: a model without a price (a
+        // subagent's, say) is refused rather than let through uncounted.
+        if let Some(limit) = run.max_cost_usd
+            && !self.model.is_empty()
+            && !run.prices.contains_key(&self.model)
+        {
+            return Err(format!(
+                "`{}` has no price in `[prices]`, so its replies cannot count against `[budget] max_cost_usd = {limit}`",
+                self.model
+            ));
+        }
         if let Some(limit) = run.max_tokens
             && run.tokens_used() >= limit
         {
@@ -231,6 +243,12 @@ mod tests {
                 .starts_with("the run cost $0.0105 of its budget")
         );
         let unpriced = meter.for_model(&ModelRef::parse("anthropic/other").unwrap());
+        assert!(
+            unpriced
+                .check()
+                .unwrap_err()
+                .contains("`anthropic/other` has no price")
+        );
         assert_eq!(unpriced.charge(&usage(5, 5)), None);
         assert_eq!(run.tokens_used(), 12_100 + 10);
     }

@@ -35,6 +35,7 @@ pub const DEFAULT_MAX_TURNS: u32 = 50;
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 pub const DEFAULT_RETRIES: u32 = 4;
 pub const DEFAULT_MAX_SUBAGENTS: u32 = 8;
+pub const DEFAULT_MAX_SUBAGENTS_PER_STEP: u32 = 32;
 pub const DEFAULT_SUBAGENT_DEPTH: u32 = 1;
 
 /// What the command line adds to a workflow.
@@ -67,6 +68,8 @@ pub struct Plan {
     pub max_parallel: u32,
     /// Subagents running at once, across the run.
     pub max_subagents: u32,
+    /// Subagents one step may have unfinished at once.
+    pub max_subagents_per_step: u32,
     /// `[budget] max_tokens`.
     pub max_tokens: Option<u64>,
     /// `[budget] max_cost_usd`.
@@ -317,6 +320,10 @@ pub fn build_plan(
         description: def.description.clone(),
         file: loaded.file.name.clone(),
         max_parallel,
+        max_subagents_per_step: def
+            .max_subagents_per_step
+            .unwrap_or(DEFAULT_MAX_SUBAGENTS_PER_STEP)
+            .max(1),
         max_subagents: options
             .max_subagents
             .or(def.max_subagents)

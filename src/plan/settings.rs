@@ -77,7 +77,7 @@ impl Builder<'_> {
                 let span = self.key_span(&path!["budget", "max_cost_usd"]);
                 let list: Vec<String> = unpriced.iter().map(|m| format!("`{m}`")).collect();
                 self.problems.push(
-                    Problem::warning(format!(
+                    Problem::error(format!(
                         "`max_cost_usd` cannot count replies of {}: no price",
                         list.join(", ")
                     ))

@@ -31,6 +31,11 @@ pub struct WorkflowFile {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub max_subagents: Option<u32>,
+    /// How many subagents one step may have unfinished at once, its nested ones included
+    /// (default 32): a step cannot queue thousands and starve the others.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_subagents_per_step: Option<u32>,
     /// Inputs given on the command line as `--input NAME=VALUE`.
     #[serde(default)]
     pub inputs: IndexMap<String, InputDef>,

@@ -389,8 +389,14 @@ impl Delegate for Delegation {
                 Ok(job) => job,
                 Err(error) => return ToolOutput::error(error),
             };
+            let unfinished = match self.scope.start_one() {
+                Ok(unfinished) => unfinished,
+                Err(error) => return ToolOutput::error(error),
+            };
             if !input.run_in_background {
-                return self.waiting(self.run(job, input.description, false)).await;
+                let output = self.waiting(self.run(job, input.description, false)).await;
+                drop(unfinished);
+                return output;
             }
             let id = job.id.clone();
             let (sender, receiver) = watch::channel(None);
@@ -409,6 +415,7 @@ impl Delegate for Delegation {
                     output = delegation.run(job, description, true) => output,
                     () = cancel.cancelled() => ToolOutput::error("cancelled with its step"),
                 };
+                drop(unfinished);
                 let _ = sender.send(Some(output));
             });
             ToolOutput::ok(format!(

@@ -24,6 +24,8 @@ pub struct Team {
     pub apis: Mutex<BTreeMap<String, Arc<dyn ModelApi>>>,
     /// `max_subagents`: subagents running at once, across the run.
     pub slots: Arc<Semaphore>,
+    /// `max_subagents_per_step`: subagents one step may have unfinished at once.
+    pub per_step: u32,
     /// The run's budget, which every step and subagent charges.
     pub budget: Arc<crate::budget::RunBudget>,
     /// `--record` / `--replay`: every request goes through the cassettes.
@@ -47,6 +49,7 @@ impl Team {
             providers: plan.providers.clone(),
             apis: Mutex::new(apis),
             slots: Arc::new(Semaphore::new(plan.max_subagents as usize)),
+            per_step: plan.max_subagents_per_step,
             budget: Arc::new(crate::budget::RunBudget::new(
                 plan.max_tokens,
                 plan.max_cost_usd,
@@ -134,6 +137,34 @@ pub(super) struct State {
     pub(super) background: BTreeMap<String, watch::Receiver<Option<ToolOutput>>>,
     /// Finished conversations, for `resume`.
     pub(super) conversations: BTreeMap<String, Saved>,
+    /// Subagents started and not yet finished (foreground or background, nested included).
+    pub(super) unfinished: u32,
+}
+
+/// One unfinished subagent of a step, counted until it is dropped (finished or cancelled).
+pub(super) struct Unfinished(Arc<StepScope>);
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        let mut state = self.0.state();
+        state.unfinished = state.unfinished.saturating_sub(1);
+    }
+}
+
+impl StepScope {
+    /// Counts one more unfinished subagent, unless the step already has its
+    /// `max_subagents_per_step`.
+    pub(super) fn start_one(self: &Arc<Self>) -> Result<Unfinished, String> {
+        let mut state = self.state();
+        let cap = self.team.per_step;
+        if state.unfinished >= cap {
+            return Err(format!(
+                "this step already has {cap} subagents unfinished (`max_subagents_per_step = {cap}`); collect some with task_output first"
+            ));
+        }
+        state.unfinished += 1;
+        Ok(Unfinished(self.clone()))
+    }
 }
 
 #[derive(Clone)]
