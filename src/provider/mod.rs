@@ -98,6 +98,37 @@ pub enum BaseUrl {
     Fixed(String),
 }
 
+/// Registers for redaction what a URL carries as credentials: its user info and the values of
+/// query parameters whose names say they are keys or tokens.
+pub fn hide_url_credentials(url: &str) {
+    let Ok(parsed) = reqwest::Url::parse(url) else {
+        return;
+    };
+    if let Some(password) = parsed.password() {
+        crate::secrets::register(&format!("{}:{password}", parsed.username()));
+        crate::secrets::register(password);
+    } else if !parsed.username().is_empty() {
+        crate::secrets::register(parsed.username());
+    }
+    for (name, value) in parsed.query_pairs() {
+        let name = name.to_ascii_lowercase();
+        if [
+            "key",
+            "token",
+            "secret",
+            "password",
+            "auth",
+            "sig",
+            "credential",
+        ]
+        .iter()
+        .any(|word| name.contains(word))
+        {
+            crate::secrets::register(&value);
+        }
+    }
+}
+
 /// An endpoint a model name can be sent to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProviderSpec {
@@ -109,7 +140,15 @@ pub struct ProviderSpec {
 }
 
 impl ProviderSpec {
+    /// The base URL; credentials inside it (`user:pass@`, `?api_key=`) are registered as
+    /// secrets first, so no output shows them.
     pub fn base_url(&self) -> String {
+        let url = self.raw_base_url();
+        hide_url_credentials(&url);
+        url
+    }
+
+    fn raw_base_url(&self) -> String {
         match &self.base_url {
             BaseUrl::Fixed(url) => url.clone(),
             BaseUrl::Env {

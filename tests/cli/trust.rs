@@ -543,3 +543,51 @@ async fn recording_never_follows_a_planted_link() {
         .collect();
     assert_eq!(outside.len(), 1, "{outside:?}");
 }
+
+/// Credentials inside a base URL (`user:pass@`, `?api_key=`) show nowhere: not on stderr, in
+/// JSONL, `run.json` or the transcript.
+#[tokio::test(flavor = "multi_thread")]
+async fn credentials_in_a_base_url_are_hidden_everywhere() {
+    const PASS: &str = "urlPassw0rdTrustTest";
+    const QUERY: &str = "querySecretTrustTest1";
+    let fake = Fake::anthropic(vec![wiremock::ResponseTemplate::new(401).set_body_json(
+        json!({"type": "error", "error": {"type": "authentication_error", "message": "bad key"}}),
+    )])
+    .await;
+    let with_userinfo = fake
+        .uri()
+        .replace("http://", &format!("http://runner:{PASS}@"));
+    let refused = format!("http://127.0.0.1:9/?api_key={QUERY}");
+    for base in [with_userinfo, refused] {
+        let workflow = format!(
+            "name = \"t\"\n{MODELS}[steps.s]\nagent = \"explore\"\nretries = 0\nprompt = \"go\"\n"
+        );
+        let (out, test) = Test::new()
+            .file("w.toml", &workflow)
+            .env("ANTHROPIC_BASE_URL", &base)
+            .env("ANTHROPIC_API_KEY", KEY)
+            .args(&["run", "w.toml", "--format", "jsonl"])
+            .run_async()
+            .await;
+        assert_eq!(out.status, 1, "{}", out.transcript());
+        let mut written = out.stdout.clone() + &out.stderr;
+        for run in std::fs::read_dir(test.path().join(".runner/runs"))
+            .unwrap()
+            .flatten()
+        {
+            written += &std::fs::read_to_string(run.path().join("run.json")).unwrap();
+            written += &std::fs::read_to_string(run.path().join("steps/s/transcript.jsonl"))
+                .unwrap_or_default();
+        }
+        assert!(
+            written.contains("[hidden]"),
+            "the URL is still named: {written}"
+        );
+        for secret in [PASS, QUERY] {
+            assert!(
+                !written.contains(secret),
+                "{secret} was written:\n{written}"
+            );
+        }
+    }
+}
