@@ -33,6 +33,16 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(300);
 const STDERR_TAIL: usize = 4096;
 /// The most text a tool result may bring back.
 const MAX_RESULT_BYTES: usize = 256 << 10;
+/// Tools kept from one server.
+const MAX_TOOLS: usize = 1000;
+
+/// A tool name as the model APIs accept it: letters, digits, `_` and `-`, 1 to 64 of them.
+fn valid_tool_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
 
 /// A running server.
 pub struct Server {
@@ -40,6 +50,8 @@ pub struct Server {
     client: tokio::sync::Mutex<Option<RunningService<rmcp::RoleClient, ()>>>,
     peer: rmcp::service::Peer<rmcp::RoleClient>,
     tools: Vec<rmcp::model::Tool>,
+    /// Tools left out: a name that is not plain, or more than [`MAX_TOOLS`].
+    pub dropped: usize,
     stderr: Arc<Mutex<String>>,
     /// How long one call may take.
     timeout: Duration,
@@ -227,16 +239,24 @@ async fn start(
             ));
         }
     };
-    let tools = client
+    let listed = client
         .list_all_tools()
         .await
         .map_err(|err| failed(format!("did not list its tools: {err}"), &stderr))?;
+    // A server names its own tools, and those names reach the model, the log and file names:
+    // only plain ones are kept, and only so many.
+    let (tools, dropped): (Vec<_>, Vec<_>) = listed
+        .into_iter()
+        .enumerate()
+        .partition(|(i, tool)| *i < MAX_TOOLS && valid_tool_name(&tool.name));
+    let tools: Vec<rmcp::model::Tool> = tools.into_iter().map(|(_, t)| t).collect();
     let peer = client.peer().clone();
     Ok(Arc::new(Server {
         name: name.to_owned(),
         client: tokio::sync::Mutex::new(Some(client)),
         peer,
         tools,
+        dropped: dropped.len(),
         stderr,
         timeout: def
             .timeout

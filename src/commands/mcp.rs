@@ -33,7 +33,12 @@ pub fn list(args: McpListArgs, io: &mut Io<'_>) -> Exit {
         let mut listed = Vec::new();
         for (name, def) in &servers {
             let one = BTreeMap::from([(name.clone(), def.clone())]);
-            listed.push((name.clone(), hub.tools(&one).await));
+            let tools = hub.tools(&one).await;
+            let dropped = match &tools {
+                Ok(_) => hub.server(name, def).await.map_or(0, |s| s.dropped),
+                Err(_) => 0,
+            };
+            listed.push((name.clone(), tools.map(|t| (t, dropped))));
         }
         hub.shutdown().await;
         listed
@@ -41,8 +46,14 @@ pub fn list(args: McpListArgs, io: &mut Io<'_>) -> Exit {
     let mut failed = false;
     for (name, tools) in listed {
         match tools {
-            Ok(tools) => {
+            Ok((tools, dropped)) => {
                 let _ = writeln!(io.out, "{name} ({} tools)", tools.len());
+                if dropped > 0 {
+                    let _ = writeln!(
+                        io.err,
+                        "warning: MCP server `{name}`: {dropped} tools left out (a name that is not 1-64 letters, digits, `_` or `-`, or more than 1000 tools)"
+                    );
+                }
                 for tool in tools {
                     let first = tool.description().lines().next().unwrap_or_default();
                     let _ = writeln!(

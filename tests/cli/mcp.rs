@@ -359,7 +359,11 @@ impl wiremock::Respond for Fixture {
             "tools/list" => reply(json!({"tools": [
                 {"name": "ok", "description": "Answers fine", "inputSchema": {"type": "object"}},
                 {"name": "hang", "description": "Never answers in time", "inputSchema": {"type": "object"}},
-                {"name": "garbage", "description": "Answers garbage", "inputSchema": {"type": "object"}}
+                {"name": "garbage", "description": "Answers garbage", "inputSchema": {"type": "object"}},
+                // Hostile names: never offered to a model or printed as they are.
+                {"name": "evil\n::error::forged", "description": "x", "inputSchema": {"type": "object"}},
+                {"name": "../../etc/passwd", "description": "x", "inputSchema": {"type": "object"}},
+                {"name": "n".repeat(5000), "description": "x", "inputSchema": {"type": "object"}}
             ]})),
             "tools/call" => match body["params"]["name"].as_str().unwrap_or_default() {
                 "hang" => {
@@ -435,4 +439,24 @@ async fn a_server_that_answers_garbage_fails_its_step() {
     let error = run["steps"]["uses"]["error"].as_str().unwrap();
     assert!(error.starts_with("MCP server `fix` failed: "), "{error}");
     assert_eq!(run["steps"]["other"]["status"], "succeeded");
+}
+
+/// Tool names a server makes up are checked: only plain ones (letters, digits, `_`, `-`, up to
+/// 64) are offered; the rest are left out with a warning.
+#[tokio::test(flavor = "multi_thread")]
+async fn tools_with_hostile_names_are_left_out() {
+    let mcp = fixture().await;
+    let workflow = format!(
+        "name = \"m\"\n[models]\ndefault = \"anthropic/m\"\n[mcp_servers.fix]\nurl = \"{}/mcp\"\n[steps.s]\nagent = \"explore\"\ntools = [\"mcp__fix\"]\nprompt = \"x\"\n",
+        mcp.uri()
+    );
+    let (out, _test) = Test::new()
+        .file("w.toml", &workflow)
+        .args(&["mcp", "list", "w.toml"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    assert!(out.stdout.starts_with("fix (3 tools)\n"), "{}", out.stdout);
+    assert!(!out.stdout.contains("evil") && !out.stdout.contains("etc/passwd"));
+    assert!(out.stderr.contains("3 tools left out"), "{}", out.stderr);
 }
