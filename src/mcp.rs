@@ -8,8 +8,11 @@
 //! stderr is kept so a server that fails says why.
 
 use std::collections::BTreeMap;
+use std::pin::Pin;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use camino::Utf8PathBuf;
@@ -17,9 +20,9 @@ use futures_util::future::BoxFuture;
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::RunningService;
-use rmcp::transport::TokioChildProcess;
+use rmcp::transport::async_rw::AsyncRwTransport;
 use serde_json::Value;
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
 use tokio::sync::OnceCell;
 
 use crate::tools::{Tool, ToolContext, ToolOutput};
@@ -35,6 +38,8 @@ const STDERR_TAIL: usize = 4096;
 const MAX_RESULT_BYTES: usize = 256 << 10;
 /// Tools kept from one server.
 const MAX_TOOLS: usize = 1000;
+/// The longest message (one line of JSON-RPC) a stdio server may send.
+const MAX_MESSAGE_BYTES: usize = 8 << 20;
 
 /// A tool name as the model APIs accept it: letters, digits, `_` and `-`, 1 to 64 of them.
 fn valid_tool_name(name: &str) -> bool {
@@ -55,6 +60,10 @@ pub struct Server {
     stderr: Arc<Mutex<String>>,
     /// How long one call may take.
     timeout: Duration,
+    /// A stdio server's process, waited for (or killed) at shutdown.
+    child: tokio::sync::Mutex<Option<tokio::process::Child>>,
+    /// Set once a stdio server sent a message over [`MAX_MESSAGE_BYTES`]; its output was closed.
+    oversized: Arc<AtomicBool>,
 }
 
 impl Server {
@@ -150,7 +159,57 @@ impl Hub {
             {
                 let _ = tokio::time::timeout(Duration::from_secs(5), client.cancel()).await;
             }
+            if let Some(Ok(server)) = cell.get()
+                && let Some(mut child) = server.child.lock().await.take()
+            {
+                // Its stdin is closed now; a server that does not exit on that is killed.
+                if tokio::time::timeout(Duration::from_secs(5), child.wait())
+                    .await
+                    .is_err()
+                {
+                    let _ = child.kill().await;
+                }
+            }
         }
+    }
+}
+
+/// A server's stdout, ended early once one line grows past [`MAX_MESSAGE_BYTES`]: the transport
+/// under it would drop such a line without a word and leave its call waiting until the timeout.
+struct LimitedLines<R> {
+    inner: R,
+    /// Bytes since the last newline.
+    line: usize,
+    oversized: Arc<AtomicBool>,
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for LimitedLines<R> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if self.oversized.load(Ordering::Relaxed) {
+            return Poll::Ready(Ok(()));
+        }
+        let before = buf.filled().len();
+        let this = &mut *self;
+        let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = polled {
+            for &byte in &buf.filled()[before..] {
+                if byte == b'\n' {
+                    this.line = 0;
+                } else {
+                    this.line += 1;
+                }
+            }
+            if this.line > MAX_MESSAGE_BYTES {
+                this.oversized.store(true, Ordering::Relaxed);
+                // Nothing of the oversize line reaches the transport: it sees the end of stream.
+                buf.set_filled(before);
+            }
+        }
+        polled
     }
 }
 
@@ -160,6 +219,8 @@ async fn start(
     workdir: &Utf8PathBuf,
 ) -> Result<Arc<Server>, String> {
     let stderr = Arc::new(Mutex::new(String::new()));
+    let oversized = Arc::new(AtomicBool::new(false));
+    let mut child = None;
     let failed = |what: String, stderr: &Mutex<String>| {
         let tail = tail(stderr);
         if tail.is_empty() {
@@ -177,10 +238,26 @@ async fn start(
             for (key, value) in &def.env {
                 cmd.env(key, crate::secrets::expand_vars(value));
             }
-            let (transport, child_stderr) = TokioChildProcess::builder(cmd)
+            cmd.stdin(Stdio::piped())
+                .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
+                .kill_on_drop(true);
+            let mut process = cmd
                 .spawn()
                 .map_err(|err| format!("MCP server `{name}` could not start `{command}`: {err}"))?;
+            let (Some(stdin), Some(stdout)) = (process.stdin.take(), process.stdout.take()) else {
+                return Err(format!("MCP server `{name}`: its pipes were not opened"));
+            };
+            let child_stderr = process.stderr.take();
+            child = Some(process);
+            let transport = AsyncRwTransport::new_client(
+                LimitedLines {
+                    inner: stdout,
+                    line: 0,
+                    oversized: oversized.clone(),
+                },
+                stdin,
+            );
             let reader = child_stderr.map(|mut pipe| {
                 let keep = stderr.clone();
                 tokio::spawn(async move {
@@ -263,6 +340,8 @@ async fn start(
             .as_deref()
             .and_then(|t| crate::workflow::duration::parse_duration(t).ok())
             .unwrap_or(CALL_TIMEOUT),
+        child: tokio::sync::Mutex::new(child),
+        oversized,
     }))
 }
 
@@ -318,6 +397,17 @@ impl Tool for McpTool {
                         server.name,
                         self.tool,
                         crate::workflow::duration::format_duration(server.timeout)
+                    ));
+                }
+                Ok(Err(_)) if server.oversized.load(Ordering::Relaxed) => {
+                    if let Some(child) = server.child.lock().await.as_mut() {
+                        let _ = child.start_kill();
+                    }
+                    return ToolOutput::fatal(format!(
+                        "MCP server `{}` sent a message over {} MiB for `{}`; it was stopped",
+                        server.name,
+                        MAX_MESSAGE_BYTES >> 20,
+                        self.tool
                     ));
                 }
                 Ok(Err(err)) => {

@@ -460,3 +460,49 @@ async fn tools_with_hostile_names_are_left_out() {
     assert!(!out.stdout.contains("evil") && !out.stdout.contains("etc/passwd"));
     assert!(out.stderr.contains("3 tools left out"), "{}", out.stderr);
 }
+
+/// A stdio server, in Python, whose one tool answers with a single 17 MB line.
+const HUGE_SERVER: &str = r#"
+import json, sys
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    method = msg.get("method")
+    if method == "initialize":
+        result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "huge", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": "huge", "inputSchema": {"type": "object"}}]}
+    elif method == "tools/call":
+        result = {"content": [{"type": "text", "text": "x" * (17 << 20)}]}
+    else:
+        result = {}
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}) + "\n")
+    sys.stdout.flush()
+"#;
+
+/// A message longer than the transport takes stops the server and fails the call at once, not
+/// when the call's timeout ends (the timeout here is long enough that its message would show).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_result_over_8_mib_stops_the_server_and_fails_the_call() {
+    let fake = Fake::anthropic(vec![
+        anthropic_tools(&[("t1", "mcp__huge__huge", json!({}))]),
+        anthropic_text("never"),
+    ])
+    .await;
+    let workflow = "name = \"m\"\n[models]\ndefault = \"anthropic/m\"\n[mcp_servers.huge]\ncommand = \"python3\"\nargs = [\"huge.py\"]\ntimeout = \"5m\"\n[steps.s]\nagent = \"explore\"\ntools = [\"mcp__huge\"]\nprompt = \"x\"\n";
+    let (out, _test) = Test::new()
+        .file("w.toml", workflow)
+        .file("huge.py", HUGE_SERVER)
+        .anthropic_api(&fake.uri(), KEY)
+        .args(&["run", "w.toml", "--format", "json"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 1, "{}", out.transcript());
+    let run: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(
+        run["steps"]["s"]["error"],
+        "MCP server `huge` sent a message over 8 MiB for `huge`; it was stopped"
+    );
+}
