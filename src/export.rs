@@ -24,6 +24,8 @@ const DOWNLOAD: &str = "actions/download-artifact@v4";
 const UPLOAD: &str = "actions/upload-artifact@v4";
 /// Minutes a job gets on top of its step's timeout: checkout, install, artifacts.
 const JOB_OVERHEAD_MINUTES: u64 = 10;
+/// The longest a job may run on a GitHub-hosted runner (6 hours).
+const MAX_JOB_MINUTES: u64 = 360;
 
 pub struct Options<'a> {
     /// The workflow file as the jobs see it: relative to the repository root.
@@ -71,22 +73,80 @@ fn key_vars(plan: &Plan, step: &PlannedStep) -> BTreeSet<String> {
         .collect()
 }
 
+/// The minutes a step's job gets: its timeout and the job's overhead, at most what GitHub allows.
+fn job_minutes(step: &PlannedStep) -> u64 {
+    step.timeout
+        .as_secs()
+        .div_ceil(60)
+        .saturating_add(JOB_OVERHEAD_MINUTES)
+        .min(MAX_JOB_MINUTES)
+}
+
+/// Why `text` cannot be written into the exported file, if it cannot: a line break would start
+/// new YAML, and GitHub evaluates `${{ }}` wherever it finds it, so neither may come from the
+/// workflow.
+fn unsafe_text(text: &str) -> Option<&'static str> {
+    if text.chars().any(char::is_control) {
+        Some("a line break or control character")
+    } else if text.contains("${{") {
+        Some("`${{`, which GitHub would evaluate as an expression")
+    } else {
+        None
+    }
+}
+
 /// Problems that make an export impossible, and warnings about what will not carry over.
 pub fn check(plan: &Plan, options: &Options<'_>) -> (Vec<String>, Vec<String>) {
     let mut errors = Vec::new();
     let mut warnings = Vec::new();
-    for name in options.inputs.keys() {
+    // GitHub ids are case-insensitive, and the variable folds `-` into `_`: two inputs that meet
+    // there would pass one value for both.
+    let mut vars: IndexMap<String, &str> = IndexMap::new();
+    for (name, def) in options.inputs {
         if !valid_id(name) {
             errors.push(format!(
                 "input `{name}` cannot be a GitHub Actions input: use letters, digits, `_` and `-`, starting with a letter or `_`"
             ));
+        } else if let Some(first) = vars.insert(input_var(name), name) {
+            errors.push(format!(
+                "inputs `{first}` and `{name}` would be one GitHub Actions input (`{}`): GitHub ignores case and runner passes `-` as `_`; rename one",
+                input_var(name)
+            ));
+            vars.insert(input_var(name), first);
         }
+        let texts = [
+            ("description", def.description.as_deref()),
+            ("default", def.default.as_deref()),
+        ];
+        for (key, text) in texts {
+            if let Some(why) = text.and_then(unsafe_text) {
+                errors.push(format!("input `{name}`: its `{key}` holds {why}"));
+            }
+        }
+    }
+    if let Some(why) = unsafe_text(options.workflow_path) {
+        errors.push(format!("the workflow path holds {why}: rename the file"));
+    }
+    if let Some(why) = unsafe_text(&plan.name) {
+        errors.push(format!("the workflow `name` holds {why}"));
     }
     for step in plan.steps() {
         if !valid_id(&step.id) || step.id == "runner-apply" {
             errors.push(format!(
                 "step `{}` cannot be a GitHub Actions job id",
                 step.id
+            ));
+        }
+        if let Some(why) = unsafe_text(&step.agent) {
+            errors.push(format!("step `{}`: its agent's name holds {why}", step.id));
+        }
+        if job_minutes(step) == MAX_JOB_MINUTES
+            && step.timeout.as_secs() > (MAX_JOB_MINUTES - JOB_OVERHEAD_MINUTES) * 60
+        {
+            warnings.push(format!(
+                "step `{}` has a timeout over {} minutes: its job gets `timeout-minutes: {MAX_JOB_MINUTES}`, the most a GitHub-hosted runner allows",
+                step.id,
+                MAX_JOB_MINUTES - JOB_OVERHEAD_MINUTES
             ));
         }
         if step.sandbox != Mode::ReadOnly && step.isolation != Isolation::Worktree {
@@ -128,8 +188,7 @@ fn step_job(out: &mut String, plan: &Plan, step: &PlannedStep, options: &Options
         let _ = writeln!(out, "    if: ${{{{ !cancelled() }}}}");
     }
     let _ = writeln!(out, "    runs-on: ubuntu-latest");
-    let minutes = step.timeout.as_secs().div_ceil(60) + JOB_OVERHEAD_MINUTES;
-    let _ = writeln!(out, "    timeout-minutes: {minutes}");
+    let _ = writeln!(out, "    timeout-minutes: {}", job_minutes(step));
     if step.continue_on_error {
         let _ = writeln!(out, "    continue-on-error: true");
     }

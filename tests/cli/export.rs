@@ -173,3 +173,76 @@ fn every_example_exports_to_a_lint_clean_github_workflow() {
         }
     }
 }
+
+/// What the workflow says is text to GitHub, never YAML or an expression; names GitHub would
+/// fold together are refused; a timeout is capped at what GitHub allows.
+#[test]
+fn workflow_text_cannot_become_yaml_or_an_expression() {
+    let export = |path: &str, workflow: &str| {
+        Test::new()
+            .file(path, workflow)
+            .args(&["export", "github-actions", path])
+            .run()
+    };
+    let step =
+        "[models]\ndefault = \"anthropic/m\"\n[steps.s]\nagent = \"explore\"\nprompt = \"x\"\n";
+
+    let out = export(
+        "w.toml",
+        &format!("name = \"w\"\n[inputs.a-b]\n[inputs.a_b]\n[inputs.A_B]\n{step}"),
+    );
+    assert_eq!(out.status, 2, "{}", out.transcript());
+    // Whichever comes first, the other two are refused against it.
+    let folded = "would be one GitHub Actions input (`INPUT_A_B`)";
+    assert_eq!(out.stderr.matches(folded).count(), 2, "{}", out.stderr);
+    assert!(
+        ["`a-b`", "`a_b`", "`A_B`"]
+            .iter()
+            .all(|n| out.stderr.contains(n))
+    );
+
+    for path in ["x${{ secrets.KEY }}.toml", "x\nrun: evil.toml"] {
+        let out = export(path, &format!("name = \"w\"\n{step}"));
+        assert_eq!(out.status, 2, "{path:?}: {}", out.transcript());
+        assert!(
+            out.stderr.contains("error: the workflow path holds"),
+            "{}",
+            out.stderr
+        );
+        assert!(out.stdout.is_empty());
+    }
+
+    let out = export(
+        "w.toml",
+        &format!(
+            "name = \"w ${{{{ github.token }}}}\"\n[inputs.i]\ndefault = \"${{{{ secrets.K }}}}\"\n{step}"
+        ),
+    );
+    assert_eq!(out.status, 2, "{}", out.transcript());
+    assert!(
+        out.stderr.contains("the workflow `name` holds `${{`"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("input `i`: its `default` holds `${{`"),
+        "{}",
+        out.stderr
+    );
+
+    let out = export(
+        "w.toml",
+        &format!("name = \"w\"\n{step}timeout = \"20000h\"\n"),
+    );
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    assert!(
+        out.stdout.contains("    timeout-minutes: 360\n"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stderr.contains("its job gets `timeout-minutes: 360`"),
+        "{}",
+        out.stderr
+    );
+}
