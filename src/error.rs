@@ -4,6 +4,7 @@
 //! and an optional hint. Stages collect problems instead of stopping at the first, so a user sees
 //! everything wrong at once, sorted by position.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::ops::Range;
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use miette::{
     SourceCode, SourceSpan, SpanContents,
 };
 
+use crate::terminal::{clean, mask};
 use crate::workflow::source::SourceFile;
 
 /// How a command ended, by class; [`Exit::code`] maps it to SPEC §5's exit codes.
@@ -210,10 +212,10 @@ impl fmt::Display for Rendered<'_> {
             (Some(_), None) => write!(
                 f,
                 "{}: {}",
-                self.problem.location().unwrap_or_default(),
-                self.problem.message
+                clean(&self.problem.location().unwrap_or_default()),
+                clean(&self.problem.message)
             ),
-            _ => f.write_str(&self.problem.message),
+            _ => f.write_str(&clean(&self.problem.message)),
         }
     }
 }
@@ -232,7 +234,7 @@ impl Diagnostic for Rendered<'_> {
         self.problem
             .help
             .as_ref()
-            .map(|h| Box::new(h) as Box<dyn fmt::Display>)
+            .map(|h| Box::new(clean(h).into_owned()) as Box<dyn fmt::Display>)
     }
 
     fn source_code(&self) -> Option<&dyn SourceCode> {
@@ -246,7 +248,8 @@ impl Diagnostic for Rendered<'_> {
     fn labels(&self) -> Option<Box<dyn Iterator<Item = LabeledSpan> + '_>> {
         let span = self.problem.span.clone()?;
         self.source.as_ref()?;
-        let label = (!self.problem.label.is_empty()).then(|| self.problem.label.clone());
+        let label =
+            (!self.problem.label.is_empty()).then(|| clean(&self.problem.label).into_owned());
         Some(Box::new(std::iter::once(LabeledSpan::new_with_span(
             label,
             SourceSpan::from(span),
@@ -278,6 +281,9 @@ impl Renderer {
         let mut sorted: Vec<&Problem> = problems.iter().collect();
         sorted.sort_by_key(|p| p.sort_key());
         let mut out = String::new();
+        // What a file says reaches the terminal: its control characters are masked (byte for
+        // byte, so spans hold), once per file.
+        let mut masked: Vec<(*const SourceFile, Arc<SourceFile>)> = Vec::new();
         for problem in sorted {
             let quotable = match (&problem.file, &problem.span) {
                 (Some(file), Some(span)) => line_len(&file.text, span.start) <= MAX_QUOTED_LINE,
@@ -285,7 +291,20 @@ impl Renderer {
             };
             let rendered = Rendered {
                 problem,
-                source: problem.file.clone().filter(|_| quotable).map(FileSource),
+                source: problem.file.as_ref().filter(|_| quotable).map(|file| {
+                    let key = Arc::as_ptr(file);
+                    if let Some((_, done)) = masked.iter().find(|(k, _)| *k == key) {
+                        return FileSource(done.clone());
+                    }
+                    let text = mask(&file.text);
+                    let name = clean(file.name.as_str());
+                    let safe = match (&text, &name) {
+                        (Cow::Borrowed(_), Cow::Borrowed(_)) => file.clone(),
+                        _ => SourceFile::new(name.as_ref(), text.into_owned()),
+                    };
+                    masked.push((key, safe.clone()));
+                    FileSource(safe)
+                }),
             };
             let mut one = String::new();
             if self.handler.render_report(&mut one, &rendered).is_err() {

@@ -18,6 +18,7 @@ pub mod sandbox;
 pub mod secrets;
 pub mod session;
 pub mod template;
+pub mod terminal;
 pub mod tools;
 pub mod workflow;
 

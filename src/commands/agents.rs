@@ -61,13 +61,17 @@ pub fn agents(args: AgentsArgs, io: &mut Io<'_>) -> Exit {
             tools,
         ]);
     }
-    let _ = write!(io.out, "{}", crate::report::table(&rows));
+    let _ = write!(
+        io.out,
+        "{}",
+        crate::terminal::clean(&crate::report::table(&rows))
+    );
     for agent in &catalog.shadowed {
         let _ = writeln!(
             io.err,
             "note: agent `{}` from {} is hidden by one of the same name with higher priority",
-            agent.name,
-            display_source(&agent.source)
+            crate::terminal::clean(&agent.name),
+            crate::terminal::clean(&display_source(&agent.source))
         );
     }
     let mut problems: Vec<Problem> = catalog.warnings.values().flatten().cloned().collect();

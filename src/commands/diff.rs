@@ -141,7 +141,7 @@ fn text(diff: &RunDiff<'_>) -> String {
                     similar::ChangeTag::Insert => '+',
                     similar::ChangeTag::Equal => ' ',
                 };
-                let line = crate::report::terminal::clean(change.value().trim_end_matches('\n'));
+                let line = crate::terminal::clean(change.value().trim_end_matches('\n'));
                 let _ = writeln!(out, "      {sign} {line}");
             }
         }

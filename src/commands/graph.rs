@@ -13,6 +13,6 @@ pub fn graph(args: GraphArgs, io: &mut Io<'_>) -> Exit {
         GraphFormat::Mermaid => render::to_mermaid(&plan),
         GraphFormat::Dot => render::to_dot(&plan),
     };
-    let _ = write!(io.out, "{text}");
+    let _ = write!(io.out, "{}", crate::terminal::clean(&text));
     Exit::Success
 }

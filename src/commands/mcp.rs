@@ -60,13 +60,13 @@ pub fn list(args: McpListArgs, io: &mut Io<'_>) -> Exit {
                         io.out,
                         "  {}  {}",
                         tool.name(),
-                        crate::report::terminal::clean(first)
+                        crate::terminal::clean(first)
                     );
                 }
             }
             Err(err) => {
                 failed = true;
-                let _ = writeln!(io.err, "error: {}", crate::report::terminal::clean(&err));
+                let _ = writeln!(io.err, "error: {}", crate::terminal::clean(&err));
             }
         }
     }

@@ -18,7 +18,9 @@ pub fn plan(
         return Exit::Invalid;
     };
     let text = match format {
-        Format::Text => render::to_text(&plan),
+        // The plan quotes the workflow (prompts, names): none of its control characters reach
+        // a terminal. JSON escapes them itself.
+        Format::Text => crate::terminal::clean(&render::to_text(&plan)).into_owned(),
         Format::Json => render::to_json(&plan),
     };
     let _ = write!(io.out, "{text}");

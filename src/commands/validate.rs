@@ -19,7 +19,8 @@ pub fn validate(args: ValidateArgs, io: &mut Io<'_>) -> Exit {
                 let (steps, waves) = (plan.steps().len(), plan.waves().len());
                 let _ = writeln!(
                     io.out,
-                    "ok: {workflow} ({steps} step{}, {waves} wave{})",
+                    "ok: {} ({steps} step{}, {waves} wave{})",
+                    crate::terminal::clean(workflow.as_str()),
                     if steps == 1 { "" } else { "s" },
                     if waves == 1 { "" } else { "s" },
                 );

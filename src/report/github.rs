@@ -11,10 +11,11 @@ use std::io::Write as _;
 use camino::Utf8PathBuf;
 
 use super::progress::{finish_line, subagent_finish_line};
-use super::{seconds, terminal, tokens, total_tokens, usd};
+use super::{seconds, tokens, total_tokens, usd};
 use crate::event::{Event, EventKind, Sink};
 use crate::plan::Plan;
 use crate::run::{RunStatus, StepRecord, StepStatus};
+use crate::terminal;
 
 /// Whether runner runs inside a GitHub Actions job.
 pub fn detected() -> bool {

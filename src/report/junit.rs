@@ -1,6 +1,7 @@
 //! `--junit FILE` as a sink: one testcase per step, written with quick-junit when the run ends.
 //! Failed steps carry a failure, skipped and cancelled ones are skipped.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -10,6 +11,24 @@ use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 use crate::event::{Event, EventKind, Sink};
 use crate::plan::Plan;
 use crate::run::{StepRecord, StepStatus};
+
+/// `text` with every character XML 1.0 cannot hold (C0 controls but tab, newline and carriage
+/// return; U+FFFE, U+FFFF) replaced by U+FFFD: a summary is the model's text, and one such
+/// character would make the whole report unreadable to a CI server.
+fn xml_text(text: &str) -> Cow<'_, str> {
+    let invalid = |c: char| {
+        (c < ' ' && !matches!(c, '\t' | '\n' | '\r')) || matches!(c, '\u{fffe}' | '\u{ffff}')
+    };
+    if text.chars().any(invalid) {
+        Cow::Owned(
+            text.chars()
+                .map(|c| if invalid(c) { '\u{fffd}' } else { c })
+                .collect(),
+        )
+    } else {
+        Cow::Borrowed(text)
+    }
+}
 
 pub struct JunitSink {
     path: Utf8PathBuf,
@@ -34,13 +53,15 @@ impl JunitSink {
     }
 
     fn report(&self, duration_ms: u64) -> Result<String, String> {
-        let mut suite = TestSuite::new(self.name.as_str());
+        let name = xml_text(&self.name);
+        let mut suite = TestSuite::new(name.as_ref());
         suite.set_time(Duration::from_millis(duration_ms));
         for (id, agent) in &self.steps {
             let Some(r) = self.records.get(id) else {
                 continue;
             };
-            let error = r.error.as_deref().unwrap_or_default();
+            let error = xml_text(r.error.as_deref().unwrap_or_default());
+            let error = error.as_ref();
             let status = match r.status {
                 StepStatus::Failed => {
                     let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
@@ -55,14 +76,14 @@ impl JunitSink {
                 _ => TestCaseStatus::success(),
             };
             let mut case = TestCase::new(id.as_str(), status);
-            case.set_classname(format!("{}.{agent}", self.name))
+            case.set_classname(format!("{name}.{}", xml_text(agent)))
                 .set_time(Duration::from_millis(r.duration_ms));
             if r.status == StepStatus::Succeeded {
-                case.set_system_out(r.summary.as_str());
+                case.set_system_out(xml_text(&r.summary).as_ref());
             }
             suite.add_test_case(case);
         }
-        let mut report = Report::new(self.name.as_str());
+        let mut report = Report::new(name.as_ref());
         report.add_test_suite(suite);
         report
             .to_string()

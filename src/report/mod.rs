@@ -6,9 +6,9 @@ pub mod jsonl;
 pub mod junit;
 pub mod progress;
 pub mod record;
-pub mod terminal;
 pub mod transcript;
 
+use crate::terminal;
 use std::fmt::Write as _;
 
 use crate::plan::Plan;

@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 
-use super::{seconds, terminal, tokens, total_tokens};
+use super::{seconds, tokens, total_tokens};
 use crate::event::{Event, EventKind, Sink};
 use crate::plan::Plan;
 use crate::run::{StepRecord, StepStatus, SubagentRecord};
+use crate::terminal;
 
 /// The line printed when a step finishes, whatever the display.
 pub fn finish_line(agent: &str, id: &str, record: &StepRecord) -> String {

@@ -439,3 +439,98 @@ async fn resume_cleans_up_what_a_killed_run_left() {
     assert_eq!(git(test.path(), &["worktree", "list"]).lines().count(), 1);
     assert_eq!(git(test.path(), &["status", "--porcelain"]), "");
 }
+
+/// A workflow file is the repository's text: `validate` and `plan` print it (quoted source,
+/// messages, prompts) without one of its control characters, so it cannot clear the screen,
+/// retitle the window or write the clipboard.
+#[test]
+fn plan_and_validate_print_no_terminal_escapes_from_the_file() {
+    let controls = |text: &str| {
+        text.chars()
+            .filter(|c| c.is_control() && *c != '\n')
+            .count()
+    };
+    // A raw escape in a TOML string is a parse error that quotes the line.
+    let raw = format!(
+        "name = \"t\"\n{MODELS}[steps.s]\nagent = \"explore\"\nprompt = \"go\x1b[2J\x1b]52;c;ZXZpbA==\x07\"\n"
+    );
+    let out = Test::new()
+        .file("w.toml", &raw)
+        .args(&["validate", "w.toml"])
+        .run();
+    assert_eq!(out.status, 2, "{}", out.transcript());
+    assert!(out.stderr.contains("w.toml:6"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("go?[2J?]52;c;ZXZpbA==?"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(controls(&out.stderr), 0, "{:?}", out.stderr);
+
+    // Escaped ones are valid TOML: they reach a message (an unknown agent) and the plan.
+    let escaped = format!(
+        "name = \"t\"\n{MODELS}[steps.s]\nagent = \"explore\"\nprompt = \"go \\u001b]0;owned\\u0007 now\"\n[steps.t]\nagent = \"ex\\u001b[2Jplore\"\nprompt = \"x\"\n"
+    );
+    let out = Test::new()
+        .file("w.toml", &escaped)
+        .args(&["validate", "w.toml"])
+        .run();
+    assert_eq!(out.status, 2, "{}", out.transcript());
+    assert!(out.stderr.contains("explore"), "{}", out.stderr);
+    assert_eq!(controls(&out.stderr), 0, "{:?}", out.stderr);
+
+    let valid = escaped.replace("ex\\u001b[2Jplore", "explore");
+    let out = Test::new()
+        .file("w.toml", &valid)
+        .args(&["plan", "w.toml"])
+        .run();
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    assert!(out.stdout.contains("go  now"), "{}", out.stdout);
+    assert_eq!(controls(&out.stdout), 0, "{:?}", out.stdout);
+    // JSON keeps the text, escaped.
+    let out = Test::new()
+        .file("w.toml", &valid)
+        .args(&["plan", "w.toml", "--format", "json"])
+        .run();
+    assert!(
+        out.stdout.contains("go \\u001b]0;owned\\u0007 now"),
+        "{}",
+        out.stdout
+    );
+}
+
+/// A summary (the model's text) or a workflow name holding characters XML cannot carry still
+/// gives a JUnit report a strict parser reads.
+#[tokio::test(flavor = "multi_thread")]
+async fn junit_stays_well_formed_whatever_the_model_says() {
+    let fake = Fake::anthropic(vec![anthropic_text(
+        "done \u{fffe}\u{ffff}\u{1}\u{1b}[0m ok",
+    )])
+    .await;
+    let workflow =
+        format!("name = \"t\\uFFFE\"\n{MODELS}[steps.s]\nagent = \"explore\"\nprompt = \"go\"\n");
+    let (out, test) = run(
+        Test::new().file("w.toml", &workflow),
+        &fake.uri(),
+        &["run", "w.toml", "--junit", "j.xml"],
+    )
+    .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let path = test.path().join("j.xml");
+    let xml = std::fs::read_to_string(&path).unwrap();
+    assert!(xml.contains("done \u{fffd}\u{fffd}"), "{xml}");
+    // expat, as CI servers' parsers, refuses any character XML 1.0 does not allow.
+    let parsed = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sys, xml.etree.ElementTree as E; E.parse(sys.argv[1])",
+        ])
+        .arg(&path)
+        .output()
+        .expect("python3 parses the report");
+    assert!(
+        parsed.status.success(),
+        "{}\n{xml}",
+        String::from_utf8_lossy(&parsed.stderr)
+    );
+}

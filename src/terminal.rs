@@ -44,6 +44,37 @@ pub fn clean(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// `text` with every control character but newline and tab (and a carriage return before a
+/// newline) shown as `?`, one per byte: for source quoted under a diagnostic, whose byte offsets
+/// must not move.
+pub fn mask(text: &str) -> Cow<'_, str> {
+    let is_control = |c: char, next: Option<char>| {
+        (c.is_control() && c != '\n' && c != '\t' && !(c == '\r' && next == Some('\n')))
+            || c == '\u{7f}'
+    };
+    let mut chars = text.chars().peekable();
+    let mut dirty = false;
+    while let Some(c) = chars.next() {
+        if is_control(c, chars.peek().copied()) {
+            dirty = true;
+            break;
+        }
+    }
+    if !dirty {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if is_control(c, chars.peek().copied()) {
+            out.extend(std::iter::repeat_n('?', c.len_utf8()));
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
 fn skip_string(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) {
     while let Some(c) = chars.next() {
         match c {
@@ -66,5 +97,14 @@ mod tests {
         let hostile = "ok\u{1b}[2J\u{1b}[1;31mred\u{1b}[0m \u{1b}]0;title\u{7}\u{1b}]52;c;ZXZpbA==\u{1b}\\done\r\u{8}\u{9b}31m!\u{7f}\n\tnext";
         assert_eq!(clean(hostile), "okred done!\n\tnext");
         assert!(matches!(clean("plain text\n"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn masking_keeps_every_byte_offset() {
+        let hostile = "a\u{1b}[2Jb\u{9b}c\r\nd\re\t";
+        let masked = mask(hostile);
+        assert_eq!(masked, "a?[2Jb??c\r\nd?e\t");
+        assert_eq!(masked.len(), hostile.len());
+        assert!(matches!(mask("line\r\nnext\n"), Cow::Borrowed(_)));
     }
 }
