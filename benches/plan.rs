@@ -79,5 +79,5 @@ fn planned(steps: usize) -> Plan {
 #[divan::bench(args = [500, 5_000, 50_000], sample_count = 10)]
 fn plan_text(bencher: divan::Bencher, steps: usize) {
     let plan = planned(steps);
-    bencher.bench(|| render::to_text(&plan).len());
+    bencher.bench(|| render::to_text(&plan, runner::sandbox::Support::probe()).len());
 }

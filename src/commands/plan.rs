@@ -6,6 +6,7 @@ use super::load_plan;
 use crate::cli::{Format, Io, LimitArgs, ResolveArgs};
 use crate::error::Exit;
 use crate::plan::render;
+use crate::sandbox::Support;
 
 pub fn plan(
     workflow: &Utf8Path,
@@ -20,8 +21,10 @@ pub fn plan(
     let text = match format {
         // The plan quotes the workflow (prompts, names): none of its control characters reach
         // a terminal. JSON escapes them itself.
-        Format::Text => crate::terminal::clean(&render::to_text(&plan)).into_owned(),
-        Format::Json => render::to_json(&plan),
+        Format::Text => {
+            crate::terminal::clean(&render::to_text(&plan, Support::probe())).into_owned()
+        }
+        Format::Json => render::to_json(&plan, Support::probe()),
     };
     let _ = write!(io.out, "{text}");
     Exit::Success

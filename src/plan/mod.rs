@@ -470,3 +470,64 @@ mod tests {
         assert_eq!(messages, ["the workflow has no steps"]);
     }
 }
+
+#[cfg(test)]
+mod render_tests {
+    use super::*;
+    use crate::sandbox::Support;
+    use crate::workflow::load::load_workflow_source;
+    use crate::workflow::source::Syntax;
+
+    /// The plan says what this machine will enforce: without Landlock a read-only step gets no
+    /// bash and a writing step's bash is not confined.
+    #[test]
+    fn the_plan_says_when_bash_cannot_be_confined() {
+        let text = "name = \"w\"\n[models]\ndefault = \"anthropic/m\"\n[steps.r]\nagent = \"explore\"\ntools = [\"bash\"]\nprompt = \"r\"\n[steps.w]\nagent = \"code\"\nprompt = \"w\"\n";
+        let loaded = load_workflow_source(SourceFile::new("w.toml", text), Syntax::Toml).unwrap();
+        let registry = Registry::builtin();
+        let catalog = AgentCatalog::load(&[], &registry);
+        let (plan, problems) = build_plan(&loaded, &catalog, &registry, &PlanOptions::default());
+        let plan = plan.unwrap_or_else(|| panic!("{problems:?}"));
+        let with = Support { landlock_abi: 4 };
+        let without = Support { landlock_abi: 0 };
+
+        let confined = render::to_text(&plan, with);
+        assert!(
+            confined.contains("sandbox  read-only, no network\n"),
+            "{confined}"
+        );
+        assert!(
+            confined.contains("sandbox  workdir, no network\n"),
+            "{confined}"
+        );
+        let open = render::to_text(&plan, without);
+        assert!(
+            open.contains(
+                "read-only, no network (this kernel has no Landlock, so the step gets no bash)"
+            ),
+            "{open}"
+        );
+        assert!(
+            open.contains("workdir, no network (this kernel has no Landlock: bash can write anywhere this user can)"),
+            "{open}"
+        );
+
+        let json = |support| -> serde_json::Value {
+            serde_json::from_str(&render::to_json(&plan, support)).unwrap()
+        };
+        let confined: Vec<_> = json(with)["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["bash_confined"].clone())
+            .collect();
+        assert_eq!(confined, [true, true]);
+        let open: Vec<_> = json(without)["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["bash_confined"].clone())
+            .collect();
+        assert_eq!(open, [false, false]);
+    }
+}

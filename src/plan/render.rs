@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::{Plan, PlannedStep};
 use crate::agent::AgentSource;
-use crate::sandbox::Mode;
+use crate::sandbox::{Mode, Support};
 use crate::workflow::Isolation;
 use crate::workflow::duration::format_duration;
 
@@ -46,13 +46,16 @@ struct JsonStep<'a> {
     /// What the step's bash may write: `read-only`, `workdir` or `off`.
     sandbox: &'static str,
     network: bool,
+    /// Whether this machine confines the step's bash as `sandbox` says (null without bash): a
+    /// kernel without Landlock cannot.
+    bash_confined: Option<bool>,
     /// Agents the step's `task` may spawn (empty without `task`).
     subagents: &'a [String],
     max_subagent_depth: u32,
     max_tokens_total: Option<u64>,
 }
 
-pub fn to_json(plan: &Plan) -> String {
+pub fn to_json(plan: &Plan, support: Support) -> String {
     let doc = JsonPlan {
         name: &plan.name,
         budget: JsonBudget {
@@ -83,6 +86,10 @@ pub fn to_json(plan: &Plan) -> String {
                 condition: s.condition.as_deref(),
                 sandbox: s.sandbox.as_str(),
                 network: s.network,
+                bash_confined: s
+                    .tools
+                    .contains("bash")
+                    .then(|| s.sandbox != Mode::Off && support.landlock()),
                 subagents: &s.subagents,
                 max_subagent_depth: s.max_subagent_depth,
                 max_tokens_total: s.max_tokens_total,
@@ -95,7 +102,7 @@ pub fn to_json(plan: &Plan) -> String {
     out
 }
 
-pub fn to_text(plan: &Plan) -> String {
+pub fn to_text(plan: &Plan, support: Support) -> String {
     let mut out = String::new();
     let _ = write!(out, "{}", plan.name);
     if let Some(description) = &plan.description {
@@ -141,12 +148,12 @@ pub fn to_text(plan: &Plan) -> String {
             wave = Some(step.wave);
             let _ = writeln!(out, "\nwave {}", step.wave + 1);
         }
-        step_text(&mut out, step, width);
+        step_text(&mut out, step, width, support);
     }
     out
 }
 
-fn step_text(out: &mut String, step: &PlannedStep, width: usize) {
+fn step_text(out: &mut String, step: &PlannedStep, width: usize, support: Support) {
     let _ = writeln!(
         out,
         "  {:<width$}  [{}] {}",
@@ -189,17 +196,21 @@ fn step_text(out: &mut String, step: &PlannedStep, width: usize) {
         );
     }
     if step.tools.contains("bash") {
+        let network = if step.network {
+            "network"
+        } else {
+            "no network"
+        };
+        // Said as this machine will enforce it, not only as the file asks.
         let sandbox = match step.sandbox {
             Mode::Off => "off (bash is not confined)".to_owned(),
-            mode => format!(
-                "{}, {}",
-                mode.as_str(),
-                if step.network {
-                    "network"
-                } else {
-                    "no network"
-                }
+            Mode::ReadOnly if !support.landlock() => format!(
+                "read-only, {network} (this kernel has no Landlock, so the step gets no bash)"
             ),
+            Mode::Workdir if !support.landlock() => format!(
+                "workdir, {network} (this kernel has no Landlock: bash can write anywhere this user can)"
+            ),
+            mode => format!("{}, {network}", mode.as_str()),
         };
         let _ = writeln!(out, "    {:<9}{}", "sandbox", sandbox);
     }
