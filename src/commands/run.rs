@@ -99,8 +99,10 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
         report(io, &problems);
         return Exit::Invalid;
     }
+    // Known before the run starts, so that cassettes can leave it out of what they hash.
+    let run_id = args.run_id.clone().unwrap_or_else(run::new_run_id);
     let tapes = match (&args.record, &args.replay) {
-        (Some(dir), _) => Some(Arc::new(Tapes::new(TapeMode::Record, dir.clone()))),
+        (Some(dir), _) => Some(Arc::new(Tapes::new(TapeMode::Record, dir.clone(), &run_id))),
         (_, Some(dir)) if !dir.is_dir() => {
             let _ = writeln!(
                 io.err,
@@ -108,7 +110,7 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
             );
             return Exit::Invalid;
         }
-        (_, Some(dir)) => Some(Arc::new(Tapes::new(TapeMode::Replay, dir.clone()))),
+        (_, Some(dir)) => Some(Arc::new(Tapes::new(TapeMode::Replay, dir.clone(), &run_id))),
         (None, None) => None,
     };
     let replaying = tapes.as_ref().is_some_and(|t| t.replaying());
@@ -174,7 +176,7 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
         fail_fast: args.fail_fast,
         resume,
         only,
-        run_id: args.run_id.clone(),
+        run_id: Some(run_id),
         interrupt,
     };
     let mut sinks = Sinks::default();

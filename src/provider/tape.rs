@@ -49,17 +49,26 @@ struct Reply {
 pub struct Tapes {
     mode: Mode,
     dir: Utf8PathBuf,
+    /// The run's id, which branch names and state paths in requests hold.
+    run_id: String,
     /// Loaded or written cassettes, by file, and how many replies each has given (replay).
     open: Mutex<BTreeMap<Utf8PathBuf, (Cassette, usize)>>,
 }
 
 impl Tapes {
-    pub fn new(mode: Mode, dir: Utf8PathBuf) -> Self {
+    pub fn new(mode: Mode, dir: Utf8PathBuf, run_id: &str) -> Self {
         Self {
             mode,
             dir,
+            run_id: run_id.to_owned(),
             open: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// Where the cassettes are: tools do not see it, so a run reads the same tree whether
+    /// it records or replays.
+    pub fn dir(&self) -> &Utf8Path {
+        &self.dir
     }
 
     pub fn replaying(&self) -> bool {
@@ -96,8 +105,15 @@ struct Taped {
 }
 
 /// The request with what differs between equal runs replaced by placeholders.
-pub fn normalize(request: &ChatRequest, roots: &[String]) -> Value {
+pub fn normalize(request: &ChatRequest, roots: &[String], run_id: &str) -> Value {
     let mut text = serde_json::to_string(request).unwrap_or_default();
+    // A worktree step's branch (`runner/<run id>/<step>`) reaches the prompts after it; the
+    // run id is new every run.
+    if !run_id.is_empty() {
+        text = text
+            .replace(&format!("runner/{run_id}/"), "runner/<run>/")
+            .replace(&format!("runs/{run_id}"), "runs/<run>");
+    }
     // Longest first, so a worktree inside the working directory is replaced whole.
     let mut roots: Vec<&String> = roots.iter().filter(|r| r.len() > 1).collect();
     roots.sort_by_key(|r| std::cmp::Reverse(r.len()));
@@ -280,7 +296,7 @@ impl ModelApi for Taped {
         request: &'a ChatRequest,
     ) -> BoxFuture<'a, Result<Exchange, ProviderError>> {
         Box::pin(async move {
-            let normalized = normalize(request, &self.roots);
+            let normalized = normalize(request, &self.roots, &self.tapes.run_id);
             match (&self.tapes.mode, &self.inner) {
                 (Mode::Record, Some(inner)) => {
                     let exchange = inner.send_streaming(request, &|_| {}).await?;
@@ -312,25 +328,28 @@ mod tests {
     fn what_differs_between_equal_runs_is_not_hashed() {
         let a = normalize(
             &request(
-                "Working directory: /tmp/a/wt\nToday's date: 2026-12-02\n[agent explore#1 · 2 tool calls · 1.3s · 190 tokens]",
+                "Working directory: /tmp/a/wt\nToday's date: 2026-12-02\n[agent explore#1 · 2 tool calls · 1.3s · 190 tokens]\nbranch runner/20261202T101010000-ab12/implement",
             ),
             &["/tmp/a".into(), "/tmp/a/wt".into()],
+            "20261202T101010000-ab12",
         );
         let b = normalize(
             &request(
-                "Working directory: /srv/b/wt\nToday's date: 2027-01-09\n[agent explore#1 · 2 tool calls · 12.0s · 190 tokens]",
+                "Working directory: /srv/b/wt\nToday's date: 2027-01-09\n[agent explore#1 · 2 tool calls · 12.0s · 190 tokens]\nbranch runner/20270109T090909999-ffff/implement",
             ),
             &["/srv/b/wt".into()],
+            "20270109T090909999-ffff",
         );
         assert_eq!(a, b);
         let text = a["messages"][0]["content"][0]["text"].as_str().unwrap();
         assert_eq!(
             text,
-            "Working directory: <workdir>\nToday's date: <date>\n[agent explore#1 · 2 tool calls · <time> · 190 tokens]"
+            "Working directory: <workdir>\nToday's date: <date>\n[agent explore#1 · 2 tool calls · <time> · 190 tokens]\nbranch runner/<run>/implement"
         );
         let c = normalize(
             &request("Working directory: /tmp/a/wt\nsomething else"),
             &[],
+            "",
         );
         assert_ne!(a, c);
     }

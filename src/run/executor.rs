@@ -61,9 +61,12 @@ pub fn protected_paths(root: &Utf8Path, state_dir: &Utf8Path, worktree: bool) ->
 impl ModelExecutor {
     /// The tools of one step, working in `root`.
     fn tools(&self, step: &PlannedStep, root: &Utf8Path) -> Result<StepTools, String> {
-        let workspace = Workspace::new(root)
+        let mut workspace = Workspace::new(root)
             .map_err(|err| format!("cannot use `{root}`: {err}"))?
             .with_state_dir(&self.state_dir);
+        if let Some(tapes) = &self.team.tapes {
+            workspace = workspace.with_cassettes(tapes.dir());
+        }
         let mut bash = BashEnv::new(step.sandbox, step.network);
         bash.vars = crate::tools::bash::bash_vars(&step.env);
         bash.support = self.support;

@@ -20,7 +20,7 @@ use crate::error::Problem;
 pub use keys::provider_keys;
 pub use resume::{check_only, clean_up_after, is_run_id, load_merged, load_resume};
 pub use scheduler::execute;
-pub use state::{RunRecord, RunStatus, StepRecord, StepStatus, SubagentRecord};
+pub use state::{RunRecord, RunStatus, StepRecord, StepStatus, SubagentRecord, new_run_id};
 
 pub struct RunOptions {
     pub workdir: Utf8PathBuf,

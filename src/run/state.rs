@@ -156,22 +156,22 @@ pub struct RunRecord {
     pub storage_error: Option<String>,
 }
 
+/// A fresh run id: UTC to the millisecond, so ids sort by start time (two runs in one second
+/// included), and a random suffix.
+pub fn new_run_id() -> String {
+    let now = jiff::Timestamp::now();
+    format!(
+        "{}{:03}-{:04x}",
+        now.strftime("%Y%m%dT%H%M%S"),
+        now.subsec_millisecond(),
+        rand::random::<u16>()
+    )
+}
+
 impl RunRecord {
     /// A fresh record for `plan`, named `run_id` or, by default, by the UTC start time.
     pub fn new(plan: &Plan, run_id: Option<&str>) -> Self {
-        // UTC to the millisecond, so ids sort by start time (two runs in one second included).
-        let now = jiff::Timestamp::now();
-        let run_id = run_id.map_or_else(
-            || {
-                format!(
-                    "{}{:03}-{:04x}",
-                    now.strftime("%Y%m%dT%H%M%S"),
-                    now.subsec_millisecond(),
-                    rand::random::<u16>()
-                )
-            },
-            str::to_owned,
-        );
+        let run_id = run_id.map_or_else(new_run_id, str::to_owned);
         let steps = plan
             .steps()
             .iter()
@@ -205,7 +205,7 @@ impl RunRecord {
             run_id,
             workflow: plan.name.clone(),
             status: RunStatus::Running,
-            started_at: now.to_string(),
+            started_at: jiff::Timestamp::now().to_string(),
             duration_ms: 0,
             steps,
             cost_usd: None,

@@ -26,6 +26,9 @@ pub struct Workspace {
     dir: Dir,
     /// runner's state directory (canonical, or as given when it does not exist yet).
     state_dir: Option<Utf8PathBuf>,
+    /// The cassettes of `--record`/`--replay` (canonical, or as given): hidden like the state
+    /// directory, so a recorded run and its replay see the same tree.
+    cassettes: Option<Utf8PathBuf>,
 }
 
 /// What a tool means to do with a path.
@@ -43,6 +46,8 @@ pub enum ConfineError {
     Git(String),
     #[error("`{0}` is inside runner's state directory, which tools may not touch")]
     State(String),
+    #[error("`{0}` is inside the cassette directory of this run, which tools may not touch")]
+    Cassettes(String),
     #[error("`{0}` does not exist")]
     NotFound(String),
     #[error("cannot open `{path}`: {reason}")]
@@ -58,6 +63,7 @@ impl Workspace {
             given: root.to_owned(),
             dir,
             state_dir: None,
+            cassettes: None,
         })
     }
 
@@ -68,6 +74,22 @@ impl Workspace {
                 .canonicalize_utf8()
                 .unwrap_or_else(|_| state_dir.to_owned()),
         );
+        self
+    }
+
+    /// Keeps tools out of the run's cassette directory.
+    pub fn with_cassettes(mut self, dir: &Utf8Path) -> Self {
+        self.cassettes = Some(dir.canonicalize_utf8().unwrap_or_else(|_| {
+            // Not made yet (a first `--record`): where it will be.
+            if dir.is_absolute() {
+                dir.to_owned()
+            } else {
+                std::env::current_dir()
+                    .ok()
+                    .and_then(|cwd| Utf8PathBuf::from_path_buf(cwd).ok())
+                    .map_or_else(|| dir.to_owned(), |cwd| cwd.join(dir))
+            }
+        }));
         self
     }
 
@@ -211,6 +233,11 @@ impl Workspace {
         {
             return Err(ConfineError::State(path.to_owned()));
         }
+        if let Some(cassettes) = &self.cassettes
+            && real.starts_with(cassettes)
+        {
+            return Err(ConfineError::Cassettes(path.to_owned()));
+        }
         if access == Access::Write && has_git_part(inside) {
             return Err(ConfineError::Git(path.to_owned()));
         }
@@ -224,6 +251,10 @@ impl Workspace {
                 .state_dir
                 .as_ref()
                 .is_none_or(|state| !real.starts_with(state))
+            && self
+                .cassettes
+                .as_ref()
+                .is_none_or(|dir| !real.starts_with(dir))
     }
 
     /// A path as the model should see it: relative to the root.

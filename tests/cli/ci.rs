@@ -514,3 +514,92 @@ async fn a_need_that_failed_in_another_job_skips_the_step() {
     assert_eq!(run["steps"]["b"]["error"], "a did not succeed");
     assert_eq!(fake.count("MARK-b").await, 0);
 }
+
+/// The flagship example, recorded into its own checkout as the README teaches, replays twice
+/// with no server: the branch name (which holds the run id) reaches the review prompt, and the
+/// searches would find the cassettes if tools could see them.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_flagship_example_replays_from_cassettes_in_its_checkout() {
+    let fake = Fake::anthropic_routed(vec![
+        (
+            "authenticates users",
+            vec![
+                crate::fake::anthropic_tools(&[
+                    ("t1", "glob", json!({"pattern": "**/*"})),
+                    ("t2", "grep", json!({"pattern": "session"})),
+                ]),
+                anthropic_text("Login is in src/auth.py."),
+            ],
+        ),
+        (
+            "Find where sessions",
+            vec![
+                anthropic_tool("t3", "list_dir", json!({"path": "."})),
+                anthropic_text("Sessions live in src/auth.py."),
+            ],
+        ),
+        ("Design a migration", vec![anthropic_text("1. Add jwt.py.")]),
+        (
+            "Implement this plan",
+            vec![
+                anthropic_tool(
+                    "t4",
+                    "write_file",
+                    json!({"path": "src/jwt.py", "content": "def sign(): pass\n"}),
+                ),
+                anthropic_text("Added src/jwt.py."),
+            ],
+        ),
+        (
+            "Review the JWT migration",
+            vec![anthropic_text("No findings.")],
+        ),
+    ])
+    .await;
+    let test = Test::new()
+        .file(
+            "workflows/jwt-migration.toml",
+            &std::fs::read_to_string(format!(
+                "{}/workflows/jwt-migration.toml",
+                crate::support::REPO
+            ))
+            .unwrap(),
+        )
+        .file(
+            "agents/security-reviewer.md",
+            &std::fs::read_to_string(format!(
+                "{}/agents/security-reviewer.md",
+                crate::support::REPO
+            ))
+            .unwrap(),
+        )
+        .file("src/auth.py", "def login(session): pass\n");
+    crate::support::init_repo(test.path());
+    let run = ["run", "workflows/jwt-migration.toml", "--format", "json"];
+    let (out, test) = test
+        .anthropic_api(&fake.uri(), KEY)
+        .args(&run)
+        .args(&["--record", "cassettes"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let recorded: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(fake.requests().await.len(), 8);
+    drop(fake);
+
+    let mut test = test;
+    for round in 0..2 {
+        let (out, again) = test
+            .clear_args()
+            .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+            .args(&run)
+            .args(&["--replay", "cassettes"])
+            .run_async()
+            .await;
+        assert_eq!(out.status, 0, "replay {round}: {}", out.transcript());
+        let replayed: Value = serde_json::from_str(&out.stdout).unwrap();
+        assert_eq!(summaries(&replayed), summaries(&recorded), "replay {round}");
+        assert_ne!(replayed["run_id"], recorded["run_id"]);
+        test = again;
+    }
+}

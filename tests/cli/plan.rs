@@ -32,7 +32,10 @@ fn every_example_workflow_plans_in_text_and_json() {
         // What the kernel can enforce is this machine's, not the plan's: the render tests in
         // src/plan cover both answers.
         let machine = [
-            (r#""bash_confined": (true|false)"#, r#""bash_confined": [machine]"#),
+            (
+                r#""bash_confined": (true|false)"#,
+                r#""bash_confined": [machine]"#,
+            ),
             (r" \(this kernel has no Landlock[^)]*\)", ""),
         ];
         let _settings = {
