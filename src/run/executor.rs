@@ -142,6 +142,7 @@ impl Executor for ModelExecutor {
             if let Some(scope) = &scope {
                 tools.context.delegate = Some(Arc::new(Delegation::for_step(
                     scope.clone(),
+                    step.model.clone(),
                     tools.allowed.clone(),
                     job.events.clone(),
                 )));

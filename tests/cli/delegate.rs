@@ -831,3 +831,90 @@ fn plan_shows_who_may_spawn_what_and_the_limit() {
         unknown.stderr
     );
 }
+
+/// An agent file with no `model` (or `model: inherit`) runs on its caller's model, as in Claude
+/// Code: an `openai/...` step's subagents go to that endpoint and model, and a fork shares the
+/// caller's prefix byte for byte.
+#[tokio::test(flavor = "multi_thread")]
+async fn agent_files_without_a_model_inherit_the_callers() {
+    let last = |b: &Value| {
+        serde_json::to_string(b["messages"].as_array().unwrap().last().unwrap()).unwrap()
+    };
+    let fake = Fake::openai_fn(move |body| {
+        let last = last(body);
+        if last.contains("MARK-fork") {
+            openai_text("fork done")
+        } else if last.contains("MARK-helper") {
+            openai_text("helper done")
+        } else if body["messages"].as_array().unwrap().len() == 2 {
+            let call = |id: &str, input: Value| {
+                json!({"id": id, "type": "function", "function": {"name": "task", "arguments": input.to_string()}})
+            };
+            crate::fake::ok(json!({
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "Delegating.", "tool_calls": [
+                    call("c1", task("help", "MARK-helper look", "helper")),
+                    call("c2", task("fork", "MARK-fork go on", "forker")),
+                ]}, "finish_reason": "tool_calls"}],
+                "usage": {"prompt_tokens": 100, "completion_tokens": 20}
+            }))
+        } else {
+            openai_text("lead done")
+        }
+    })
+    .await;
+    // The default alias is on a provider nobody answers: a subagent sent there fails.
+    let workflow = format!(
+        "name = \"t\"\n[providers.local]\nkind = \"openai\"\nbase_url = \"{}/v1\"\napi_key_env = \"LOCAL_KEY\"\n[models]\ndefault = \"anthropic/claude-test\"\n[steps.lead]\nagent = \"lead\"\nmodel = \"local/qwen\"\nmax_subagent_depth = 2\nprompt = \"MARK-lead start\"\n",
+        fake.uri()
+    );
+    let (out, _test) = Test::new()
+        .file("workflows/w.toml", &workflow)
+        .file(
+            "agents/lead.md",
+            "---\nname: lead\ndescription: Leads\ntools: Read, Task\n---\nYou lead.\n",
+        )
+        .file(
+            "agents/helper.md",
+            "---\nname: helper\ndescription: Helps\ntools: Read\n---\nYou help.\n",
+        )
+        .file(
+            "agents/forker.md",
+            "---\nname: forker\ndescription: Goes on\ntools: Read, Task\nmodel: inherit\nforkContext: true\n---\nYou lead.\n",
+        )
+        .env("LOCAL_KEY", KEY)
+        .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+        .env("ANTHROPIC_API_KEY", KEY)
+        .args(&["run", "workflows/w.toml", "--format", "json"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let run = json_of(&out);
+    let models: Vec<&str> = run["steps"]["lead"]["subagents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["model"].as_str().unwrap())
+        .collect();
+    assert_eq!(models, ["local/qwen", "local/qwen"]);
+    let bodies = fake.bodies().await;
+    assert_eq!(bodies.len(), 4);
+    assert!(bodies.iter().all(|b| b["model"] == "qwen"));
+    let parent = bodies
+        .iter()
+        .find(|b| b["messages"].as_array().unwrap().len() == 2)
+        .unwrap();
+    let fork = bodies
+        .iter()
+        .find(|b| last(b).contains("MARK-fork"))
+        .unwrap();
+    for key in ["model", "tools"] {
+        assert_eq!(
+            serde_json::to_string(&fork[key]).unwrap(),
+            serde_json::to_string(&parent[key]).unwrap(),
+            "{key}"
+        );
+    }
+    let prefix =
+        |b: &Value| serde_json::to_string(&b["messages"].as_array().unwrap()[..2]).unwrap();
+    assert_eq!(prefix(fork), prefix(parent));
+}

@@ -15,7 +15,7 @@ use futures_util::future::BoxFuture;
 use tokio::sync::{OwnedSemaphorePermit, watch};
 
 use super::{Conversation, Session, StepOutcome, prompt};
-use crate::agent::Agent;
+use crate::agent::{Agent, AgentSource};
 use crate::event::{Emitter, EventKind};
 use crate::provider::message::Message;
 use crate::provider::{ModelApi, ModelRef};
@@ -34,6 +34,9 @@ pub struct Delegation {
     pub scope: Arc<StepScope>,
     /// How deep the delegating agent is.
     pub depth: u32,
+    /// The delegating agent's model: what an agent file without a `model` (or with `inherit`)
+    /// and a fork run on.
+    pub model: ModelRef,
     /// Its own tools: a subagent never gets more.
     pub tools: BTreeSet<String>,
     /// Its events; a subagent's events name it.
@@ -51,10 +54,16 @@ struct Hold {
 }
 
 impl Delegation {
-    pub fn for_step(scope: Arc<StepScope>, tools: BTreeSet<String>, events: Emitter) -> Self {
+    pub fn for_step(
+        scope: Arc<StepScope>,
+        model: ModelRef,
+        tools: BTreeSet<String>,
+        events: Emitter,
+    ) -> Self {
         Self {
             scope,
             depth: 0,
+            model,
             tools,
             events,
             hold: Mutex::default(),
@@ -180,6 +189,12 @@ impl Delegation {
             (_, Some(model)) => team.model(model)?,
             (None, None) => match agent.model.as_deref() {
                 Some(model) => team.model(model)?,
+                // As in Claude Code: an agent file that names no model (or `inherit`) runs on
+                // its caller's, and so does a fork, whose cached prefix is the caller's. Only
+                // built-ins keep their alias (`explore` on `small`).
+                None if agent.fork_context || agent.source != AgentSource::Builtin => {
+                    self.model.clone()
+                }
                 None => team.model(agent.default_alias)?,
             },
         };
@@ -233,6 +248,7 @@ impl Delegation {
             context.delegate = Some(Arc::new(Delegation {
                 scope: self.scope.clone(),
                 depth: self.depth + 1,
+                model: model.clone(),
                 tools: tools.clone(),
                 events: events.clone(),
                 hold: Mutex::default(),
@@ -404,6 +420,7 @@ impl Delegate for Delegation {
             let delegation = Delegation {
                 scope: self.scope.clone(),
                 depth: self.depth,
+                model: self.model.clone(),
                 tools: self.tools.clone(),
                 events: self.events.clone(),
                 hold: Mutex::default(),
