@@ -9,7 +9,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::provider::message::{Message, ToolDef, Usage};
-use crate::run::{StepRecord, SubagentRecord};
+use crate::run::{RunRecord, StepRecord, SubagentRecord};
 
 /// An event and when it happened.
 #[derive(Debug, Clone, Serialize)]
@@ -119,10 +119,15 @@ pub enum EventKind {
     StepFinished {
         step: String,
         record: Box<StepRecord>,
+        /// Decided by this run: not reused from an earlier one, not left to another job by
+        /// `--only` (only those are written as `steps/<id>/record.json`).
+        decided: bool,
     },
+    /// The final record, as the scheduler settled it: sinks show it, never rebuild it.
     RunFinished {
-        status: crate::run::RunStatus,
-        duration_ms: u64,
+        record: Box<RunRecord>,
+        /// Where `run.json` and the transcripts are.
+        run_dir: camino::Utf8PathBuf,
     },
 }
 

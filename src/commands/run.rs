@@ -219,7 +219,8 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
             return Exit::Unexpected;
         }
     };
-    let _ = write!(io.err, "{}", summary_table(&plan, &record));
+    let run_dir = options.state_dir.join("runs").join(&record.run_id);
+    let _ = write!(io.err, "{}", summary_table(&plan, &record, &run_dir));
     if args.format == RunFormat::Json {
         let _ = writeln!(io.out, "{}", record.to_json());
     }

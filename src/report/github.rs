@@ -8,13 +8,13 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Write as _;
 
-use camino::Utf8PathBuf;
+use camino::{Utf8Path, Utf8PathBuf};
 
 use super::progress::{finish_line, subagent_finish_line};
 use super::{seconds, tokens, total_tokens, usd};
 use crate::event::{Event, EventKind, Sink};
 use crate::plan::Plan;
-use crate::run::{RunStatus, StepRecord, StepStatus};
+use crate::run::{RunRecord, RunStatus, StepRecord, StepStatus};
 use crate::terminal;
 
 /// Whether runner runs inside a GitHub Actions job.
@@ -70,7 +70,6 @@ pub struct GithubSink {
     summary: Option<Utf8PathBuf>,
     /// Each running step's lines, printed in its group when it ends.
     lines: BTreeMap<String, Vec<String>>,
-    records: BTreeMap<String, StepRecord>,
 }
 
 impl GithubSink {
@@ -88,7 +87,6 @@ impl GithubSink {
                 .filter(|p| !p.is_empty())
                 .map(Utf8PathBuf::from),
             lines: BTreeMap::new(),
-            records: BTreeMap::new(),
         }
     }
 
@@ -143,11 +141,10 @@ impl GithubSink {
         }
         // Log output is best effort, like progress.
         let _ = std::io::stderr().write_all(out.as_bytes());
-        self.records.insert(step.to_owned(), record.clone());
     }
 
     /// The Markdown appended to the job summary.
-    fn summary_markdown(&self, status: RunStatus, duration_ms: u64) -> String {
+    fn summary_markdown(&self, record: &RunRecord, run_dir: &Utf8Path) -> String {
         let mark = |s: StepStatus| match s {
             StepStatus::Succeeded => "✅",
             StepStatus::Failed => "❌",
@@ -155,8 +152,9 @@ impl GithubSink {
             StepStatus::Cancelled => "🚫",
             StepStatus::Pending | StepStatus::Running => "…",
         };
+        let (status, duration_ms) = (record.status, record.duration_ms);
         let mut out = format!(
-            "### runner: {} {}\n\n| Step | Status | Tokens | Cost | Time |\n|---|---|---|---|---|\n",
+            "### runner: {} {}\n\n| Step | Status | Tokens | Cost | Time | Branch |\n|---|---|---|---|---|---|\n",
             cell(&self.workflow),
             match status {
                 RunStatus::Succeeded => format!("succeeded in {}", seconds(duration_ms)),
@@ -164,8 +162,9 @@ impl GithubSink {
             }
         );
         let mut failures = Vec::new();
+        let mut total = 0;
         for (id, _) in &self.steps {
-            let Some(r) = self.records.get(id) else {
+            let Some(r) = record.steps.get(id) else {
                 continue;
             };
             let status = match &r.reused_from {
@@ -176,14 +175,20 @@ impl GithubSink {
                 ),
                 None => format!("{} {}", mark(r.status), r.status.as_str()),
             };
+            if r.reused_from.is_none() {
+                total += total_tokens(r);
+            }
             let _ = writeln!(
                 out,
-                "| `{}` | {} | {} | {} | {} |",
+                "| `{}` | {} | {} | {} | {} | {} |",
                 cell(id),
                 status,
                 tokens(total_tokens(r)),
                 r.cost_usd.map_or_else(|| "-".to_owned(), usd),
-                seconds(r.duration_ms)
+                seconds(r.duration_ms),
+                r.branch
+                    .as_deref()
+                    .map_or_else(String::new, |b| format!("`{}`", cell(b)))
             );
             if r.status == StepStatus::Failed {
                 let reason = r.error.as_deref().unwrap_or("no reason was recorded");
@@ -194,6 +199,19 @@ impl GithubSink {
                 ));
             }
         }
+        let _ = writeln!(
+            out,
+            "| **total** | | {} | {} | {} | |",
+            tokens(total),
+            record.cost_usd.map_or_else(|| "-".to_owned(), usd),
+            seconds(duration_ms)
+        );
+        let _ = writeln!(
+            out,
+            "\nRun `{}`: record and transcripts in `{}`.",
+            cell(&record.run_id),
+            cell(run_dir.as_str())
+        );
         if !failures.is_empty() {
             out.push_str("\n**Failures**\n\n");
             for failure in failures {
@@ -280,15 +298,12 @@ impl Sink for GithubSink {
                 let label = format!("[{}] {step}", self.agent(step));
                 self.note(step, subagent_finish_line(&label, record));
             }
-            EventKind::StepFinished { step, record } => self.step_finished(step, record),
-            EventKind::RunFinished {
-                status,
-                duration_ms,
-            } => {
+            EventKind::StepFinished { step, record, .. } => self.step_finished(step, record),
+            EventKind::RunFinished { record, run_dir } => {
                 let Some(path) = &self.summary else {
                     return Ok(());
                 };
-                let markdown = self.summary_markdown(*status, *duration_ms);
+                let markdown = self.summary_markdown(record, run_dir);
                 // Appended, never truncated: other steps of the job write there too.
                 std::fs::OpenOptions::new()
                     .create(true)

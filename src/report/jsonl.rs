@@ -130,12 +130,18 @@ fn public(kind: &EventKind) -> Option<(&'static str, Value)> {
                 "reused_from": record.reused_from,
             }),
         ),
-        EventKind::RunFinished {
-            status,
-            duration_ms,
-        } => (
+        EventKind::RunFinished { record, run_dir } => (
             "run_finished",
-            json!({"status": status, "duration_ms": duration_ms}),
+            json!({
+                "run_id": record.run_id,
+                "status": record.status,
+                "duration_ms": record.duration_ms,
+                "cost_usd": record.cost_usd,
+                "input_tokens": record.steps.values().filter(|s| s.reused_from.is_none()).map(|s| super::total_tokens(s) - s.output_tokens).sum::<u64>(),
+                "output_tokens": record.steps.values().filter(|s| s.reused_from.is_none()).map(|s| s.output_tokens).sum::<u64>(),
+                "run_dir": run_dir,
+                "branches": record.steps.iter().filter_map(|(id, s)| s.branch.as_ref().map(|b| (id.clone(), b.clone()))).collect::<std::collections::BTreeMap<_, _>>(),
+            }),
         ),
         EventKind::SessionStarted { .. }
         | EventKind::TokensArriving { .. }

@@ -94,12 +94,12 @@ impl JunitSink {
 impl Sink for JunitSink {
     fn handle(&mut self, event: &Event) -> Result<(), String> {
         match &event.kind {
-            EventKind::StepFinished { step, record } => {
+            EventKind::StepFinished { step, record, .. } => {
                 self.records.insert(step.clone(), (**record).clone());
                 Ok(())
             }
-            EventKind::RunFinished { duration_ms, .. } => {
-                let text = self.report(*duration_ms)?;
+            EventKind::RunFinished { record, .. } => {
+                let text = self.report(record.duration_ms)?;
                 std::fs::write(&self.path, text)
                     .map_err(|err| format!("cannot write the JUnit report `{}`: {err}", self.path))
             }

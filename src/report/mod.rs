@@ -67,16 +67,22 @@ pub fn table<R: AsRef<[String]>>(rows: &[R]) -> String {
 }
 
 /// The final table: status, turns, tool calls, tokens and time of every step.
-pub fn summary_table(plan: &Plan, record: &RunRecord) -> String {
-    // A cost column only when a price is known.
+pub fn summary_table(plan: &Plan, record: &RunRecord, run_dir: &camino::Utf8Path) -> String {
+    // A cost column only when a price is known, a branch column only when a step made one.
     let costs = record.steps.values().any(|s| s.cost_usd.is_some());
+    let branches = record.steps.values().any(|s| s.branch.is_some());
     let mut header: Vec<String> = ["STEP", "STATUS", "TURNS", "TOOLS", "TOKENS IN/OUT", "TIME"]
         .map(String::from)
         .to_vec();
     if costs {
         header.push("COST".into());
     }
+    if branches {
+        header.push("BRANCH".into());
+    }
     let mut rows = vec![header];
+    // Totals count what this run did: a step reused from an earlier run cost nothing now.
+    let (mut turns, mut tools, mut input_total, mut output_total) = (0, 0, 0, 0);
     for step in plan.steps() {
         let Some(r) = record.steps.get(&step.id) else {
             continue;
@@ -84,7 +90,13 @@ pub fn summary_table(plan: &Plan, record: &RunRecord) -> String {
         let input = r.input_tokens + r.cache_creation_input_tokens + r.cache_read_input_tokens;
         let status = match &r.reused_from {
             Some(run) => format!("{} (reused from {run})", r.status.as_str()),
-            None => r.status.as_str().to_owned(),
+            None => {
+                turns += r.turns;
+                tools += r.tool_calls;
+                input_total += input;
+                output_total += r.output_tokens;
+                r.status.as_str().to_owned()
+            }
         };
         let mut row = vec![
             step.id.clone(),
@@ -96,6 +108,26 @@ pub fn summary_table(plan: &Plan, record: &RunRecord) -> String {
         ];
         if costs {
             row.push(r.cost_usd.map_or_else(|| "-".to_owned(), usd));
+        }
+        if branches {
+            row.push(r.branch.clone().unwrap_or_default());
+        }
+        rows.push(row);
+    }
+    if rows.len() > 2 {
+        let mut row = vec![
+            "total".to_owned(),
+            String::new(),
+            turns.to_string(),
+            tools.to_string(),
+            format!("{}/{}", tokens(input_total), tokens(output_total)),
+            seconds(record.duration_ms),
+        ];
+        if costs {
+            row.push(record.cost_usd.map_or_else(|| "-".to_owned(), usd));
+        }
+        if branches {
+            row.push(String::new());
         }
         rows.push(row);
     }
@@ -142,5 +174,6 @@ pub fn summary_table(plan: &Plan, record: &RunRecord) -> String {
         seconds(record.duration_ms),
         plan.name
     );
+    let _ = writeln!(out, "record and transcripts: {run_dir}");
     out
 }

@@ -95,7 +95,7 @@ impl Sink for PlainProgress {
         let agent = |id: &str| self.agents.get(id).map_or("?", String::as_str);
         let line = match &event.kind {
             EventKind::StepStarted { step, agent, .. } => format!("[{agent}] {step} started"),
-            EventKind::StepFinished { step, record } => finish_line(agent(step), step, record),
+            EventKind::StepFinished { step, record, .. } => finish_line(agent(step), step, record),
             EventKind::SubagentStarted {
                 step,
                 id,
@@ -251,7 +251,7 @@ impl Sink for LiveProgress {
                 self.no_longer_waiting(step);
                 self.start((step.clone(), None), format!("[{agent}] {step}"), None);
             }
-            EventKind::StepFinished { step, record } => {
+            EventKind::StepFinished { step, record, .. } => {
                 self.no_longer_waiting(step);
                 let agent = self.agents.get(step).map_or("?", String::as_str);
                 let line = finish_line(agent, step, record);

@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 use camino::{Utf8Path, Utf8PathBuf};
 
 use crate::event::{Event, EventKind, Sink};
-use crate::run::outcome::SkipReason;
 use crate::run::{RunRecord, StepRecord, StepStatus};
 
 /// How often `run.json` is rewritten at most while steps finish in quick succession.
@@ -51,25 +50,18 @@ impl Sink for RecordSink {
                     entry.status = StepStatus::Running;
                 }
             }
-            EventKind::StepFinished { step, record } => {
+            EventKind::StepFinished {
+                step,
+                record,
+                decided,
+            } => {
                 self.record.steps.insert(step.clone(), (**record).clone());
-                let decided_here = record.reused_from.is_none()
-                    && record.error.as_deref() != Some(&SkipReason::NotSelected.to_string());
-                if decided_here {
+                if *decided {
                     save_step(&self.dir, step, record)?;
                 }
             }
-            EventKind::RunFinished {
-                status,
-                duration_ms,
-            } => {
-                self.record.status = *status;
-                self.record.duration_ms = *duration_ms;
-                for entry in self.record.steps.values_mut() {
-                    if !entry.status.is_finished() {
-                        entry.status = StepStatus::Cancelled;
-                    }
-                }
+            EventKind::RunFinished { record, .. } => {
+                self.record = (**record).clone();
                 return self.flush();
             }
             _ => return Ok(()),

@@ -153,8 +153,10 @@ fn context(plan: &Plan, record: &RunRecord) -> JinjaValue {
                     } else {
                         template::Missing::value(format!("steps.{id}.output"))
                     },
-                    JinjaValue::from(s.branch.clone()),
-                    JinjaValue::from(s.diff.clone()),
+                    // A worktree step that changed nothing made no branch: an empty string,
+                    // never the text `none`.
+                    JinjaValue::from(s.branch.clone().unwrap_or_default()),
+                    JinjaValue::from(s.diff.clone().unwrap_or_default()),
                 ),
             )
         })

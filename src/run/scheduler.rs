@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::decide::{Prepared, prepare};
 use super::executor::{Executor, StepJob};
-use super::outcome::{CancelReason, Outcome};
+use super::outcome::{CancelReason, Outcome, SkipReason};
 use super::state::{RunRecord, StepRecord, StepStatus};
 use super::walker::Walker;
 use super::worktree::{Repo, Worktree};
@@ -141,17 +141,22 @@ pub async fn execute(
     let interrupted = scheduler.drive(executor, workdir).await;
     let mut record = scheduler.record;
     record.storage_error = scheduler.sinks.failure().cloned();
-    record.finish(started.elapsed(), interrupted, plan, &options.only);
+    let elapsed = started.elapsed();
+    record.finish(elapsed, interrupted, plan, &options.only);
+    // The sinks get the record itself: `run.json` and every report show this one.
     scheduler.sinks.emit(
         &EventKind::RunFinished {
-            status: record.status,
-            duration_ms: record.duration_ms,
+            record: Box::new(record.clone()),
+            run_dir: run_dir.clone(),
         }
         .into(),
     );
-    if record.storage_error.is_none() {
-        record.storage_error = scheduler.sinks.failure().cloned();
-        record.finish(started.elapsed(), interrupted, plan, &options.only);
+    // Only a final write that failed changes the record after the sinks saw it.
+    if record.storage_error.is_none()
+        && let Some(error) = scheduler.sinks.failure()
+    {
+        record.storage_error = Some(error.clone());
+        record.finish(elapsed, interrupted, plan, &options.only);
     }
     Ok(record)
 }
@@ -305,7 +310,7 @@ impl Scheduler<'_> {
                 }
                 Prepared::Reuse(previous) => {
                     *self.record.step_mut(&step.id) = *previous;
-                    self.finished(i);
+                    self.finished(i, false);
                     self.ready.extend(self.walker.complete(i));
                 }
                 Prepared::Run {
@@ -369,8 +374,10 @@ impl Scheduler<'_> {
     fn finish_unstarted(&mut self, i: usize, outcome: Outcome) {
         let plan = self.plan;
         let id = &plan.steps()[i].id;
+        // A step `--only` left out is another job's to decide.
+        let decided = !matches!(outcome, Outcome::Skipped(SkipReason::NotSelected));
         outcome.record(self.record.step_mut(id));
-        self.finished(i);
+        self.finished(i, decided);
         self.ready.extend(self.walker.complete(i));
     }
 
@@ -418,17 +425,19 @@ impl Scheduler<'_> {
             }
         }
         let failed = entry.status == StepStatus::Failed;
-        self.finished(i);
+        self.finished(i, true);
         failed
     }
 
-    /// Tells the sinks how step `i` ended.
-    fn finished(&mut self, i: usize) {
+    /// Tells the sinks how step `i` ended; `decided` when this run decided it (not reused from
+    /// an earlier run, not left to another job by `--only`).
+    fn finished(&mut self, i: usize, decided: bool) {
         let id = self.plan.steps()[i].id.clone();
         let record: StepRecord = self.record.step_mut(&id).clone();
         self.emit(EventKind::StepFinished {
             step: id,
             record: Box::new(record),
+            decided,
         });
     }
 }

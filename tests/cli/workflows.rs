@@ -659,3 +659,99 @@ async fn continue_on_error_and_conditions_through_the_binary() {
         "MARK-after failed"
     );
 }
+
+/// One record, one writer: `run.json` is the `--format json` report field for field; a worktree
+/// step that changed nothing gives an empty branch (never the text `None`); the end-of-run
+/// table, the GitHub summary and `run_finished` name the branch, the run directory and totals.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_run_record_is_one_and_says_where_things_are() {
+    let routes = || {
+        vec![
+            (
+                "MARK-change",
+                vec![
+                    anthropic_tool(
+                        "t1",
+                        "write_file",
+                        json!({"path": "new.txt", "content": "new\n"}),
+                    ),
+                    anthropic_text("changed"),
+                ],
+            ),
+            ("MARK-nothing", vec![anthropic_text("nothing to do")]),
+            ("MARK-after", vec![anthropic_text("after")]),
+        ]
+    };
+    let workflow = "name = \"t\"\n[prices.\"anthropic/m\"]\ninput = 3.0\noutput = 15.0\n[models]\ndefault = \"anthropic/m\"\n[steps.change]\nagent = \"code\"\nisolation = \"worktree\"\nprompt = \"MARK-change\"\n[steps.nothing]\nagent = \"code\"\nisolation = \"worktree\"\nprompt = \"MARK-nothing\"\n[steps.after]\nagent = \"plan\"\nneeds = [\"change\", \"nothing\"]\nprompt = \"MARK-after [{{ steps.nothing.branch }}] [{{ steps.change.branch }}]\"\n";
+    let test = Test::new().file("w.toml", workflow).file("a.txt", "a\n");
+    init_repo(test.path());
+    let summary = test.path().join("summary.md");
+    let fake = Fake::anthropic_routed(routes()).await;
+    let (out, test) = with_fake(test, &fake, &["run", "w.toml", "--format", "json"])
+        .env("GITHUB_ACTIONS", "true")
+        .env("GITHUB_STEP_SUMMARY", summary.to_str().unwrap())
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let printed = json_of(&out);
+    let run_id = printed["run_id"].as_str().unwrap();
+    let run_dir = format!(".runner/runs/{run_id}");
+    let saved: Value = serde_json::from_str(
+        &std::fs::read_to_string(test.path().join(&run_dir).join("run.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(saved, printed);
+    assert!(printed["cost_usd"].as_f64().unwrap() > 0.0, "{printed}");
+
+    let branch = format!("runner/{run_id}/change");
+    assert_eq!(printed["steps"]["change"]["branch"], branch.as_str());
+    assert!(printed["steps"]["nothing"]["branch"].is_null());
+    assert_eq!(
+        prompt_of(&fake.body_for("MARK-after").await),
+        format!("MARK-after [] [{branch}]")
+    );
+
+    let table = &out.stderr;
+    assert!(
+        table.contains("BRANCH") && table.contains(&branch),
+        "{table}"
+    );
+    assert!(table.lines().any(|l| l.starts_with("total ")), "{table}");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("record and transcripts: ") && l.ends_with(&run_dir)),
+        "{table}"
+    );
+    let markdown = std::fs::read_to_string(&summary).unwrap();
+    assert!(markdown.contains(&format!("`{branch}`")), "{markdown}");
+    assert!(markdown.contains("| **total** |"), "{markdown}");
+    assert!(markdown.contains(&run_dir), "{markdown}");
+
+    // The event stream ends with the same record's totals, branches and directory.
+    let fake = Fake::anthropic_routed(routes()).await;
+    let (out, _test) = with_fake(
+        test.clear_args(),
+        &fake,
+        &["run", "w.toml", "--format", "jsonl"],
+    )
+    .run_async()
+    .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let last: Value = serde_json::from_str(out.stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(last["event"], "run_finished", "{last}");
+    let run_id = last["run_id"].as_str().unwrap();
+    assert!(
+        last["run_dir"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!(".runner/runs/{run_id}")),
+        "{last}"
+    );
+    assert_eq!(
+        last["branches"],
+        json!({"change": format!("runner/{run_id}/change")})
+    );
+    assert!(last["cost_usd"].as_f64().unwrap() > 0.0);
+    assert!(last["output_tokens"].as_u64().unwrap() > 0);
+}
