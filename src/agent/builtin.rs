@@ -73,6 +73,7 @@ pub fn builtins() -> Vec<Agent> {
             system_prompt: EXPLORE_PROMPT.into(),
             fork_context: false,
             mcp_servers: Default::default(),
+            mcp_server_names: Default::default(),
         },
         Agent {
             name: "plan".into(),
@@ -86,6 +87,7 @@ pub fn builtins() -> Vec<Agent> {
             system_prompt: PLAN_PROMPT.into(),
             fork_context: false,
             mcp_servers: Default::default(),
+            mcp_server_names: Default::default(),
         },
         Agent {
             name: "code".into(),
@@ -99,6 +101,7 @@ pub fn builtins() -> Vec<Agent> {
             system_prompt: CODE_PROMPT.into(),
             fork_context: false,
             mcp_servers: Default::default(),
+            mcp_server_names: Default::default(),
         },
     ]
 }

@@ -224,9 +224,10 @@ fn narrow_untrusted(agent: &mut Agent, shadows: Option<&Agent>, path: &Utf8Path)
     }
     agent.tools = narrowed;
     let mut ignored = Vec::new();
-    if !agent.mcp_servers.is_empty() {
+    if !agent.mcp_servers.is_empty() || !agent.mcp_server_names.is_empty() {
         ignored.push("`mcpServers` (no program is started)");
         agent.mcp_servers.clear();
+        agent.mcp_server_names.clear();
     }
     if agent.model.take().is_some() {
         ignored.push("`model`");

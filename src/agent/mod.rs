@@ -76,6 +76,8 @@ pub struct Agent {
     pub fork_context: bool,
     /// MCP servers the agent's file declares (`mcpServers`).
     pub mcp_servers: BTreeMap<String, crate::workflow::McpServerDef>,
+    /// Servers it names that are defined elsewhere (the workflow, the project's `.mcp.json`).
+    pub mcp_server_names: BTreeSet<String>,
 }
 
 /// A list of tool names, written as a YAML/TOML list or, as Claude Code does, one
@@ -195,13 +197,57 @@ pub struct AgentFile {
     /// Claude Code only; accepted and ignored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hooks: Option<Value>,
-    /// Claude Code only; accepted and ignored.
+    /// MCP servers for this agent: a mapping of name to entry, or Claude Code's list of server
+    /// names (from the workflow's `[mcp_servers]` or the project's `.mcp.json`) and inline
+    /// `{name: entry}` items.
     #[serde(
         default,
         rename = "mcpServers",
         skip_serializing_if = "Option::is_none"
     )]
-    pub mcp_servers: Option<BTreeMap<String, crate::workflow::McpServerDef>>,
+    pub mcp_servers: Option<McpServers>,
+}
+
+/// `mcpServers` in either of Claude Code's shapes.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum McpServers {
+    Map(BTreeMap<String, crate::workflow::McpServerDef>),
+    List(Vec<McpServerItem>),
+}
+
+/// One item of the list form: a server defined elsewhere, by name, or one defined here.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum McpServerItem {
+    Name(String),
+    Inline(BTreeMap<String, crate::workflow::McpServerDef>),
+}
+
+impl McpServers {
+    /// The servers defined here, and the names of those defined elsewhere.
+    fn split(
+        self,
+    ) -> (
+        BTreeMap<String, crate::workflow::McpServerDef>,
+        BTreeSet<String>,
+    ) {
+        match self {
+            McpServers::Map(map) => (map, BTreeSet::new()),
+            McpServers::List(items) => {
+                let (mut inline, mut names) = (BTreeMap::new(), BTreeSet::new());
+                for item in items {
+                    match item {
+                        McpServerItem::Name(name) => {
+                            names.insert(name);
+                        }
+                        McpServerItem::Inline(map) => inline.extend(map),
+                    }
+                }
+                (inline, names)
+            }
+        }
+    }
 }
 
 pub fn agent_schema() -> Value {
@@ -441,6 +487,8 @@ fn build_agent(
     if !errors.is_empty() {
         return Err(errors);
     }
+    let (mcp_servers, mcp_server_names) =
+        def.mcp_servers.map(McpServers::split).unwrap_or_default();
     Ok(LoadedAgent {
         agent: Agent {
             name,
@@ -453,7 +501,8 @@ fn build_agent(
             max_turns: def.max_turns_camel.or(def.max_turns),
             system_prompt,
             fork_context: def.fork_context_camel.or(def.fork_context).unwrap_or(false),
-            mcp_servers: def.mcp_servers.unwrap_or_default(),
+            mcp_servers,
+            mcp_server_names,
         },
         warnings,
     })

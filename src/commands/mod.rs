@@ -170,7 +170,29 @@ pub(crate) fn plan_options(
         sandbox_off: args.sandbox == SandboxSetting::Off,
         max_subagents: limits.max_subagents,
         trust_workdir: args.trust_workdir,
+        project_mcp: Default::default(),
     })
+}
+
+/// The servers of the project's `.mcp.json` (Claude Code's `{"mcpServers": {...}}`), read only
+/// when the working directory is trusted: a checkout's file must not start programs.
+fn project_mcp(
+    dir: &Utf8Path,
+) -> Result<std::collections::BTreeMap<String, crate::workflow::McpServerDef>, Problem> {
+    #[derive(serde::Deserialize)]
+    struct McpJson {
+        #[serde(default, rename = "mcpServers")]
+        mcp_servers: std::collections::BTreeMap<String, crate::workflow::McpServerDef>,
+    }
+    let path = dir.join(".mcp.json");
+    if !path.exists() {
+        return Ok(Default::default());
+    }
+    let text = crate::limits::read_text(&path, crate::limits::MAX_SCHEMA_BYTES)
+        .map_err(|err| Problem::error(format!("cannot read `{path}`: {err}")))?;
+    serde_json::from_str::<McpJson>(&text)
+        .map(|file| file.mcp_servers)
+        .map_err(|err| Problem::error(format!("`{path}` is not a valid `.mcp.json`: {err}")))
 }
 
 /// Loads a workflow and builds its plan, reporting every problem. `None` means exit 2.
@@ -224,6 +246,16 @@ pub(crate) fn load_plan_with(
     };
     let registry = Registry::builtin();
     let trust = WorkdirTrust::new(args.trust_workdir, Some(&loaded.def));
+    let mut options = options;
+    if trust.all {
+        match project_mcp(&dir) {
+            Ok(servers) => options.project_mcp = servers,
+            Err(problem) => {
+                report(io, &[problem]);
+                return None;
+            }
+        }
+    }
     let catalog = agent_catalog(&args.agents_dirs, Some(workflow), &trust, &dir, &registry);
     let (plan, mut problems) = build_plan(&loaded, &catalog, &registry, &options);
     if brief && !problems.iter().any(Problem::is_error) {

@@ -55,6 +55,9 @@ pub struct PlanOptions {
     pub max_subagents: Option<u32>,
     /// `--trust-workdir`.
     pub trust_workdir: bool,
+    /// The project's `.mcp.json` servers, when the working directory is trusted (else empty):
+    /// what an agent file's `mcpServers: [name]` may name besides the workflow's.
+    pub project_mcp: BTreeMap<String, crate::workflow::McpServerDef>,
 }
 
 /// A sealed plan: everything a run needs, with nothing left to resolve. Only [`build_plan`]
@@ -183,6 +186,7 @@ pub fn build_plan(
     let mut b = Builder {
         loaded,
         registry,
+        project_mcp: &options.project_mcp,
         sandbox_off: options.sandbox_off,
         file: &loaded.file,
         problems: loaded.problems.clone(),
@@ -349,6 +353,7 @@ pub fn build_plan(
 struct Builder<'a> {
     loaded: &'a LoadedWorkflow,
     registry: &'a Registry,
+    project_mcp: &'a BTreeMap<String, crate::workflow::McpServerDef>,
     sandbox_off: bool,
     file: &'a Arc<SourceFile>,
     problems: Vec<Problem>,

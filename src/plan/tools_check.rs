@@ -38,6 +38,27 @@ impl Builder<'_> {
             }
         }
         let known = self.mcp_servers_of(agent);
+        // Claude Code's `mcpServers: [name]` gives the agent that server's tools.
+        for name in &agent.mcp_server_names {
+            if !known.contains_key(name) {
+                let span = self.span(&path!["steps", id, "agent"]);
+                self.error(
+                    format!(
+                        "agent `{}` names MCP server `{name}` in `mcpServers`, but neither the workflow's `[mcp_servers]` nor a trusted `.mcp.json` defines it",
+                        agent.name
+                    ),
+                    span,
+                    "unknown MCP server",
+                    Some("define it under `[mcp_servers.NAME]`, or trust the working directory's `.mcp.json` (`--trust-workdir` or `trust_workdir = true`)".to_owned()),
+                );
+                return None;
+            }
+            let all = format!("mcp__{name}");
+            let overridden = step.tools.is_some();
+            if !overridden && !disallowed.contains(&all) && !agent.disallowed.contains(&all) {
+                tools.insert(all);
+            }
+        }
         for tool in &tools {
             let Some(server) = tools::mcp_server(tool) else {
                 continue;
@@ -94,6 +115,11 @@ impl Builder<'_> {
         agent: &Agent,
     ) -> BTreeMap<String, crate::workflow::McpServerDef> {
         let mut servers = agent.mcp_servers.clone();
+        for name in &agent.mcp_server_names {
+            if let Some(def) = self.project_mcp.get(name) {
+                servers.insert(name.clone(), def.clone());
+            }
+        }
         servers.extend(
             self.loaded
                 .def

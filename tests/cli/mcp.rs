@@ -506,3 +506,71 @@ async fn a_result_over_8_mib_stops_the_server_and_fails_the_call() {
         "MCP server `huge` sent a message over 8 MiB for `huge`; it was stopped"
     );
 }
+
+/// Claude Code's list form of `mcpServers` loads unchanged: a name from the project's
+/// `.mcp.json` (read only when the working directory is trusted) gives the agent that server's
+/// tools, and an inline `{name: entry}` item works too.
+#[tokio::test(flavor = "multi_thread")]
+async fn agent_files_name_servers_from_the_project_mcp_json() {
+    let mcp = fixture().await;
+    let fake = Fake::anthropic(vec![
+        anthropic_tools(&[
+            ("t1", "mcp__docs__ok", json!({})),
+            ("t2", "mcp__inline__ok", json!({})),
+        ]),
+        anthropic_text("done"),
+    ])
+    .await;
+    let mcp_json = format!(
+        "{{\"mcpServers\": {{\"docs\": {{\"type\": \"http\", \"url\": \"{}/mcp\"}}}}}}",
+        mcp.uri()
+    );
+    let agent = format!(
+        "---\nname: reader\ndescription: Reads docs\ntools: Read, mcp__docs, mcp__inline\nmcpServers:\n  - docs\n  - inline:\n      type: http\n      url: {}/mcp\n---\nYou read.\n",
+        mcp.uri()
+    );
+    let workflow = |trust: &str| {
+        format!(
+            "name = \"m\"\n{trust}[models]\ndefault = \"anthropic/m\"\n[steps.s]\nagent = \"reader\"\nprompt = \"x\"\n"
+        )
+    };
+    // Not trusted: `.mcp.json` is not read, and the step cannot have `docs`.
+    let (out, _test) = Test::new()
+        .file("workflows/w.toml", &workflow(""))
+        .file("agents/reader.md", &agent)
+        .file(".mcp.json", &mcp_json)
+        .args(&["plan", "workflows/w.toml"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 2, "{}", out.transcript());
+    assert!(
+        out.stderr
+            .contains("agent `reader` names MCP server `docs` in `mcpServers`"),
+        "{}",
+        out.stderr
+    );
+
+    let (out, _test) = Test::new()
+        .file("workflows/w.toml", &workflow("trust_workdir = true\n"))
+        .file("agents/reader.md", &agent)
+        .file(".mcp.json", &mcp_json)
+        .anthropic_api(&fake.uri(), KEY)
+        .args(&["run", "workflows/w.toml", "--format", "json"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let bodies = fake.bodies().await;
+    let tools = offered(&bodies[0]);
+    assert!(
+        tools.contains(&"mcp__docs__ok") && tools.contains(&"mcp__inline__ok"),
+        "{tools:?}"
+    );
+    let results = results(&bodies);
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert!(
+        results
+            .iter()
+            .all(|(_, text, error)| text == "fine" && !error),
+        "{results:?}"
+    );
+}
