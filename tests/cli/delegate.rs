@@ -834,7 +834,7 @@ fn plan_shows_who_may_spawn_what_and_the_limit() {
 
 /// An agent file with no `model` (or `model: inherit`) runs on its caller's model, as in Claude
 /// Code: an `openai/...` step's subagents go to that endpoint and model, and a fork shares the
-/// caller's prefix byte for byte.
+/// caller's prefix byte for byte, even when its file names another model.
 #[tokio::test(flavor = "multi_thread")]
 async fn agent_files_without_a_model_inherit_the_callers() {
     let last = |b: &Value| {
@@ -879,7 +879,7 @@ async fn agent_files_without_a_model_inherit_the_callers() {
         )
         .file(
             "agents/forker.md",
-            "---\nname: forker\ndescription: Goes on\ntools: Read, Task\nmodel: inherit\nforkContext: true\n---\nYou lead.\n",
+            "---\nname: forker\ndescription: Goes on\ntools: Read, Task\nmodel: default\nforkContext: true\n---\nYou lead.\n",
         )
         .env("LOCAL_KEY", KEY)
         .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")

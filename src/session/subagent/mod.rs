@@ -187,14 +187,14 @@ impl Delegation {
         let model = match (&saved, &input.model) {
             (Some(saved), None) => saved.model.clone(),
             (_, Some(model)) => team.model(model)?,
+            // A fork continues its caller's conversation, and its cached prefix is the
+            // caller's: it runs on the caller's model unless the call names one.
+            (None, None) if agent.fork_context => self.model.clone(),
             (None, None) => match agent.model.as_deref() {
                 Some(model) => team.model(model)?,
                 // As in Claude Code: an agent file that names no model (or `inherit`) runs on
-                // its caller's, and so does a fork, whose cached prefix is the caller's. Only
-                // built-ins keep their alias (`explore` on `small`).
-                None if agent.fork_context || agent.source != AgentSource::Builtin => {
-                    self.model.clone()
-                }
+                // its caller's. Only built-ins keep their alias (`explore` on `small`).
+                None if agent.source != AgentSource::Builtin => self.model.clone(),
                 None => team.model(agent.default_alias)?,
             },
         };
