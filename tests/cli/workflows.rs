@@ -570,16 +570,44 @@ async fn independent_steps_overlap() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn max_parallel_one_never_overlaps() {
-    let (results, out) = rendezvous("1").await;
+    // Read off the event stream, in the order the scheduler decided: no step starts while
+    // another is running. Nothing waits for a timeout.
+    let fake = Fake::anthropic_routed(vec![
+        ("MARK-a", vec![anthropic_text("a done")]),
+        ("MARK-b", vec![anthropic_text("b done")]),
+        ("MARK-c", vec![anthropic_text("c done")]),
+    ])
+    .await;
+    let workflow = format!(
+        "name = \"t\"\n{MODELS}[steps.a]\nagent = \"explore\"\nprompt = \"MARK-a\"\n[steps.b]\nagent = \"explore\"\nprompt = \"MARK-b\"\n[steps.c]\nagent = \"explore\"\nprompt = \"MARK-c\"\n"
+    );
+    let test = Test::new().file("w.toml", &workflow);
+    let (out, _) = with_fake(
+        test,
+        &fake,
+        &["run", "w.toml", "--format", "jsonl", "--max-parallel", "1"],
+    )
+    .run_async()
+    .await;
     assert_eq!(out.status, 0, "{}", out.transcript());
-    // Alone, each side waits for a partner that is not running, until its bash timeout.
-    for r in &results {
-        assert!(
-            r["text"].as_str().unwrap().contains("timed out after 3s"),
-            "{r}"
-        );
+    let mut running: Option<String> = None;
+    let mut started = 0;
+    for line in out.stdout.lines() {
+        let event: Value = serde_json::from_str(line).unwrap();
+        let step = event["step"].as_str().unwrap_or_default().to_owned();
+        match event["event"].as_str().unwrap() {
+            "step_started" => {
+                assert!(running.is_none(), "{step} started while {running:?} ran");
+                running = Some(step);
+                started += 1;
+            }
+            "step_finished" => {
+                assert_eq!(running.take().as_deref(), Some(step.as_str()));
+            }
+            _ => {}
+        }
     }
-    assert_eq!(results.len(), 2);
+    assert_eq!(started, 3);
 }
 
 fn bad_request() -> ResponseTemplate {
