@@ -18,10 +18,12 @@ use crate::plan::{Plan, PlannedStep};
 use crate::sandbox::Mode;
 use crate::workflow::{InputDef, Isolation};
 
-/// Pinned major versions of the actions the workflow uses.
-const CHECKOUT: &str = "actions/checkout@v4";
-const DOWNLOAD: &str = "actions/download-artifact@v4";
-const UPLOAD: &str = "actions/upload-artifact@v4";
+/// The actions the workflow uses, pinned by commit: a tag can be moved to other code, a commit
+/// cannot.
+const CHECKOUT: &str = "actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683 # v4.2.2";
+const DOWNLOAD: &str =
+    "actions/download-artifact@d3f86a106a0bac45b974a628896c90dbdf5c8093 # v4.3.0";
+const UPLOAD: &str = "actions/upload-artifact@ea165f8d65b6e75b540449e92b4886f43607fa02 # v4.6.2";
 /// Minutes a job gets on top of its step's timeout: checkout, install, artifacts.
 const JOB_OVERHEAD_MINUTES: u64 = 10;
 /// The longest a job may run on a GitHub-hosted runner (6 hours).
@@ -322,6 +324,13 @@ pub fn github_actions(plan: &Plan, options: &Options<'_>) -> String {
         }
     }
     let _ = writeln!(out, "permissions: {{}}");
+    // One run of a pipeline per ref at a time: two would push branches over each other.
+    let _ = writeln!(out, "concurrency:");
+    let _ = writeln!(
+        out,
+        "  group: runner-${{{{ github.workflow }}}}-${{{{ github.ref }}}}"
+    );
+    let _ = writeln!(out, "  cancel-in-progress: false");
     let _ = writeln!(out, "env:");
     let _ = writeln!(
         out,

@@ -99,6 +99,24 @@ fn every_example_exports_to_a_lint_clean_github_workflow() {
             doc["permissions"].as_hash().unwrap().is_empty(),
             "{path}: no default permissions"
         );
+        assert!(doc["concurrency"]["group"].as_str().is_some(), "{path}");
+        // Every action pinned by a full commit SHA.
+        for line in text.lines().filter(|l| {
+            l.trim_start().starts_with("- uses: ") || l.trim_start().starts_with("uses: ")
+        }) {
+            let target = line.split("uses: ").nth(1).unwrap();
+            let sha = target
+                .split('@')
+                .nth(1)
+                .unwrap()
+                .split_whitespace()
+                .next()
+                .unwrap();
+            assert!(
+                sha.len() == 40 && sha.chars().all(|c| c.is_ascii_hexdigit()),
+                "{path}: {line}"
+            );
+        }
         let mut worktree = Vec::new();
         for step in plan["steps"].as_array().unwrap() {
             let id = step["id"].as_str().unwrap();
