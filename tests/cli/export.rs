@@ -264,3 +264,61 @@ fn workflow_text_cannot_become_yaml_or_an_expression() {
         out.stderr
     );
 }
+
+/// zizmor (PyPI), installed once under `target/`.
+fn zizmor() -> PathBuf {
+    let dir = Path::new(REPO).join("target/zizmor");
+    let bin = dir.join("bin/zizmor");
+    if !bin.is_file() {
+        let installed = Command::new("python3")
+            .args(["-m", "pip", "install", "--quiet", "--no-deps", "--target"])
+            .arg(&dir)
+            .arg("zizmor==1.33.1")
+            .status()
+            .expect("python3 and pip are needed to install zizmor");
+        assert!(installed.success(), "pip install zizmor failed");
+    }
+    bin
+}
+
+/// The security linter for GitHub workflows, offline: no export of an example has a high
+/// finding (unpinned actions, template injection, secrets where no model is called, ...).
+#[test]
+fn every_example_export_passes_zizmor_with_no_high_finding() {
+    let zizmor = zizmor();
+    let out_dir = tempfile::tempdir().unwrap();
+    for name in example_workflows() {
+        let path = format!("workflows/{name}");
+        let file = out_dir.path().join(format!("{name}.yml"));
+        let out = Test::in_repo()
+            .args(&[
+                "export",
+                "github-actions",
+                &path,
+                "--output",
+                file.to_str().unwrap(),
+            ])
+            .run();
+        assert_eq!(out.status, 0, "{path}: {}", out.transcript());
+        let audit = Command::new(&zizmor)
+            .args(["--offline", "--format", "json"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        let findings: serde_json::Value =
+            serde_json::from_slice(&audit.stdout).unwrap_or_else(|e| {
+                panic!(
+                    "{path}: zizmor said {e}: {}",
+                    String::from_utf8_lossy(&audit.stderr)
+                )
+            });
+        let high: Vec<_> = findings
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["determinations"]["severity"] == "High")
+            .map(|f| f["ident"].clone())
+            .collect();
+        assert!(high.is_empty(), "{path}: {high:?}");
+    }
+}
