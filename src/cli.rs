@@ -240,9 +240,10 @@ pub(crate) struct ExportArgs {
     /// Write here instead of stdout (e.g. .github/workflows/agents.yml)
     #[arg(long, short = 'o', value_name = "FILE")]
     pub(crate) output: Option<Utf8PathBuf>,
-    /// The shell command each job installs runner with
-    #[arg(long, value_name = "COMMAND", default_value = concat!("cargo install --locked runner --version ", env!("CARGO_PKG_VERSION")))]
-    pub(crate) install: String,
+    /// The shell command that installs runner, run once in a first job whose binary the others
+    /// reuse (default: this runner's repository at the commit it was built from)
+    #[arg(long, value_name = "COMMAND")]
+    pub(crate) install: Option<String>,
     #[command(flatten)]
     pub(crate) resolve: ResolveArgs,
 }

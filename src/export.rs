@@ -37,6 +37,20 @@ pub struct Options<'a> {
     pub install: &'a str,
 }
 
+/// How jobs install runner unless `--install` says: this program's own repository at the commit
+/// it was built from (known when it was built from a git checkout with an https remote). Never
+/// `cargo install runner`: that name on crates.io is another program.
+pub fn default_install() -> Option<String> {
+    let url = option_env!("RUNNER_SOURCE_URL")?;
+    let rev = option_env!("RUNNER_SOURCE_REV")?;
+    Some(format!(
+        "cargo install --locked --git {url} --rev {rev} runner"
+    ))
+}
+
+/// The job that installs runner once; the others download its binary.
+const BUILD_JOB: &str = "runner-build";
+
 /// A YAML double-quoted scalar (JSON's string syntax is valid YAML).
 fn quote(text: &str) -> String {
     serde_json::to_string(text).unwrap_or_default()
@@ -133,7 +147,7 @@ pub fn check(plan: &Plan, options: &Options<'_>) -> (Vec<String>, Vec<String>) {
         errors.push(format!("the workflow `name` holds {why}"));
     }
     for step in plan.steps() {
-        if !valid_id(&step.id) || step.id == "runner-apply" {
+        if !valid_id(&step.id) || step.id == "runner-apply" || step.id == BUILD_JOB {
             errors.push(format!(
                 "step `{}` cannot be a GitHub Actions job id",
                 step.id
@@ -176,6 +190,31 @@ fn download_state(out: &mut String) {
     let _ = writeln!(out, "          path: .runner/runs");
 }
 
+/// The first job: installs runner once (no key, no write) and keeps its binary as an artifact,
+/// so every step job runs the same program and none spends minutes compiling it.
+fn build_job(out: &mut String) {
+    let _ = writeln!(out, "  {BUILD_JOB}:");
+    let _ = writeln!(out, "    name: Install runner once");
+    let _ = writeln!(out, "    runs-on: ubuntu-latest");
+    let _ = writeln!(out, "    timeout-minutes: 30");
+    let _ = writeln!(out, "    permissions:");
+    let _ = writeln!(out, "      contents: read");
+    let _ = writeln!(out, "    steps:");
+    let _ = writeln!(out, "      - name: Install runner");
+    let _ = writeln!(out, "        run: |");
+    let _ = writeln!(out, "          sh -c \"$RUNNER_INSTALL\"");
+    let _ = writeln!(out, "          mkdir -p runner-bin");
+    let _ = writeln!(
+        out,
+        "          cp \"$(command -v runner)\" runner-bin/runner"
+    );
+    let _ = writeln!(out, "      - uses: {UPLOAD}");
+    let _ = writeln!(out, "        with:");
+    let _ = writeln!(out, "          name: {BUILD_JOB}");
+    let _ = writeln!(out, "          path: runner-bin/runner");
+    let _ = writeln!(out, "          retention-days: 1");
+}
+
 fn step_job(out: &mut String, plan: &Plan, step: &PlannedStep, options: &Options<'_>) {
     let _ = writeln!(out, "  {}:", step.id);
     let _ = writeln!(
@@ -183,11 +222,15 @@ fn step_job(out: &mut String, plan: &Plan, step: &PlannedStep, options: &Options
         "    name: {}",
         quote(&format!("{} [{}]", step.id, step.agent))
     );
+    let mut needs: Vec<String> = vec![quote(BUILD_JOB)];
+    needs.extend(step.needs.iter().map(|n| quote(n)));
+    let _ = writeln!(out, "    needs: [{}]", needs.join(", "));
     if !step.needs.is_empty() {
-        let needs: Vec<String> = step.needs.iter().map(|n| quote(n)).collect();
-        let _ = writeln!(out, "    needs: [{}]", needs.join(", "));
         // runner decides inside the job (a failed need, the step's `if`) and records why.
-        let _ = writeln!(out, "    if: ${{{{ !cancelled() }}}}");
+        let _ = writeln!(
+            out,
+            "    if: ${{{{ !cancelled() && needs.{BUILD_JOB}.result == 'success' }}}}"
+        );
     }
     let _ = writeln!(out, "    runs-on: ubuntu-latest");
     let _ = writeln!(out, "    timeout-minutes: {}", job_minutes(step));
@@ -203,8 +246,16 @@ fn step_job(out: &mut String, plan: &Plan, step: &PlannedStep, options: &Options
     if !step.needs.is_empty() {
         download_state(out);
     }
-    let _ = writeln!(out, "      - name: Install runner");
-    let _ = writeln!(out, "        run: sh -c \"$RUNNER_INSTALL\"");
+    let _ = writeln!(out, "      - name: Fetch runner");
+    let _ = writeln!(out, "        uses: {DOWNLOAD}");
+    let _ = writeln!(out, "        with:");
+    let _ = writeln!(out, "          name: {BUILD_JOB}");
+    let _ = writeln!(out, "          path: ${{{{ runner.temp }}}}/runner-bin");
+    let _ = writeln!(out, "      - name: Put runner on the PATH");
+    let _ = writeln!(
+        out,
+        "        run: chmod +x \"$RUNNER_TEMP/runner-bin/runner\" && echo \"$RUNNER_TEMP/runner-bin\" >> \"$GITHUB_PATH\""
+    );
     let _ = writeln!(
         out,
         "      - name: {}",
@@ -334,10 +385,11 @@ pub fn github_actions(plan: &Plan, options: &Options<'_>) -> String {
     let _ = writeln!(out, "env:");
     let _ = writeln!(
         out,
-        "  # How each job installs runner; point it at your build."
+        "  # How the first job installs runner (pinned: a repository at a commit, or a checked binary)."
     );
     let _ = writeln!(out, "  RUNNER_INSTALL: {}", quote(options.install));
     let _ = writeln!(out, "jobs:");
+    build_job(&mut out);
     for step in plan.steps() {
         step_job(&mut out, plan, step, options);
     }

@@ -18,10 +18,17 @@ pub fn export(args: ExportArgs, io: &mut Io<'_>) -> Exit {
             return Exit::Invalid;
         }
     };
+    let Some(install) = args.install.clone().or_else(crate::export::default_install) else {
+        let _ = writeln!(
+            io.err,
+            "error: this runner does not know the repository it was built from: pass `--install 'cargo install --locked --git https://... --rev <commit> runner'` (the crate named `runner` on crates.io is another program)"
+        );
+        return Exit::Invalid;
+    };
     let options = Options {
         workflow_path: args.workflow.as_str(),
         inputs: &inputs,
-        install: &args.install,
+        install: &install,
     };
     let (errors, warnings) = check(&plan, &options);
     for warning in &warnings {

