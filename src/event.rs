@@ -9,7 +9,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::provider::message::{Message, ToolDef, Usage};
-use crate::run::{RunRecord, StepRecord, SubagentRecord};
+use crate::record::{RunRecord, StepRecord, SubagentRecord};
 
 /// An event and when it happened.
 #[derive(Debug, Clone, Serialize)]

@@ -12,6 +12,7 @@ pub mod limits;
 pub mod mcp;
 pub mod plan;
 pub mod provider;
+pub mod record;
 pub mod report;
 pub mod run;
 pub mod sandbox;

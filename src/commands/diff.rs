@@ -10,8 +10,8 @@ use serde_json::Value;
 
 use crate::cli::{DiffArgs, Format, Io};
 use crate::error::{Exit, Problem};
+use crate::record::{RunRecord, StepRecord};
 use crate::report::{seconds, tokens, total_tokens, usd};
-use crate::run::{RunRecord, StepRecord};
 
 /// Finds a run: a run.json file, a run directory, or an id (or `latest`) in the state directory.
 fn load(which: &str, state_dir: &Utf8Path) -> Result<RunRecord, Problem> {

@@ -14,7 +14,7 @@ use super::progress::{finish_line, subagent_finish_line};
 use super::{seconds, tokens, total_tokens, usd};
 use crate::event::{Event, EventKind, Sink};
 use crate::plan::Plan;
-use crate::run::{RunRecord, RunStatus, StepRecord, StepStatus};
+use crate::record::{RunRecord, RunStatus, StepRecord, StepStatus};
 use crate::terminal;
 
 /// Whether runner runs inside a GitHub Actions job.

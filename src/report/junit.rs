@@ -10,7 +10,7 @@ use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 
 use crate::event::{Event, EventKind, Sink};
 use crate::plan::Plan;
-use crate::run::{StepRecord, StepStatus};
+use crate::record::{StepRecord, StepStatus};
 
 /// `text` with every character XML 1.0 cannot hold (C0 controls but tab, newline and carriage
 /// return; U+FFFE, U+FFFF) replaced by U+FFFD: a summary is the model's text, and one such

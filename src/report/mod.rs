@@ -12,7 +12,7 @@ use crate::terminal;
 use std::fmt::Write as _;
 
 use crate::plan::Plan;
-use crate::run::{RunRecord, RunStatus, StepRecord, StepStatus};
+use crate::record::{RunRecord, RunStatus, StepRecord, StepStatus};
 
 pub fn seconds(ms: u64) -> String {
     format!("{:.1}s", ms as f64 / 1000.0)

@@ -12,7 +12,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressState, P
 use super::{seconds, tokens, total_tokens};
 use crate::event::{Event, EventKind, Sink};
 use crate::plan::Plan;
-use crate::run::{StepRecord, StepStatus, SubagentRecord};
+use crate::record::{StepRecord, StepStatus, SubagentRecord};
 use crate::terminal;
 
 /// The line printed when a step finishes, whatever the display.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use camino::{Utf8Path, Utf8PathBuf};
 
 use crate::event::{Event, EventKind, Sink};
-use crate::run::{RunRecord, StepRecord, StepStatus};
+use crate::record::{RunRecord, StepRecord, StepStatus};
 
 /// How often `run.json` is rewritten at most while steps finish in quick succession.
 pub const SAVE_INTERVAL: Duration = Duration::from_millis(100);

@@ -7,8 +7,8 @@ use minijinja::Value as JinjaValue;
 
 use super::RunOptions;
 use super::outcome::{Outcome, SkipReason};
-use super::state::{self, RunRecord, StepRecord, StepStatus};
 use crate::plan::{Plan, PlannedStep};
+use crate::record::{self, RunRecord, StepRecord, StepStatus};
 use crate::session::FailureKind;
 use crate::template;
 
@@ -77,7 +77,7 @@ pub fn prepare(
             ));
         }
     };
-    let fingerprint = state::fingerprint(step, &prompt);
+    let fingerprint = record::fingerprint(step, &prompt);
     if options.only.is_empty()
         && let Some(previous) = previous
         && previous.fingerprint == fingerprint

@@ -7,7 +7,6 @@ pub mod keys;
 pub mod outcome;
 pub mod resume;
 pub mod scheduler;
-pub mod state;
 pub mod walker;
 pub mod worktree;
 
@@ -17,10 +16,10 @@ use camino::{Utf8Path, Utf8PathBuf};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::Problem;
+pub use crate::record::{RunRecord, RunStatus, StepRecord, StepStatus, SubagentRecord, new_run_id};
 pub use keys::provider_keys;
 pub use resume::{check_only, clean_up_after, is_run_id, load_merged, load_resume};
 pub use scheduler::execute;
-pub use state::{RunRecord, RunStatus, StepRecord, StepStatus, SubagentRecord, new_run_id};
 
 pub struct RunOptions {
     pub workdir: Utf8PathBuf,

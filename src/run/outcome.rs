@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use super::state::{StepRecord, StepStatus};
+use crate::record::{StepRecord, StepStatus};
 use crate::session::{FailureKind, StepOutcome};
 
 #[derive(Debug, Clone, PartialEq)]

@@ -5,10 +5,10 @@ use std::collections::BTreeSet;
 
 use camino::Utf8Path;
 
-use super::state::{RunRecord, StepStatus};
 use super::worktree::Repo;
 use crate::error::Problem;
 use crate::plan::Plan;
+use crate::record::{RunRecord, StepStatus};
 
 /// Loads the run to resume: a run id, or `latest`.
 ///

@@ -14,7 +14,6 @@ use tokio_util::sync::CancellationToken;
 use super::decide::{Prepared, prepare};
 use super::executor::{Executor, StepJob};
 use super::outcome::{CancelReason, Outcome, SkipReason};
-use super::state::{RunRecord, StepRecord, StepStatus};
 use super::walker::Walker;
 use super::worktree::{Repo, Worktree};
 use super::{RunError, RunOptions};
@@ -22,6 +21,7 @@ use crate::error::Problem;
 use crate::event::{Emitter, Event, EventKind, Sinks};
 use crate::plan::{Plan, PlannedStep};
 use crate::provider::message::Usage;
+use crate::record::{RunRecord, StepRecord, StepStatus};
 use crate::report::record::RecordSink;
 use crate::report::transcript::TranscriptSink;
 use crate::session::FailureKind;
@@ -43,7 +43,7 @@ struct Tally {
     tool_calls: u32,
     /// The step's tokens and its subagents' (SPEC §6: the step's counts include them).
     usage: Usage,
-    subagents: Vec<super::state::SubagentRecord>,
+    subagents: Vec<crate::record::SubagentRecord>,
     /// USD of the replies with a known price.
     cost_usd: Option<f64>,
 }

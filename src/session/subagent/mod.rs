@@ -19,7 +19,7 @@ use crate::agent::{Agent, AgentSource};
 use crate::event::{Emitter, EventKind};
 use crate::provider::message::Message;
 use crate::provider::{ModelApi, ModelRef};
-use crate::run::{StepStatus, SubagentRecord};
+use crate::record::{StepStatus, SubagentRecord};
 use crate::sandbox::Mode;
 use crate::tools::task::TaskInput;
 use crate::tools::{Delegate, StepTools, TASK, TASK_OUTPUT, ToolContext, ToolOutput};

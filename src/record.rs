@@ -1,5 +1,6 @@
 //! `run.json`: what happened in a run, written after every step so an interrupted run keeps what
-//! finished.
+//! finished. It lives low in the tree: the scheduler keeps the one record, events carry it, and
+//! sinks (the file, the reports) only show it.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
