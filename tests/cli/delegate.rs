@@ -444,12 +444,53 @@ async fn task_calls_of_one_turn_run_at_once() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn max_subagents_one_runs_them_one_at_a_time() {
-    let (results, out) = three_way(Some("1")).await;
+    // Read off the event stream in the order runner decided: no subagent starts while another
+    // runs. Nothing waits for a timeout.
+    let fake = Fake::anthropic_routed(vec![
+        (
+            "MARK-lead",
+            vec![
+                anthropic_tools(&[
+                    ("t1", "task", task("side a", "MARK-a", "explore")),
+                    ("t2", "task", task("side b", "MARK-b", "explore")),
+                    ("t3", "task", task("side c", "MARK-c", "explore")),
+                ]),
+                anthropic_text("all done"),
+            ],
+        ),
+        ("MARK-a", vec![anthropic_text("a done")]),
+        ("MARK-b", vec![anthropic_text("b done")]),
+        ("MARK-c", vec![anthropic_text("c done")]),
+    ])
+    .await;
+    let workflow = format!(
+        "name = \"t\"\n{MODELS}[steps.lead]\nagent = \"code\"\nprompt = \"MARK-lead meet\"\n"
+    );
+    let test = Test::new().file("w.toml", &workflow);
+    let (out, _test) = against(
+        test,
+        &fake,
+        &["run", "w.toml", "--format", "jsonl", "--max-subagents", "1"],
+    )
+    .run_async()
+    .await;
     assert_eq!(out.status, 0, "{}", out.transcript());
-    // Alone, each waits for a partner that is not running, until its bash timeout.
-    for result in &results {
-        assert!(result.contains("timed out after 2s"), "{result}");
+    let mut running: Option<String> = None;
+    let mut started = 0;
+    for line in out.stdout.lines() {
+        let event: Value = serde_json::from_str(line).unwrap();
+        let who = event["subagent"].as_str().unwrap_or_default().to_owned();
+        match event["event"].as_str().unwrap() {
+            "subagent_started" => {
+                assert!(running.is_none(), "{who} started while {running:?} ran");
+                running = Some(who);
+                started += 1;
+            }
+            "subagent_finished" => assert_eq!(running.take().as_deref(), Some(who.as_str())),
+            _ => {}
+        }
     }
+    assert_eq!(started, 3);
 }
 
 #[tokio::test(flavor = "multi_thread")]
