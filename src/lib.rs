@@ -21,6 +21,7 @@ pub mod session;
 pub mod template;
 pub mod terminal;
 pub mod tools;
+pub mod units;
 pub mod workflow;
 
 pub use commands::{main, run_cli};

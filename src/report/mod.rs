@@ -14,28 +14,9 @@ use std::fmt::Write as _;
 use crate::plan::Plan;
 use crate::record::{RunRecord, RunStatus, StepRecord, StepStatus};
 
-pub fn seconds(ms: u64) -> String {
-    format!("{:.1}s", ms as f64 / 1000.0)
-}
-
-pub fn tokens(n: u64) -> String {
-    if n >= 1000 {
-        format!("{:.1}k", n as f64 / 1000.0)
-    } else {
-        n.to_string()
-    }
-}
+pub use crate::units::{seconds, tokens, usd};
 
 /// Every token the step sent and received, cached or not.
-/// Dollars as people read them: cents, or more digits below a cent.
-pub fn usd(amount: f64) -> String {
-    if amount >= 0.01 {
-        format!("${amount:.2}")
-    } else {
-        format!("${amount:.4}")
-    }
-}
-
 pub fn total_tokens(r: &StepRecord) -> u64 {
     r.input_tokens + r.cache_creation_input_tokens + r.cache_read_input_tokens + r.output_tokens
 }

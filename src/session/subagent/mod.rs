@@ -346,7 +346,7 @@ impl Delegation {
             record.tool_calls,
             if record.tool_calls == 1 { "" } else { "s" },
             elapsed.as_secs_f64(),
-            crate::report::tokens(
+            crate::units::tokens(
                 conversation.usage.total_input() + conversation.usage.output_tokens
             )
         );

@@ -1,0 +1,23 @@
+//! How numbers read in everything runner prints and in the facts line a model sees: seconds,
+//! token counts, dollars. Low in the tree so the session and the reports share it.
+
+pub fn seconds(ms: u64) -> String {
+    format!("{:.1}s", ms as f64 / 1000.0)
+}
+
+pub fn tokens(n: u64) -> String {
+    if n >= 1000 {
+        format!("{:.1}k", n as f64 / 1000.0)
+    } else {
+        n.to_string()
+    }
+}
+
+/// Dollars as people read them: cents, or more digits below a cent.
+pub fn usd(amount: f64) -> String {
+    if amount >= 0.01 {
+        format!("${amount:.2}")
+    } else {
+        format!("${amount:.4}")
+    }
+}
