@@ -223,6 +223,11 @@ impl RunRecord {
             .expect("every planned step has a record")
     }
 
+    /// The steps this run did itself (not reused from an earlier run): what its totals count.
+    pub fn done_here(&self) -> impl Iterator<Item = &StepRecord> {
+        self.steps.values().filter(|s| s.reused_from.is_none())
+    }
+
     /// Settles the run's status: interrupted, failed (a step failed without
     /// `continue_on_error`, or was cancelled by `--fail-fast`), or succeeded.
     /// Settles the run's status. With `--only`, only the selected steps count: a job that runs
@@ -236,9 +241,7 @@ impl RunRecord {
     ) {
         self.duration_ms = elapsed.as_millis() as u64;
         self.cost_usd = self
-            .steps
-            .values()
-            .filter(|s| s.reused_from.is_none())
+            .done_here()
             .filter_map(|s| s.cost_usd)
             .reduce(|a, b| a + b);
         for step in self.steps.values_mut() {

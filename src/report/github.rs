@@ -162,7 +162,7 @@ impl GithubSink {
             }
         );
         let mut failures = Vec::new();
-        let mut total = 0;
+        let total: u64 = record.done_here().map(total_tokens).sum();
         for (id, _) in &self.steps {
             let Some(r) = record.steps.get(id) else {
                 continue;
@@ -175,9 +175,6 @@ impl GithubSink {
                 ),
                 None => format!("{} {}", mark(r.status), r.status.as_str()),
             };
-            if r.reused_from.is_none() {
-                total += total_tokens(r);
-            }
             let _ = writeln!(
                 out,
                 "| `{}` | {} | {} | {} | {} | {} |",

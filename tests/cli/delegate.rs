@@ -475,22 +475,7 @@ async fn max_subagents_one_runs_them_one_at_a_time() {
     .run_async()
     .await;
     assert_eq!(out.status, 0, "{}", out.transcript());
-    let mut running: Option<String> = None;
-    let mut started = 0;
-    for line in out.stdout.lines() {
-        let event: Value = serde_json::from_str(line).unwrap();
-        let who = event["subagent"].as_str().unwrap_or_default().to_owned();
-        match event["event"].as_str().unwrap() {
-            "subagent_started" => {
-                assert!(running.is_none(), "{who} started while {running:?} ran");
-                running = Some(who);
-                started += 1;
-            }
-            "subagent_finished" => assert_eq!(running.take().as_deref(), Some(who.as_str())),
-            _ => {}
-        }
-    }
-    assert_eq!(started, 3);
+    assert_eq!(crate::support::one_at_a_time(&out.stdout, "subagent"), 3);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -56,6 +56,22 @@ fn example_workflows() -> Vec<String> {
     files
 }
 
+/// Exports the example `path` to `file` with a pinned install; the export must succeed.
+fn export_example(path: &str, file: &Path) {
+    let out = Test::in_repo()
+        .args(&[
+            "export",
+            "github-actions",
+            path,
+            "--output",
+            file.to_str().unwrap(),
+            "--install",
+            INSTALL,
+        ])
+        .run();
+    assert_eq!(out.status, 0, "{path}: {}", out.transcript());
+}
+
 fn strings(yaml: &Yaml) -> Vec<String> {
     yaml.as_vec()
         .map(|v| v.iter().map(|s| s.as_str().unwrap().to_owned()).collect())
@@ -69,18 +85,7 @@ fn every_example_exports_to_a_lint_clean_github_workflow() {
     for name in example_workflows() {
         let path = format!("workflows/{name}");
         let file = out_dir.path().join(format!("{name}.yml"));
-        let out = Test::in_repo()
-            .args(&[
-                "export",
-                "github-actions",
-                &path,
-                "--output",
-                file.to_str().unwrap(),
-                "--install",
-                INSTALL,
-            ])
-            .run();
-        assert_eq!(out.status, 0, "{path}: {}", out.transcript());
+        export_example(&path, &file);
         let linted = Command::new("node").arg(&lint).arg(&file).output().unwrap();
         assert!(
             linted.status.success(),
@@ -326,18 +331,7 @@ fn every_example_export_passes_zizmor_with_no_high_finding() {
     for name in example_workflows() {
         let path = format!("workflows/{name}");
         let file = out_dir.path().join(format!("{name}.yml"));
-        let out = Test::in_repo()
-            .args(&[
-                "export",
-                "github-actions",
-                &path,
-                "--output",
-                file.to_str().unwrap(),
-                "--install",
-                INSTALL,
-            ])
-            .run();
-        assert_eq!(out.status, 0, "{path}: {}", out.transcript());
+        export_example(&path, &file);
         let audit = Command::new(&zizmor)
             .args(["--offline", "--format", "json"])
             .arg(&file)

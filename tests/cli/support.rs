@@ -217,3 +217,24 @@ pub fn init_repo(dir: &Path) {
         ],
     );
 }
+
+/// Reads a `--format jsonl` stream in the order runner decided and asserts that no `what`
+/// (`step` or `subagent`) started while another was running; returns how many started.
+pub fn one_at_a_time(jsonl: &str, what: &str) -> usize {
+    let (start, finish) = (format!("{what}_started"), format!("{what}_finished"));
+    let mut running: Option<String> = None;
+    let mut started = 0;
+    for line in jsonl.lines() {
+        let event: serde_json::Value = serde_json::from_str(line).unwrap();
+        let who = event[what].as_str().unwrap_or_default().to_owned();
+        let kind = event["event"].as_str().unwrap();
+        if kind == start {
+            assert!(running.is_none(), "{who} started while {running:?} ran");
+            running = Some(who);
+            started += 1;
+        } else if kind == finish {
+            assert_eq!(running.take().as_deref(), Some(who.as_str()));
+        }
+    }
+    started
+}

@@ -590,24 +590,7 @@ async fn max_parallel_one_never_overlaps() {
     .run_async()
     .await;
     assert_eq!(out.status, 0, "{}", out.transcript());
-    let mut running: Option<String> = None;
-    let mut started = 0;
-    for line in out.stdout.lines() {
-        let event: Value = serde_json::from_str(line).unwrap();
-        let step = event["step"].as_str().unwrap_or_default().to_owned();
-        match event["event"].as_str().unwrap() {
-            "step_started" => {
-                assert!(running.is_none(), "{step} started while {running:?} ran");
-                running = Some(step);
-                started += 1;
-            }
-            "step_finished" => {
-                assert_eq!(running.take().as_deref(), Some(step.as_str()));
-            }
-            _ => {}
-        }
-    }
-    assert_eq!(started, 3);
+    assert_eq!(crate::support::one_at_a_time(&out.stdout, "step"), 3);
 }
 
 fn bad_request() -> ResponseTemplate {
