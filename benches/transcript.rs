@@ -97,6 +97,8 @@ async fn transcript_bytes(turns: usize) -> (u64, u64) {
         tools: &tools,
         events: &emitter,
         meter: &runner::budget::Meter::unlimited("s"),
+        checks: &[],
+        check_retries: 0,
     })
     .await;
     assert!(

@@ -9,7 +9,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::provider::message::{Message, ToolDef, Usage};
-use crate::record::{RunRecord, StepRecord, SubagentRecord};
+use crate::record::{CheckRecord, RunRecord, StepRecord, SubagentRecord};
 
 /// An event and when it happened.
 #[derive(Debug, Clone, Serialize)]
@@ -100,6 +100,28 @@ pub enum EventKind {
         turn: u32,
         error: String,
     },
+    /// A check started, after a final answer (round 1 after the first).
+    CheckStarted {
+        step: String,
+        round: u32,
+        command: String,
+    },
+    CheckFinished {
+        step: String,
+        record: CheckRecord,
+        /// The end of what it printed (stdout and stderr together).
+        output: String,
+    },
+    /// A command step's command ended.
+    CommandFinished {
+        step: String,
+        command: String,
+        /// `None` when it was killed by a signal.
+        exit_code: Option<i32>,
+        duration_ms: u64,
+        /// The end of its stderr.
+        stderr: String,
+    },
     /// The step's own account of how it ended, before the scheduler records it.
     StepError { step: String, error: String },
     /// A step (or a subagent) started a subagent through `task`.
@@ -145,6 +167,9 @@ impl EventKind {
             | EventKind::ToolStarted { step, .. }
             | EventKind::ToolFinished { step, .. }
             | EventKind::OutputInvalid { step, .. }
+            | EventKind::CheckStarted { step, .. }
+            | EventKind::CheckFinished { step, .. }
+            | EventKind::CommandFinished { step, .. }
             | EventKind::StepError { step, .. }
             | EventKind::SubagentStarted { step, .. }
             | EventKind::SubagentFinished { step, .. }

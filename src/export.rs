@@ -78,7 +78,7 @@ fn valid_id(id: &str) -> bool {
 /// The environment variables holding the keys a step's models need: its own model's provider,
 /// and with `task` every provider an alias names (its subagents may use any).
 fn key_vars(plan: &Plan, step: &PlannedStep) -> BTreeSet<String> {
-    let mut providers = BTreeSet::from([step.model.provider.clone()]);
+    let mut providers: BTreeSet<String> = step.model.iter().map(|m| m.provider.clone()).collect();
     if !step.subagents.is_empty() {
         providers.extend(plan.aliases.values().map(|m| m.provider.clone()));
     }

@@ -14,12 +14,24 @@ use sha2::{Digest, Sha256};
 use crate::plan::{Plan, PlannedStep};
 
 /// What defines a step for `--resume`: agent, model, tools and the rendered prompt (plus the
-/// system prompt and output schema, which change what the agent does).
-pub fn fingerprint(step: &PlannedStep, prompt: &str) -> String {
+/// system prompt, output schema, command, checks and rendered `env` templates, which change
+/// what the step does).
+pub fn fingerprint(
+    step: &PlannedStep,
+    prompt: &str,
+    env: &std::collections::BTreeMap<String, String>,
+) -> String {
     let mut hash = Sha256::new();
+    let extra = serde_json::json!({
+        "command": step.command,
+        "checks": step.checks.iter().map(|c| &c.command).collect::<Vec<_>>(),
+        "check_retries": step.check_retries,
+        "env": env,
+    })
+    .to_string();
     for part in [
         step.agent.as_str(),
-        &step.model.to_string(),
+        &step.model_label(),
         &step
             .tools
             .iter()
@@ -34,6 +46,7 @@ pub fn fingerprint(step: &PlannedStep, prompt: &str) -> String {
             .unwrap_or_default(),
         step.isolation.as_str(),
         prompt,
+        &extra,
     ] {
         hash.update(part.len().to_le_bytes());
         hash.update(part.as_bytes());
@@ -122,6 +135,41 @@ pub struct StepRecord {
     /// USD, subagents included, when `[prices]` knows a model the step used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_usd: Option<f64>,
+    /// Every run of the step's checks, round by round.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<CheckRecord>,
+}
+
+/// One run of one check.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckRecord {
+    pub command: String,
+    /// 1 after the first final answer, 2 after the first failure went back, ...
+    pub round: u32,
+    /// `None` when it timed out or was killed by a signal.
+    pub exit_code: Option<i32>,
+    pub passed: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub timed_out: bool,
+    pub duration_ms: u64,
+}
+
+impl StepRecord {
+    /// `steps.X.checks` as templates read it: each check of the last round, whether it passed
+    /// (one not reached after an earlier failure did not).
+    pub fn check_results(&self, commands: &[String]) -> Vec<(String, bool)> {
+        let last = self.checks.iter().map(|c| c.round).max().unwrap_or(0);
+        commands
+            .iter()
+            .map(|command| {
+                let passed = self
+                    .checks
+                    .iter()
+                    .any(|c| c.round == last && c.passed && &c.command == command);
+                (command.clone(), passed)
+            })
+            .collect()
+    }
 }
 
 /// One subagent of a step (SPEC §6).
@@ -184,7 +232,7 @@ impl RunRecord {
                         summary: String::new(),
                         output: Value::Null,
                         error: None,
-                        model: s.model.to_string(),
+                        model: s.model_label(),
                         turns: 0,
                         tool_calls: 0,
                         input_tokens: 0,
@@ -198,6 +246,7 @@ impl RunRecord {
                         reused_from: None,
                         subagents: Vec::new(),
                         cost_usd: None,
+                        checks: Vec::new(),
                     },
                 )
             })

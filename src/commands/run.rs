@@ -134,7 +134,13 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
     let apis: BTreeMap<String, Arc<dyn ModelApi>> = plan
         .providers
         .values()
-        .filter(|spec| !replaying && plan.steps().iter().any(|s| s.model.provider == spec.name))
+        .filter(|spec| {
+            !replaying
+                && plan
+                    .steps()
+                    .iter()
+                    .any(|s| s.model.as_ref().is_some_and(|m| m.provider == spec.name))
+        })
         .map(|spec| {
             let key = keys.get(&spec.name).cloned().flatten();
             (spec.name.clone(), connect(spec, key))

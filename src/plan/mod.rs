@@ -9,6 +9,7 @@ mod step;
 mod templates;
 mod tools_check;
 mod typing;
+pub mod verified;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
@@ -37,6 +38,9 @@ pub const DEFAULT_RETRIES: u32 = 4;
 pub const DEFAULT_MAX_SUBAGENTS: u32 = 8;
 pub const DEFAULT_MAX_SUBAGENTS_PER_STEP: u32 = 32;
 pub const DEFAULT_SUBAGENT_DEPTH: u32 = 1;
+pub const DEFAULT_CHECK_RETRIES: u32 = 2;
+pub const DEFAULT_CHECK_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+pub const DEFAULT_MAX_INSTANCES: u32 = 256;
 
 /// What the command line adds to a workflow.
 #[derive(Debug, Clone, Default)]
@@ -132,7 +136,8 @@ pub struct PlannedStep {
     pub agent: String,
     pub agent_source: AgentSource,
     pub system_prompt: String,
-    pub model: ModelRef,
+    /// `None` for a command step, which asks no model.
+    pub model: Option<ModelRef>,
     pub tools: BTreeSet<String>,
     pub needs: Vec<String>,
     pub prompt_template: String,
@@ -158,9 +163,52 @@ pub struct PlannedStep {
     pub max_tokens_total: Option<u64>,
     /// The MCP servers its tools come from, by name.
     pub mcp_servers: BTreeMap<String, crate::workflow::McpServerDef>,
-    /// Variables its bash gets on top of the clean environment (`${VAR}` not yet expanded).
+    /// Variables its bash, checks and command get on top of the clean environment: templates
+    /// (rendered when the step starts) or text with `${VAR}` (expanded then).
     pub env: BTreeMap<String, String>,
+    /// A command step's shell text (`run`); `None` for an agent step.
+    pub command: Option<String>,
+    /// Commands that must pass after the agent's final answer.
+    pub checks: Vec<Check>,
+    /// How many times a failed check goes back to the agent.
+    pub check_retries: u32,
+    /// One instance per item of a list, when set.
+    pub for_each: Option<ForEach>,
     pub wave: usize,
+}
+
+impl PlannedStep {
+    /// `provider/model`, or `-` for a command step.
+    pub fn model_label(&self) -> String {
+        self.model
+            .as_ref()
+            .map_or_else(|| "-".to_owned(), ToString::to_string)
+    }
+}
+
+/// One check of a step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    pub command: String,
+    pub timeout: Duration,
+}
+
+/// A step's fan-out.
+#[derive(Debug, Clone)]
+pub struct ForEach {
+    /// The list: an expression evaluated when the step is ready, or items written out.
+    pub source: ForEachSource,
+    /// The item field naming each instance.
+    pub key: Option<String>,
+    pub max_instances: u32,
+    /// The items, when the plan knows them (literals, inputs).
+    pub known: Option<Vec<Value>>,
+}
+
+#[derive(Debug, Clone)]
+pub enum ForEachSource {
+    Expression(String),
+    Items(Vec<Value>),
 }
 
 /// A model alias as steps and subagents resolve it: its own definition, or for `small` and
@@ -244,6 +292,7 @@ pub fn build_plan(
             steps: &step_list,
             schemas: &schemas,
             wave_of: &wave_of,
+            item: None,
         };
         resolved.push(b.resolve_step(&ctx, step, catalog, &aliases, &providers, &inputs, &env));
     }
@@ -375,6 +424,7 @@ enum MissingAlias {
     },
 }
 
+#[derive(Clone)]
 struct StepCtx<'a> {
     id: &'a str,
     index: usize,
@@ -388,6 +438,8 @@ struct StepCtx<'a> {
     schemas: &'a [Option<Value>],
     /// Every step's wave (empty when the graph has a cycle).
     wave_of: &'a [usize],
+    /// The type of the step's `item`, when it fans out (`for_each`).
+    item: Option<crate::template::typing::Ty>,
 }
 
 impl Builder<'_> {

@@ -35,7 +35,8 @@ struct JsonStep<'a> {
     agent_source: String,
     /// False for an agent file the working directory brought and the user did not trust.
     agent_trusted: bool,
-    model: String,
+    /// `provider/model`; null for a command step.
+    model: Option<String>,
     tools: Vec<&'a str>,
     needs: &'a [String],
     prompt: &'a str,
@@ -53,6 +54,50 @@ struct JsonStep<'a> {
     subagents: &'a [String],
     max_subagent_depth: u32,
     max_tokens_total: Option<u64>,
+    /// A command step's shell text (null for an agent step).
+    run: Option<&'a str>,
+    /// Commands that must pass after the agent's final answer.
+    checks: Vec<JsonCheck<'a>>,
+    check_retries: u32,
+    /// The fan-out, when the step runs once per item.
+    for_each: Option<JsonForEach<'a>>,
+}
+
+#[derive(Serialize)]
+struct JsonCheck<'a> {
+    command: &'a str,
+    timeout_secs: u64,
+}
+
+#[derive(Serialize)]
+struct JsonForEach<'a> {
+    /// The expression, or null for a literal list.
+    expression: Option<&'a str>,
+    key: Option<&'a str>,
+    max_instances: u32,
+    /// Each instance, when the list is known before the run (literals, inputs).
+    instances: Option<Vec<JsonInstance>>,
+}
+
+#[derive(Serialize)]
+struct JsonInstance {
+    id: String,
+    item: serde_json::Value,
+}
+
+fn instances(step: &PlannedStep) -> Option<Vec<JsonInstance>> {
+    let for_each = step.for_each.as_ref()?;
+    let items = for_each.known.as_ref()?;
+    let ids = super::verified::instance_ids(&step.id, items, for_each.key.as_deref()).ok()?;
+    Some(
+        ids.into_iter()
+            .zip(items)
+            .map(|(id, item)| JsonInstance {
+                id,
+                item: item.clone(),
+            })
+            .collect(),
+    )
 }
 
 pub fn to_json(plan: &Plan, support: Support) -> String {
@@ -75,7 +120,7 @@ pub fn to_json(plan: &Plan, support: Support) -> String {
                     None => "built-in".to_owned(),
                 },
                 agent_trusted: s.agent_source.trusted(),
-                model: s.model.to_string(),
+                model: s.model.as_ref().map(ToString::to_string),
                 // BTreeSet of an Ord enum whose order matches the names' order: sorted.
                 tools: s.tools.iter().map(String::as_str).collect(),
                 needs: &s.needs,
@@ -93,6 +138,25 @@ pub fn to_json(plan: &Plan, support: Support) -> String {
                 subagents: &s.subagents,
                 max_subagent_depth: s.max_subagent_depth,
                 max_tokens_total: s.max_tokens_total,
+                run: s.command.as_deref(),
+                checks: s
+                    .checks
+                    .iter()
+                    .map(|c| JsonCheck {
+                        command: &c.command,
+                        timeout_secs: c.timeout.as_secs(),
+                    })
+                    .collect(),
+                check_retries: s.check_retries,
+                for_each: s.for_each.as_ref().map(|f| JsonForEach {
+                    expression: match &f.source {
+                        super::ForEachSource::Expression(e) => Some(e),
+                        super::ForEachSource::Items(_) => None,
+                    },
+                    key: f.key.as_deref(),
+                    max_instances: f.max_instances,
+                    instances: instances(s),
+                }),
             })
             .collect(),
     };
@@ -157,7 +221,9 @@ fn step_text(out: &mut String, step: &PlannedStep, width: usize, support: Suppor
     let _ = writeln!(
         out,
         "  {:<width$}  [{}] {}",
-        step.id, step.agent, step.model
+        step.id,
+        step.agent,
+        step.model_label()
     );
     if let Some(description) = &step.description {
         let _ = writeln!(out, "    {:<9}{}", "about", description);
@@ -181,8 +247,65 @@ fn step_text(out: &mut String, step: &PlannedStep, width: usize, support: Suppor
     if let Some(condition) = &step.condition {
         let _ = writeln!(out, "    {:<9}{}", "if", condition);
     }
-    let tools: Vec<&str> = step.tools.iter().map(String::as_str).collect();
-    let _ = writeln!(out, "    {:<9}{}", "tools", tools.join(", "));
+    if let Some(for_each) = &step.for_each {
+        let list = match &for_each.source {
+            super::ForEachSource::Expression(e) => one_line(e),
+            super::ForEachSource::Items(items) => format!("{} items", items.len()),
+        };
+        let _ = writeln!(
+            out,
+            "    {:<9}{list} (at most {} instances)",
+            "for each", for_each.max_instances
+        );
+        if let Some(instances) = instances(step) {
+            let shown: Vec<String> = instances
+                .iter()
+                .take(20)
+                .map(|i| format!("{} = {}", i.id, one_line(&i.item.to_string())))
+                .collect();
+            let more = instances.len().saturating_sub(shown.len());
+            let tail = if more > 0 {
+                format!(", and {more} more")
+            } else {
+                String::new()
+            };
+            let _ = writeln!(out, "    {:<9}{}{tail}", "instances", shown.join(", "));
+        }
+    }
+    if let Some(command) = &step.command {
+        let _ = writeln!(out, "    {:<9}{}", "run", one_line(command));
+        let network = if step.network {
+            "network"
+        } else {
+            "no network"
+        };
+        let mode = match step.sandbox {
+            Mode::Off => "off (the command is not confined)".to_owned(),
+            Mode::ReadOnly if !support.landlock() => format!(
+                "read-only, {network} (this kernel has no Landlock, so the command cannot run)"
+            ),
+            mode => format!("{}, {network}", mode.as_str()),
+        };
+        let _ = writeln!(out, "    {:<9}{}", "sandbox", mode);
+    } else {
+        let tools: Vec<&str> = step.tools.iter().map(String::as_str).collect();
+        let _ = writeln!(out, "    {:<9}{}", "tools", tools.join(", "));
+    }
+    if !step.checks.is_empty() {
+        let checks: Vec<String> = step
+            .checks
+            .iter()
+            .map(|c| format!("{} ({})", one_line(&c.command), format_duration(c.timeout)))
+            .collect();
+        let _ = writeln!(
+            out,
+            "    {:<9}{}; a failure goes back to the agent up to {} time{}",
+            "checks",
+            checks.join(", "),
+            step.check_retries,
+            plural(step.check_retries as usize)
+        );
+    }
     if !step.subagents.is_empty() {
         let nesting = match step.max_subagent_depth {
             1 => String::new(),
@@ -214,10 +337,11 @@ fn step_text(out: &mut String, step: &PlannedStep, width: usize, support: Suppor
         };
         let _ = writeln!(out, "    {:<9}{}", "sandbox", sandbox);
     }
-    let mut limits = vec![
-        format!("{} turns", step.max_turns),
-        format!("timeout {}", format_duration(step.timeout)),
-    ];
+    let mut limits = Vec::new();
+    if step.command.is_none() {
+        limits.push(format!("{} turns", step.max_turns));
+    }
+    limits.push(format!("timeout {}", format_duration(step.timeout)));
     if let Some(tokens) = step.max_tokens {
         limits.push(format!("{tokens} tokens per reply"));
     }
@@ -237,6 +361,9 @@ fn step_text(out: &mut String, step: &PlannedStep, width: usize, support: Suppor
     }
     if !flags.is_empty() {
         let _ = writeln!(out, "    {:<9}{}", "runs", flags.join(", "));
+    }
+    if step.command.is_some() {
+        return;
     }
     let mut lines = step.prompt.trim_end().lines();
     let _ = writeln!(

@@ -70,7 +70,7 @@ impl Builder<'_> {
             let unpriced: BTreeSet<String> = steps
                 .iter()
                 .flatten()
-                .map(|s| s.model.to_string())
+                .filter_map(|s| s.model.as_ref().map(ToString::to_string))
                 .filter(|m| !prices.contains_key(m))
                 .collect();
             if !unpriced.is_empty() {

@@ -17,17 +17,40 @@ impl Builder<'_> {
     ) -> Option<PlannedStep> {
         let id = ctx.id;
         let errors_before = self.error_count();
-        let agent = self.resolve_agent(id, step, catalog);
+        let command = step.run.as_deref();
+        if command.is_some() {
+            self.check_command_keys(id, step);
+        } else if step.writes.is_some() {
+            let span = self.key_span(&path!["steps", id, "writes"]);
+            self.error(
+                format!("step `{id}`: `writes` applies to command steps (`run`)"),
+                span,
+                "command steps only",
+                Some(
+                    "an agent step may write when its tools do (`write_file`, `edit_file`)".into(),
+                ),
+            );
+        }
+        let agent = match command {
+            Some(_) => None,
+            None => self.resolve_agent(id, step, catalog),
+        };
         let defaults = &self.loaded.def.defaults;
 
         let model = agent.and_then(|agent| self.resolve_model(id, step, agent, aliases, providers));
-        let tools = agent.and_then(|agent| self.resolve_tools(id, step, agent));
+        let tools = match command {
+            Some(_) => Some(BTreeSet::new()),
+            None => agent.and_then(|agent| self.resolve_tools(id, step, agent)),
+        };
 
-        let max_turns = step
-            .max_turns
-            .or(agent.and_then(|a| a.max_turns))
-            .or(defaults.max_turns)
-            .unwrap_or(DEFAULT_MAX_TURNS);
+        let max_turns = match command {
+            Some(_) => 0,
+            None => step
+                .max_turns
+                .or(agent.and_then(|a| a.max_turns))
+                .or(defaults.max_turns)
+                .unwrap_or(DEFAULT_MAX_TURNS),
+        };
         let timeout = match (&step.timeout, &defaults.timeout) {
             (Some(t), _) => self.duration(t, &path!["steps", id, "timeout"]),
             (None, Some(t)) => self.duration(t, &path!["defaults", "timeout"]),
@@ -35,7 +58,9 @@ impl Builder<'_> {
         };
 
         let mut system_prompt = agent.map(|a| a.system_prompt.clone()).unwrap_or_default();
-        if let Some(level) = step.thoroughness {
+        if let Some(level) = step.thoroughness
+            && command.is_none()
+        {
             if step.agent != "explore" {
                 let span = self.span(&path!["steps", id, "thoroughness"]);
                 self.error(
@@ -56,12 +81,23 @@ impl Builder<'_> {
         let output_schema = ctx.schemas.get(ctx.index).cloned().flatten();
         let schema_failed = step.output_schema.is_some() && output_schema.is_none();
 
-        let prompt = self.check_template(ctx, step, inputs, env);
         if let Some(condition) = &step.condition {
             self.check_condition(ctx, condition, env);
         }
+        // What the step's own templates see: `item` too, when it fans out.
+        let (for_each, item) = self.resolve_for_each(ctx, step, inputs, env);
+        let item_ctx = StepCtx {
+            item,
+            ..ctx.clone()
+        };
+        let ctx = &item_ctx;
+        let prompt = match command {
+            Some(run) => self.check_run_text(id, run).then(|| run.to_owned()),
+            None => self.check_template(ctx, step, inputs, env),
+        };
+        let checks = self.resolve_checks(id, step);
         let subagents = self.subagents(id, step, catalog, tools.as_ref());
-        let env = self.step_env(id, step);
+        let env = self.step_env(ctx, step, inputs, env);
         let mcp_servers = match (agent, &tools) {
             (Some(agent), Some(tools)) => {
                 let known = self.mcp_servers_of(agent);
@@ -80,17 +116,26 @@ impl Builder<'_> {
         if self.error_count() > errors_before || schema_failed {
             return None;
         }
-        let agent = agent?;
         let tools = tools?;
-        let sandbox =
-            crate::sandbox::Mode::for_tools(self.sandbox_off, self.registry.any_writes(&tools));
+        let writes = match command {
+            Some(_) => step.writes.unwrap_or(false),
+            None => self.registry.any_writes(&tools),
+        };
+        let sandbox = crate::sandbox::Mode::for_tools(self.sandbox_off, writes);
+        let (agent_name, agent_source, model) = match command {
+            Some(_) => ("command".to_owned(), AgentSource::Builtin, None),
+            None => {
+                let agent = agent?;
+                (agent.name.clone(), agent.source.clone(), Some(model?))
+            }
+        };
         Some(PlannedStep {
             id: id.to_owned(),
             description: step.description.clone(),
-            agent: agent.name.clone(),
-            agent_source: agent.source.clone(),
+            agent: agent_name,
+            agent_source,
             system_prompt,
-            model: model?,
+            model,
             tools,
             needs: step.needs.clone(),
             prompt_template: step.prompt.clone(),
@@ -113,33 +158,62 @@ impl Builder<'_> {
             max_tokens_total: step.max_tokens_total.or(defaults.max_tokens_total),
             mcp_servers,
             env,
+            command: command.map(str::to_owned),
+            checks,
+            check_retries: step.check_retries.unwrap_or(DEFAULT_CHECK_RETRIES),
+            for_each,
             wave: 0,
         })
     }
 
-    /// `[defaults] env` with the step's `env` on top; each name a valid variable name.
-    fn step_env(&mut self, id: &str, step: &Step) -> BTreeMap<String, String> {
+    /// `[defaults] env` with the step's `env` on top; each name a valid variable name, each
+    /// value a template (checked like the prompt) or text with `${VAR}`, not both.
+    fn step_env(
+        &mut self,
+        ctx: &StepCtx<'_>,
+        step: &Step,
+        inputs: &BTreeMap<String, Option<String>>,
+        jinja: &minijinja::Environment<'static>,
+    ) -> BTreeMap<String, String> {
+        let id = ctx.id;
         let defaults = &self.loaded.def.defaults.env;
         let mut env = defaults.clone();
         env.extend(step.env.iter().map(|(k, v)| (k.clone(), v.clone())));
-        for name in env.keys() {
+        for (name, value) in &env {
+            let at = if step.env.contains_key(name) {
+                path!["steps", id, "env", name.as_str()].to_vec()
+            } else {
+                path!["defaults", "env", name.as_str()].to_vec()
+            };
             let valid = name
                 .chars()
                 .next()
                 .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
                 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
             if !valid {
-                let span = if step.env.contains_key(name) {
-                    self.key_span(&path!["steps", id, "env", name.as_str()])
-                } else {
-                    self.key_span(&path!["defaults", "env", name.as_str()])
-                };
+                let span = self.key_span(&at);
                 self.error(
                     format!("`{name}` is not a valid environment variable name"),
                     span,
                     "invalid name",
                     Some("use letters, digits and `_`, not starting with a digit".into()),
                 );
+            }
+            if template::is_template(value) {
+                if value.contains("${") {
+                    let span = self.span(&at);
+                    self.error(
+                        format!(
+                            "`{}` mixes a template with `${{VAR}}`",
+                            crate::workflow::load::dotted(&at)
+                        ),
+                        span,
+                        "template and variable",
+                        Some("a value is a template or names runner's variables with `${VAR}`, not both: use two variables".into()),
+                    );
+                } else {
+                    self.check_text(ctx, &at, value, "env value", inputs, jinja);
+                }
             }
         }
         env

@@ -31,13 +31,27 @@ impl Builder<'_> {
                 .help(format!("write `{template}` without the `$`")),
             );
         }
-        let names = match template::template_names(env, &step.prompt) {
+        self.check_text(ctx, &at, &step.prompt, "prompt", inputs, env)
+    }
+
+    /// Checks a template (a prompt, an `env` value): its names, their types, and that it renders
+    /// with placeholders for what is not known yet. `what` names it in messages.
+    pub(super) fn check_text(
+        &mut self,
+        ctx: &StepCtx<'_>,
+        at: &[Seg],
+        source: &str,
+        what: &str,
+        inputs: &BTreeMap<String, Option<String>>,
+        env: &minijinja::Environment<'static>,
+    ) -> Option<String> {
+        let names = match template::template_names(env, source) {
             Ok(names) => names,
             Err(err) => {
-                let span = self.template_span(&at, &step.prompt, &err);
+                let span = self.template_span(at, source, &err);
                 self.error(
                     format!(
-                        "step `{}`: invalid prompt template: {}",
+                        "step `{}`: invalid {what} template: {}",
                         ctx.id,
                         template::describe_error(&err)
                     ),
@@ -49,18 +63,19 @@ impl Builder<'_> {
             }
         };
         let before = self.error_count();
-        self.check_names(ctx, &at, &names);
-        self.check_types(ctx, &at, &step.prompt, &names, env, false);
+        self.check_names(ctx, at, &names);
+        self.check_types(ctx, at, source, &names, env, false);
         if self.error_count() > before {
             return None;
         }
-        match template::render(env, &step.prompt, plan_context(self.loaded, inputs)) {
+        let context = plan_context(self.loaded, inputs, ctx.item.is_some());
+        match template::render(env, source, context) {
             Ok(text) => Some(text),
             Err(err) => {
-                let span = self.template_span(&at, &step.prompt, &err);
+                let span = self.template_span(at, source, &err);
                 self.error(
                     format!(
-                        "step `{}`: the prompt does not render: {}",
+                        "step `{}`: the {what} does not render: {}",
                         ctx.id,
                         template::describe_error(&err)
                     ),
@@ -109,6 +124,20 @@ impl Builder<'_> {
             let span = self.name_span(at, name);
             match parts.as_slice() {
                 ["inputs"] | ["workflow"] | ["steps"] => {}
+                ["item", ..] | ["item_index"] if ctx.item.is_some() => {}
+                ["item", ..] | ["item_index", ..] => {
+                    self.error(
+                        format!(
+                            "step `{id}` reads `{name}`, but only a step with `for_each` has `{}`",
+                            parts[0]
+                        ),
+                        span,
+                        "no `for_each` here",
+                        Some(format!(
+                            "give `{id}` a `for_each` list to run it once per item"
+                        )),
+                    );
+                }
                 ["inputs", input, ..] => {
                     if !self.loaded.def.inputs.contains_key(*input) {
                         let help =
@@ -185,6 +214,19 @@ impl Builder<'_> {
         }
         let Some(field) = rest.first() else { return };
         let target = &self.loaded.def.steps[other];
+        if target.for_each.is_some() {
+            self.error(
+                format!(
+                    "step `{id}` reads `{name}`, but `{other}` runs once per item (`for_each`), so `steps.{other}` is a list of its instances' results"
+                ),
+                span,
+                "a list of results",
+                Some(format!(
+                    "loop over them (`{{% for r in steps.{other} %}}{{{{ r.{field} }}}}{{% endfor %}}`) or take one (`steps.{other}[0].{field}`)"
+                )),
+            );
+            return;
+        }
         if !STEP_FIELDS.contains(field) {
             let help = did_you_mean(field, STEP_FIELDS).or_else(|| {
                 Some(format!(
@@ -289,8 +331,13 @@ impl Builder<'_> {
     }
 }
 
-/// The template context of a plan: inputs filled in, upstream results as placeholders.
-fn plan_context(loaded: &LoadedWorkflow, inputs: &BTreeMap<String, Option<String>>) -> JinjaValue {
+/// The template context of a plan: inputs filled in, upstream results (and a fan-out's item)
+/// as placeholders.
+pub(super) fn plan_context(
+    loaded: &LoadedWorkflow,
+    inputs: &BTreeMap<String, Option<String>>,
+    item: bool,
+) -> JinjaValue {
     let inputs: BTreeMap<&str, JinjaValue> = inputs
         .iter()
         .map(|(k, v)| {
@@ -301,10 +348,19 @@ fn plan_context(loaded: &LoadedWorkflow, inputs: &BTreeMap<String, Option<String
             (k.as_str(), value)
         })
         .collect();
-    template::context(
+    let context = template::context(
         inputs,
         &loaded.def.name,
         loaded.def.description.as_deref(),
         Placeholder::value("steps"),
-    )
+    );
+    if item {
+        template::with_item(
+            context,
+            Placeholder::value("item"),
+            Placeholder::value("item_index"),
+        )
+    } else {
+        context
+    }
 }

@@ -121,7 +121,11 @@ impl Builder<'_> {
 
     /// `inputs` and `workflow` are strings; `steps` holds the upstream steps the template reads.
     /// Names that do not exist are left open here: [`Builder::check_names`] reports them.
-    fn roots(&self, ctx: &StepCtx<'_>, names: &BTreeSet<String>) -> BTreeMap<String, Ty> {
+    pub(super) fn roots(
+        &self,
+        ctx: &StepCtx<'_>,
+        names: &BTreeSet<String>,
+    ) -> BTreeMap<String, Ty> {
         let strings = |keys: &mut dyn Iterator<Item = &str>| {
             Ty::map(keys.map(|k| (k.to_owned(), Ty::string())).collect(), true)
         };
@@ -150,9 +154,21 @@ impl Builder<'_> {
                 }
                 fields.insert("output".into(), output);
             }
-            steps.insert(other.to_owned(), Ty::map(fields, true));
+            let check = BTreeMap::from([
+                ("command".to_owned(), Ty::string()),
+                ("passed".to_owned(), Ty::boolean()),
+            ]);
+            fields.insert("checks".into(), Ty::list(Ty::map(check, false)));
+            let fans_out = ctx.steps.get(x).is_some_and(|s| s.for_each.is_some());
+            let result = if fans_out {
+                fields.insert("item".into(), Ty::any());
+                Ty::list(Ty::map(fields, true))
+            } else {
+                Ty::map(fields, true)
+            };
+            steps.insert(other.to_owned(), result);
         }
-        BTreeMap::from([
+        let mut roots = BTreeMap::from([
             (
                 "inputs".to_owned(),
                 strings(&mut self.loaded.def.inputs.keys().map(String::as_str)),
@@ -162,7 +178,12 @@ impl Builder<'_> {
                 strings(&mut ["name", "description"].into_iter()),
             ),
             ("steps".to_owned(), Ty::map(steps, true)),
-        ])
+        ]);
+        if let Some(item) = &ctx.item {
+            roots.insert("item".to_owned(), item.clone());
+            roots.insert("item_index".to_owned(), Ty::number());
+        }
+        roots
     }
 
     /// Why step `ctx.index` can run after step `x` (upstream) was skipped or failed, if it can
@@ -209,7 +230,13 @@ impl Builder<'_> {
         Some(format!("{skipped}, and {runs}"))
     }
 
-    fn report_type(&mut self, ctx: &StepCtx<'_>, at: &[Seg], source: &str, problem: TypeProblem) {
+    pub(super) fn report_type(
+        &mut self,
+        ctx: &StepCtx<'_>,
+        at: &[Seg],
+        source: &str,
+        problem: TypeProblem,
+    ) {
         let id = ctx.id;
         let span = self.source_span(at, source, problem.span);
         let (message, label, help) = match problem.found {

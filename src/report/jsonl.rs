@@ -143,6 +143,29 @@ fn public(kind: &EventKind) -> Option<(&'static str, Value)> {
                 "branches": record.steps.iter().filter_map(|(id, s)| s.branch.as_ref().map(|b| (id.clone(), b.clone()))).collect::<std::collections::BTreeMap<_, _>>(),
             }),
         ),
+        EventKind::CheckStarted { round, command, .. } => {
+            ("check_started", json!({"round": round, "command": command}))
+        }
+        EventKind::CheckFinished { record, .. } => (
+            "check_finished",
+            json!({
+                "round": record.round,
+                "command": record.command,
+                "exit_code": record.exit_code,
+                "passed": record.passed,
+                "timed_out": record.timed_out,
+                "duration_ms": record.duration_ms,
+            }),
+        ),
+        EventKind::CommandFinished {
+            command,
+            exit_code,
+            duration_ms,
+            ..
+        } => (
+            "command_finished",
+            json!({"command": command, "exit_code": exit_code, "duration_ms": duration_ms}),
+        ),
         EventKind::SessionStarted { .. }
         | EventKind::TokensArriving { .. }
         | EventKind::TurnStarted { .. }

@@ -69,6 +69,22 @@ pub fn subagent_finish_line(label: &str, record: &SubagentRecord) -> String {
     line
 }
 
+/// The line printed when a check ends.
+pub fn check_line(label: &str, record: &crate::record::CheckRecord) -> String {
+    let how = match (record.passed, record.exit_code, record.timed_out) {
+        (true, _, _) => "passed".to_owned(),
+        (false, _, true) => "timed out".to_owned(),
+        (false, Some(code), _) => format!("failed (exit {code})"),
+        (false, None, _) => "failed".to_owned(),
+    };
+    format!(
+        "{label} check `{}` {how}, round {} ({})",
+        terminal::clean(&record.command),
+        record.round,
+        seconds(record.duration_ms)
+    )
+}
+
 /// Each step's agent, for labels.
 fn agents(plan: &Plan) -> BTreeMap<String, String> {
     plan.steps()
@@ -108,6 +124,9 @@ impl Sink for PlainProgress {
             ),
             EventKind::SubagentFinished { step, record } => {
                 subagent_finish_line(&format!("[{}] {step}", agent(step)), record)
+            }
+            EventKind::CheckFinished { step, record, .. } => {
+                check_line(&format!("[{}] {step}", agent(step)), record)
             }
             _ => return Ok(()),
         };
@@ -271,6 +290,16 @@ impl Sink for LiveProgress {
                 let line = subagent_finish_line(&format!("[{agent}] {step}"), record);
                 self.end(&(step.clone(), Some(record.id.clone())), line);
             }
+            EventKind::CheckFinished { step, record, .. } => {
+                let agent = self.agents.get(step).map_or("?", String::as_str);
+                let _ = self
+                    .multi
+                    .println(check_line(&format!("[{agent}] {step}"), record));
+                if let Some(live) = self.live.get_mut(&(step.clone(), None)) {
+                    live.doing = None;
+                    live.redraw();
+                }
+            }
             kind => {
                 let Some(step) = kind.step() else {
                     return Ok(());
@@ -300,6 +329,9 @@ impl Sink for LiveProgress {
                     }
                     EventKind::Retrying { attempt, .. } => {
                         live.doing = Some(format!("retrying ({attempt})"));
+                    }
+                    EventKind::CheckStarted { command, .. } => {
+                        live.doing = Some(format!("check: {command}"));
                     }
                     _ => return Ok(()),
                 }

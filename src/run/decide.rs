@@ -19,6 +19,8 @@ pub enum Prepared {
     Run {
         prompt: String,
         fingerprint: String,
+        /// Its `env` templates, rendered.
+        env: BTreeMap<String, String>,
     },
 }
 
@@ -65,7 +67,8 @@ pub fn prepare(
     if let Err(reason) = decide(step, record, plan, env) {
         return Prepared::Ended(Outcome::Skipped(reason));
     }
-    let prompt = match template::render(env, &step.prompt_template, context(plan, record)) {
+    let context = context(plan, record);
+    let prompt = match template::render(env, &step.prompt_template, context.clone()) {
         Ok(prompt) => prompt,
         Err(err) => {
             return Prepared::Ended(Outcome::failed(
@@ -77,7 +80,11 @@ pub fn prepare(
             ));
         }
     };
-    let fingerprint = record::fingerprint(step, &prompt);
+    let vars = match render_env(step, env, &context) {
+        Ok(vars) => vars,
+        Err(outcome) => return Prepared::Ended(outcome),
+    };
+    let fingerprint = record::fingerprint(step, &prompt, &vars);
     if options.only.is_empty()
         && let Some(previous) = previous
         && previous.fingerprint == fingerprint
@@ -87,7 +94,35 @@ pub fn prepare(
     Prepared::Run {
         prompt,
         fingerprint,
+        env: vars,
     }
+}
+
+/// The step's `env` values that are templates, rendered with the step's context. What they
+/// produce is taken as text: an upstream summary holding `$(…)` or `${VAR}` reaches the command
+/// as a value, never as shell or a variable to expand.
+pub fn render_env(
+    step: &PlannedStep,
+    env: &minijinja::Environment<'static>,
+    context: &JinjaValue,
+) -> Result<BTreeMap<String, String>, Outcome> {
+    let mut vars = BTreeMap::new();
+    for (name, value) in &step.env {
+        if !template::is_template(value) {
+            continue;
+        }
+        let rendered = template::render(env, value, context.clone()).map_err(|err| {
+            Outcome::failed(
+                FailureKind::Template,
+                format!(
+                    "`env.{name}` does not render: {}",
+                    template::describe_error(&err)
+                ),
+            )
+        })?;
+        vars.insert(name.clone(), rendered);
+    }
+    Ok(vars)
 }
 
 /// Whether a step runs (SPEC §5): a failed need skips it (unless that need has
@@ -135,31 +170,12 @@ fn decide(
 
 /// The template context at this point of the run: each step that has finished (templates were
 /// checked to read only upstream ones).
-fn context(plan: &Plan, record: &RunRecord) -> JinjaValue {
+pub fn context(plan: &Plan, record: &RunRecord) -> JinjaValue {
     let steps: BTreeMap<&str, JinjaValue> = record
         .steps
         .iter()
         .filter(|(_, s)| s.status.is_finished())
-        .map(|(id, s)| {
-            (
-                id.as_str(),
-                template::step_value(
-                    JinjaValue::from(s.summary.clone()),
-                    JinjaValue::from(s.status.as_str()),
-                    // A step that did not succeed has no output (validation checked that
-                    // reads of it are guarded).
-                    if s.status == StepStatus::Succeeded {
-                        JinjaValue::from(minijinja::value::Serde(&s.output))
-                    } else {
-                        template::Missing::value(format!("steps.{id}.output"))
-                    },
-                    // A worktree step that changed nothing made no branch: an empty string,
-                    // never the text `none`.
-                    JinjaValue::from(s.branch.clone().unwrap_or_default()),
-                    JinjaValue::from(s.diff.clone().unwrap_or_default()),
-                ),
-            )
-        })
+        .map(|(id, s)| (id.as_str(), result_value(plan, id, s)))
         .collect();
     let inputs: BTreeMap<&str, JinjaValue> = plan
         .inputs
@@ -171,5 +187,37 @@ fn context(plan: &Plan, record: &RunRecord) -> JinjaValue {
         &plan.name,
         plan.description.as_deref(),
         JinjaValue::from(steps),
+    )
+}
+
+/// `steps.<id>` as templates read it: the step's result.
+fn result_value(plan: &Plan, id: &str, s: &StepRecord) -> JinjaValue {
+    let commands: Vec<String> = plan
+        .step(id)
+        .map(|p| p.checks.iter().map(|c| c.command.clone()).collect())
+        .unwrap_or_default();
+    let checks: Vec<JinjaValue> = s
+        .check_results(&commands)
+        .into_iter()
+        .map(|(command, passed)| minijinja::context! { command, passed })
+        .collect();
+    template::step_value_with(
+        template::step_value(
+            JinjaValue::from(s.summary.clone()),
+            JinjaValue::from(s.status.as_str()),
+            // A step that did not succeed has no output (validation checked that
+            // reads of it are guarded).
+            if s.status == StepStatus::Succeeded {
+                JinjaValue::from(minijinja::value::Serde(&s.output))
+            } else {
+                template::Missing::value(format!("steps.{id}.output"))
+            },
+            // A worktree step that changed nothing made no branch: an empty string,
+            // never the text `none`.
+            JinjaValue::from(s.branch.clone().unwrap_or_default()),
+            JinjaValue::from(s.diff.clone().unwrap_or_default()),
+        ),
+        JinjaValue::from(checks),
+        None,
     )
 }

@@ -25,6 +25,8 @@ pub struct StepJob {
     pub root: Utf8PathBuf,
     /// Where its events go.
     pub events: Emitter,
+    /// Its `env` values that were templates, rendered (the others still hold `${VAR}`).
+    pub rendered_env: std::collections::BTreeMap<String, String>,
 }
 
 pub trait Executor: Send + Sync + 'static {
@@ -60,7 +62,8 @@ pub fn protected_paths(root: &Utf8Path, state_dir: &Utf8Path, worktree: bool) ->
 
 impl ModelExecutor {
     /// The tools of one step, working in `root`.
-    fn tools(&self, step: &PlannedStep, root: &Utf8Path) -> Result<StepTools, String> {
+    fn tools(&self, job: &StepJob) -> Result<StepTools, String> {
+        let (step, root) = (&job.step, &job.root);
         let mut workspace = Workspace::new(root)
             .map_err(|err| format!("cannot use `{root}`: {err}"))?
             .with_state_dir(&self.state_dir);
@@ -68,7 +71,7 @@ impl ModelExecutor {
             workspace = workspace.with_cassettes(tapes.dir());
         }
         let mut bash = BashEnv::new(step.sandbox, step.network);
-        bash.vars = crate::tools::bash::bash_vars(&step.env);
+        bash.vars = crate::tools::bash::bash_vars(&step.env, &job.rendered_env);
         bash.support = self.support;
         bash.protected = protected_paths(
             workspace.root(),
@@ -86,9 +89,18 @@ impl ModelExecutor {
 impl Executor for ModelExecutor {
     fn run(&self, job: StepJob) -> BoxFuture<'static, StepOutcome> {
         let step = job.step.clone();
-        let tools = self.tools(&step, &job.root);
+        let tools = self.tools(&job);
+        let Some(model) = step.model.clone() else {
+            // A command step: no model, its command in the step's sandbox.
+            return Box::pin(async move {
+                match tools {
+                    Ok(tools) => super::command::run(&step, &tools, &job.events).await,
+                    Err(err) => StepOutcome::failed(FailureKind::Setup, err),
+                }
+            });
+        };
         let api = self.team.api_for(
-            &step.model.provider,
+            &model.provider,
             &step.id,
             vec![
                 job.root.to_string(),
@@ -100,12 +112,8 @@ impl Executor for ModelExecutor {
             ],
         );
         let team = self.team.clone();
-        let meter = crate::budget::Meter::new(
-            team.budget.clone(),
-            &step.id,
-            step.max_tokens_total,
-            &step.model,
-        );
+        let meter =
+            crate::budget::Meter::new(team.budget.clone(), &step.id, step.max_tokens_total, &model);
         Box::pin(async move {
             let api = match api {
                 Ok(api) => api,
@@ -142,7 +150,7 @@ impl Executor for ModelExecutor {
             if let Some(scope) = &scope {
                 tools.context.delegate = Some(Arc::new(Delegation::for_step(
                     scope.clone(),
-                    step.model.clone(),
+                    model.clone(),
                     tools.allowed.clone(),
                     job.events.clone(),
                 )));
@@ -150,7 +158,7 @@ impl Executor for ModelExecutor {
             let workdir = tools.context.workspace.root().to_string();
             let outcome = session::run(Session {
                 api: api.as_ref(),
-                model: &step.model.model,
+                model: &model.model,
                 system: session::prompt::system_prompt(
                     &step.system_prompt,
                     step.output_schema.as_ref(),
@@ -164,6 +172,8 @@ impl Executor for ModelExecutor {
                 tools: &tools,
                 events: &job.events,
                 meter: &meter,
+                checks: &step.checks,
+                check_retries: step.check_retries,
             })
             .await;
             // A step does not end before its background subagents do.

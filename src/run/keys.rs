@@ -12,7 +12,11 @@ pub fn provider_keys(plan: &Plan) -> Result<BTreeMap<String, Option<Secret>>, Ve
     let mut keys = BTreeMap::new();
     let mut missing: BTreeMap<String, Vec<&str>> = BTreeMap::new();
     for step in plan.steps() {
-        let Some(spec) = plan.providers.get(&step.model.provider) else {
+        let Some(spec) = step
+            .model
+            .as_ref()
+            .and_then(|m| plan.providers.get(&m.provider))
+        else {
             continue;
         };
         let Some(var) = &spec.api_key_env else {

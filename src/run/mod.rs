@@ -1,6 +1,7 @@
 //! Running a plan: the scheduler, how steps are executed, their outcomes, the state directory,
 //! resume, and worktrees.
 
+pub mod command;
 pub mod decide;
 pub mod executor;
 pub mod keys;

@@ -46,6 +46,7 @@ struct Tally {
     subagents: Vec<crate::record::SubagentRecord>,
     /// USD of the replies with a known price.
     cost_usd: Option<f64>,
+    checks: Vec<crate::record::CheckRecord>,
 }
 
 struct Running {
@@ -63,7 +64,7 @@ struct Scheduler<'a> {
     walker: Walker,
     ready: BTreeSet<usize>,
     to_start: BTreeSet<usize>,
-    prompts: BTreeMap<usize, String>,
+    prompts: BTreeMap<usize, (String, BTreeMap<String, String>)>,
     running: BTreeMap<usize, Running>,
     stopping: bool,
     cancel: CancellationToken,
@@ -135,7 +136,7 @@ pub async fn execute(
         steps: plan
             .steps()
             .iter()
-            .map(|s| (s.id.clone(), s.model.to_string()))
+            .map(|s| (s.id.clone(), s.model_label()))
             .collect(),
     });
     let interrupted = scheduler.drive(executor, workdir).await;
@@ -285,6 +286,9 @@ impl Scheduler<'_> {
                 EventKind::SubagentFinished { record, .. } => {
                     run.tally.subagents.push((**record).clone());
                 }
+                EventKind::CheckFinished { record, .. } if own => {
+                    run.tally.checks.push(record.clone());
+                }
                 _ => {}
             }
         }
@@ -316,9 +320,10 @@ impl Scheduler<'_> {
                 Prepared::Run {
                     prompt,
                     fingerprint,
+                    env,
                 } => {
                     self.record.step_mut(&step.id).fingerprint = fingerprint;
-                    self.prompts.insert(i, prompt);
+                    self.prompts.insert(i, (prompt, env));
                     self.to_start.insert(i);
                 }
             }
@@ -352,7 +357,7 @@ impl Scheduler<'_> {
         self.emit(EventKind::StepStarted {
             step: step.id.clone(),
             agent: step.agent.clone(),
-            model: step.model.to_string(),
+            model: step.model_label(),
         });
         self.running.insert(
             i,
@@ -362,8 +367,10 @@ impl Scheduler<'_> {
                 worktree: tree,
             },
         );
+        let (prompt, rendered_env) = self.prompts.remove(&i).unwrap_or_default();
         Some(executor.run(StepJob {
-            prompt: self.prompts.remove(&i).unwrap_or_default(),
+            prompt,
+            rendered_env,
             root,
             events: Emitter::new(&step.id, sender.clone()),
             step,
@@ -397,6 +404,7 @@ impl Scheduler<'_> {
         entry.cache_read_input_tokens = run.tally.usage.cache_read_input_tokens;
         entry.subagents = run.tally.subagents;
         entry.cost_usd = run.tally.cost_usd;
+        entry.checks = run.tally.checks;
         entry.duration_ms = run.started.elapsed().as_millis() as u64;
         let cancelled = matches!(ended, Ended::Cancelled);
         let outcome = match ended {

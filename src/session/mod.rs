@@ -2,6 +2,7 @@
 //! tool calls dispatched through the step's allowlist. Everything that happens is an event
 //! ([`crate::event`]); how the step ended is a [`StepOutcome`].
 
+pub mod checks;
 pub mod output;
 pub mod prompt;
 pub mod subagent;
@@ -47,6 +48,10 @@ pub enum FailureKind {
     Tool,
     /// A token or cost budget was used up.
     Budget,
+    /// Its checks still failed after the last round.
+    Checks,
+    /// A command step's command did not exit 0.
+    Command,
 }
 
 /// How a step ended.
@@ -100,6 +105,10 @@ pub struct Session<'a> {
     pub events: &'a Emitter,
     /// The budgets every request is checked against and every reply charged to.
     pub meter: &'a crate::budget::Meter,
+    /// Commands that must pass after the final answer (none for subagents).
+    pub checks: &'a [crate::plan::Check],
+    /// How many failed rounds of checks go back to the model.
+    pub check_retries: u32,
 }
 
 /// Runs a turn's tool calls: `task` calls all at once (each is a subagent, and they are
@@ -264,6 +273,8 @@ async fn turns_until_done(
     };
     let mut turn_limit = session.max_turns;
     let mut turn = 0;
+    let mut check_round = 0;
+    let mut last_failure: Option<checks::Failure> = None;
     while turn < turn_limit {
         // Before every request: a budget is passed by at most the replies already coming.
         if let Err(used_up) = session.meter.check() {
@@ -378,39 +389,73 @@ async fn turns_until_done(
             }
             _ => {}
         }
-        let Some(schema) = session.output_schema else {
-            return StepOutcome::succeeded(text);
+        let output = match session.output_schema {
+            None => Value::Null,
+            Some(schema) => match output::check(&text, schema) {
+                Ok(value) => value,
+                Err(problem) if fixes_left > 0 => {
+                    fixes_left -= 1;
+                    // The fix turns come on top of max_turns: the step did finish its work.
+                    turn_limit = turn_limit.max(turn) + 1;
+                    emit(EventKind::OutputInvalid {
+                        step: step.clone(),
+                        turn,
+                        error: problem.clone(),
+                    });
+                    request.messages.push(Message::user_text(format!(
+                        "Your final answer does not match the required JSON Schema: {problem}\nAnswer again with only the corrected JSON value."
+                    )));
+                    continue;
+                }
+                Err(problem) => {
+                    return StepOutcome::Failed {
+                        kind: FailureKind::OutputSchema,
+                        message: format!(
+                            "the final answer does not match `output_schema` after {OUTPUT_FIX_TURNS} more tries: {problem}"
+                        ),
+                        summary: text,
+                    };
+                }
+            },
         };
-        match output::check(&text, schema) {
-            Ok(value) => {
+        if session.checks.is_empty() {
+            return StepOutcome::Succeeded {
+                summary: text,
+                output,
+            };
+        }
+        // Checks count against the step's turns: a fix is one more request like any other.
+        check_round += 1;
+        let rounds = session.check_retries.saturating_add(1);
+        match checks::run_round(session.checks, check_round, session.tools, session.events).await {
+            None => {
                 return StepOutcome::Succeeded {
                     summary: text,
-                    output: value,
+                    output,
                 };
             }
-            Err(problem) if fixes_left > 0 => {
-                fixes_left -= 1;
-                // The fix turns come on top of max_turns: the step did finish its work.
-                turn_limit = turn_limit.max(turn) + 1;
-                emit(EventKind::OutputInvalid {
-                    step: step.clone(),
-                    turn,
-                    error: problem.clone(),
-                });
-                request.messages.push(Message::user_text(format!(
-                    "Your final answer does not match the required JSON Schema: {problem}\nAnswer again with only the corrected JSON value."
-                )));
+            Some(failure) if check_round < rounds => {
+                push_user_text(&mut request.messages, failure.feedback(check_round, rounds));
+                last_failure = Some(failure);
             }
-            Err(problem) => {
+            Some(failure) => {
                 return StepOutcome::Failed {
-                    kind: FailureKind::OutputSchema,
-                    message: format!(
-                        "the final answer does not match `output_schema` after {OUTPUT_FIX_TURNS} more tries: {problem}"
-                    ),
+                    kind: FailureKind::Checks,
+                    message: failure.message(),
                     summary: text,
                 };
             }
         }
+    }
+    if let Some(failure) = last_failure {
+        return StepOutcome::failed(
+            FailureKind::MaxTurns,
+            format!(
+                "reached max_turns ({}) while fixing failed checks; last: {}",
+                session.max_turns,
+                failure.message()
+            ),
+        );
     }
     StepOutcome::failed(
         FailureKind::MaxTurns,

@@ -12,7 +12,7 @@ use minijinja::value::{Enumerator, Object, ObjectRepr, Value};
 use minijinja::{Environment, Error, ErrorKind, UndefinedBehavior};
 
 /// The fields of `steps.<id>` a template may read.
-pub const STEP_FIELDS: [&str; 5] = ["summary", "output", "status", "branch", "diff"];
+pub const STEP_FIELDS: [&str; 6] = ["summary", "output", "status", "branch", "diff", "checks"];
 
 /// Operators, filters, attribute lookups and calls one tag of a template may chain. minijinja
 /// nests a chain such as `1 + 1 + 1 ...` one level per operator and walks it recursively, so a
@@ -200,6 +200,22 @@ pub fn evaluate(env: &Environment<'_>, source: &str, context: Value) -> Result<b
     Ok(env.compile_expression(source)?.eval(context)?.is_true())
 }
 
+/// Evaluates an expression to its value as JSON (a `for_each` list).
+pub fn evaluate_value(
+    env: &Environment<'_>,
+    source: &str,
+    context: Value,
+) -> Result<serde_json::Value, Error> {
+    guard(source, true)?;
+    let value = env.compile_expression(source)?.eval(context)?;
+    serde_json::to_value(&value).map_err(|err| {
+        Error::new(
+            ErrorKind::InvalidOperation,
+            format!("the value is not plain data: {err}"),
+        )
+    })
+}
+
 /// What a template reads: `inputs`, `workflow`, and `steps` (upstream results, or placeholders
 /// in a plan). Plans and runs both build their context here, so they cannot disagree.
 pub fn context(
@@ -218,6 +234,16 @@ pub fn context(
     }
 }
 
+/// A fan-out instance's context: the step's, with its `item` and `item_index`.
+pub fn with_item(context: Value, item: Value, index: Value) -> Value {
+    minijinja::context! { item, item_index => index, ..context }
+}
+
+/// Whether text holds template syntax (a `{{ }}`, `{% %}` or `{# #}`).
+pub fn is_template(text: &str) -> bool {
+    ["{{", "{%", "{#"].iter().any(|open| text.contains(open))
+}
+
 /// `steps.<id>`: the fields of [`STEP_FIELDS`].
 pub fn step_value(
     summary: Value,
@@ -227,6 +253,14 @@ pub fn step_value(
     diff: Value,
 ) -> Value {
     minijinja::context! { summary, output, status, branch, diff }
+}
+
+/// `steps.<id>` with its `checks`, and for a fan-out instance its `item`.
+pub fn step_value_with(base: Value, checks: Value, item: Option<Value>) -> Value {
+    match item {
+        Some(item) => minijinja::context! { checks, item, ..base },
+        None => minijinja::context! { checks, ..base },
+    }
 }
 
 /// The path of `key` read from the value at `path`: `steps.x.output.files`, `….files[0]`.

@@ -63,16 +63,25 @@ struct BashInput {
     timeout: Option<f64>,
 }
 
-/// The environment of a step's `bash`: the clean one every child gets, plus the step's `env`
-/// (`${VAR}` expanded). Nothing else of runner's: no key, no token, whatever its name.
-pub fn bash_vars(step_env: &std::collections::BTreeMap<String, String>) -> Vec<(String, String)> {
+/// The environment of a step's `bash`: the clean one every child gets, plus the step's `env`:
+/// templates as `rendered` holds them (taken as they are: an upstream summary's `${VAR}` is
+/// text, never expanded), the others with `${VAR}` expanded. Nothing else of runner's: no key,
+/// no token, whatever its name.
+pub fn bash_vars(
+    step_env: &std::collections::BTreeMap<String, String>,
+    rendered: &std::collections::BTreeMap<String, String>,
+) -> Vec<(String, String)> {
     let mut vars: Vec<(String, String)> = crate::secrets::clean_env()
         .into_iter()
         .filter_map(|(k, v)| Some((k.to_owned(), v.into_string().ok()?)))
         .collect();
     for (name, value) in step_env {
         vars.retain(|(k, _)| k != name);
-        vars.push((name.clone(), crate::secrets::expand_vars(value)));
+        let value = match rendered.get(name) {
+            Some(rendered) => rendered.clone(),
+            None => crate::secrets::expand_vars(value),
+        };
+        vars.push((name.clone(), value));
     }
     vars
 }
@@ -102,7 +111,7 @@ impl BashEnv {
             mode,
             network,
             protected: Vec::new(),
-            vars: bash_vars(&Default::default()),
+            vars: bash_vars(&Default::default(), &Default::default()),
             support: Support::probe(),
             tmp: Mutex::new(None),
         }
@@ -167,7 +176,7 @@ async fn read_capped(mut stream: impl AsyncRead + Unpin) -> (Vec<u8>, usize) {
 }
 
 /// Keeps the head and tail of long output, saying how much was cut.
-fn cap(bytes: &[u8], total: usize) -> String {
+pub fn cap(bytes: &[u8], total: usize) -> String {
     let text = String::from_utf8_lossy(bytes);
     if text.len() <= MAX_STREAM_BYTES && total == bytes.len() {
         return text.into_owned();
@@ -201,35 +210,103 @@ pub async fn bash(ws: &Workspace, input: &Value, env: &BashEnv) -> ToolOutput {
         }
         _ => DEFAULT_TIMEOUT,
     };
-    if env.mode == Mode::ReadOnly && !env.support.landlock() {
-        return ToolOutput::error(
-            "bash is not available in this step: the kernel has no Landlock, so a read-only bash cannot be enforced (runner's `--sandbox off` allows an unconfined one)",
-        );
-    }
-    let tmp = match env.tmp() {
-        Ok(tmp) => tmp,
-        Err(err) => return ToolOutput::error(format!("cannot make a temporary directory: {err}")),
+    let ran = match run_sandboxed(ws.root().as_std_path(), &input.command, Some(timeout), env).await
+    {
+        Ok(ran) => ran,
+        Err(err) => return ToolOutput::error(err),
     };
+    let mut text = String::new();
+    match ran.exit {
+        Exit::TimedOut(after) => text.push_str(&format!(
+            "the command timed out after {}s and was killed, with every process it started\n",
+            after.as_secs_f64()
+        )),
+        Exit::Code(code) => text.push_str(&format!("exit code {code}\n")),
+        Exit::Signal => text.push_str("the command was killed by a signal\n"),
+    }
+    if !ran.stdout.is_empty() {
+        text.push_str(&cap(&ran.stdout, ran.stdout_total));
+        if !text.ends_with('\n') {
+            text.push('\n');
+        }
+    }
+    if !ran.stderr.is_empty() {
+        text.push_str("[stderr]\n");
+        text.push_str(&cap(&ran.stderr, ran.stderr_total));
+    }
+    if ran.exit == Exit::Code(0) {
+        ToolOutput::ok(text)
+    } else {
+        ToolOutput::error(text)
+    }
+}
+
+/// How a sandboxed command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    Code(i32),
+    Signal,
+    TimedOut(Duration),
+}
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Exit::Code(code) => write!(f, "exited {code}"),
+            Exit::Signal => f.write_str("was killed by a signal"),
+            Exit::TimedOut(after) => write!(
+                f,
+                "timed out after {}",
+                crate::workflow::duration::format_duration(*after)
+            ),
+        }
+    }
+}
+
+/// What a sandboxed command did: how it ended and what it printed (each stream read up to
+/// 4 MiB; `*_total` is how much it printed in all).
+#[derive(Debug)]
+pub struct Ran {
+    pub exit: Exit,
+    pub stdout: Vec<u8>,
+    pub stdout_total: usize,
+    pub stderr: Vec<u8>,
+    pub stderr_total: usize,
+}
+
+/// Runs `bash -c command` in `root` under the step's sandbox, as the `bash` tool, checks and
+/// command steps all do. `None` for `timeout`: until the caller drops the future (a command
+/// step lives as long as its step). An error means the command could not start.
+pub async fn run_sandboxed(
+    root: &std::path::Path,
+    command_text: &str,
+    timeout: Option<Duration>,
+    env: &BashEnv,
+) -> Result<Ran, String> {
+    if env.mode == Mode::ReadOnly && !env.support.landlock() {
+        return Err("bash is not available in this step: the kernel has no Landlock, so a read-only bash cannot be enforced (runner's `--sandbox off` allows an unconfined one)".into());
+    }
+    let tmp = env
+        .tmp()
+        .map_err(|err| format!("cannot make a temporary directory: {err}"))?;
     let policy = Policy {
         mode: env.mode,
         network: env.network,
-        workdir: ws.root().as_std_path().to_owned(),
+        workdir: root.to_owned(),
         tmp: tmp.clone(),
         protected: env.protected.clone(),
         parent: std::process::id() as i32,
     };
-    let policy = match serde_json::to_string(&policy) {
-        Ok(policy) => policy,
-        Err(err) => return ToolOutput::error(format!("cannot describe the sandbox: {err}")),
-    };
+    let policy = serde_json::to_string(&policy)
+        .map_err(|err| format!("cannot describe the sandbox: {err}"))?;
     let mut command = Command::new(&env.exe);
     command
         .arg(sandbox::supervisor::ARG)
         .arg(policy)
         .arg("bash")
         .arg("-c")
-        .arg(&input.command)
-        .current_dir(ws.root())
+        .arg(command_text)
+        .current_dir(root)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -243,24 +320,27 @@ pub async fn bash(ws: &Workspace, input: &Value, env: &BashEnv) -> ToolOutput {
         // Well-behaved tools keep caches where the sandbox lets them write.
         command.env("XDG_CACHE_HOME", tmp.join("cache"));
     }
-    let mut child = match command.spawn() {
-        Ok(child) => child,
-        Err(err) => return ToolOutput::error(format!("cannot start bash: {err}")),
-    };
+    let mut child = command
+        .spawn()
+        .map_err(|err| format!("cannot start bash: {err}"))?;
     let pid = child
         .id()
         .and_then(|id| i32::try_from(id).ok())
         .map(Pid::from_raw);
     let mut stop = Stop(pid);
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-        return ToolOutput::error("cannot capture the command's output");
+        return Err("cannot capture the command's output".into());
     };
     let out_task = tokio::spawn(read_capped(stdout));
     let err_task = tokio::spawn(read_capped(stderr));
-    let status = match tokio::time::timeout(timeout, child.wait()).await {
-        Ok(Ok(status)) => Some(status),
-        Ok(Err(err)) => return ToolOutput::error(format!("waiting for the command failed: {err}")),
-        Err(_) => {
+    let waited = match timeout {
+        Some(limit) => tokio::time::timeout(limit, child.wait()).await.ok(),
+        None => Some(child.wait().await),
+    };
+    let status = match waited {
+        Some(Ok(status)) => Some(status),
+        Some(Err(err)) => return Err(format!("waiting for the command failed: {err}")),
+        None => {
             // The supervisor takes its processes down; if it does not, its group goes by force.
             drop(std::mem::replace(&mut stop, Stop(None)));
             if tokio::time::timeout(STOP_GRACE, child.wait())
@@ -281,40 +361,28 @@ pub async fn bash(ws: &Workspace, input: &Value, env: &BashEnv) -> ToolOutput {
             .and_then(Result::ok)
             .unwrap_or_default()
     };
-    let (stdout, out_total) = drained(out_task).await;
-    let (stderr, err_total) = drained(err_task).await;
+    let (stdout, stdout_total) = drained(out_task).await;
+    let (stderr, stderr_total) = drained(err_task).await;
     let code = status.and_then(|s| s.code());
     if code == Some(sandbox::SETUP_FAILED) {
         let text = String::from_utf8_lossy(&stderr);
         if let Some(why) = text.strip_prefix(sandbox::SETUP_FAILED_PREFIX) {
-            return ToolOutput::error(format!(
+            return Err(format!(
                 "bash could not start in its sandbox: {}",
                 why.trim()
             ));
         }
     }
-    let mut text = String::new();
-    match (status, code) {
-        (None, _) => text.push_str(&format!(
-            "the command timed out after {}s and was killed, with every process it started\n",
-            timeout.as_secs_f64()
-        )),
-        (Some(_), Some(code)) => text.push_str(&format!("exit code {code}\n")),
-        (Some(_), None) => text.push_str("the command was killed by a signal\n"),
-    }
-    if !stdout.is_empty() {
-        text.push_str(&cap(&stdout, out_total));
-        if !text.ends_with('\n') {
-            text.push('\n');
-        }
-    }
-    if !stderr.is_empty() {
-        text.push_str("[stderr]\n");
-        text.push_str(&cap(&stderr, err_total));
-    }
-    if code == Some(0) {
-        ToolOutput::ok(text)
-    } else {
-        ToolOutput::error(text)
-    }
+    let exit = match (status, code) {
+        (None, _) => Exit::TimedOut(timeout.unwrap_or_default()),
+        (Some(_), Some(code)) => Exit::Code(code),
+        (Some(_), None) => Exit::Signal,
+    };
+    Ok(Ran {
+        exit,
+        stdout,
+        stdout_total,
+        stderr,
+        stderr_total,
+    })
 }

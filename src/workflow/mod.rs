@@ -220,14 +220,44 @@ fn one_or_many<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<
     })
 }
 
-/// One subagent step.
+/// One step: an agent (`agent` and `prompt`) or a command (`run`).
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(extend("if" = {"required": ["run"]}, "else" = {"required": ["agent", "prompt"]}))]
 pub struct Step {
     /// `explore`, `plan`, `code`, or the name of a user-defined agent.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub agent: String,
     /// A minijinja template, rendered once every step in `needs` is done.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub prompt: String,
+    /// A shell command to run instead of an agent (`bash -c`, sandboxed like `bash`); its stdout
+    /// is the step's summary (or its `output` with `output_schema`). Templates cannot be used
+    /// here: pass values through `env`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<String>,
+    /// Command steps: whether the command may write the working directory (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writes: Option<bool>,
+    /// Commands that must pass after the agent's final answer; a failure goes back to the agent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "checks_schema")]
+    pub checks: Vec<CheckDef>,
+    /// How many times a failed check goes back to the agent before the step fails (default 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check_retries: Option<u32>,
+    /// One instance of the step per item: an expression giving a list (`steps.find.output.dirs`,
+    /// `inputs.dirs | split(",")`), or a literal list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "for_each_schema")]
+    pub for_each: Option<serde_json::Value>,
+    /// The item field that names each instance (`X[<key>]`) instead of its index.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub for_each_key: Option<String>,
+    /// How many instances `for_each` may make (default 256).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_instances: Option<u32>,
     /// Short text for progress lines and reports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
@@ -294,6 +324,66 @@ pub struct Step {
     /// variable (a secret named here is passed on purpose, and still hidden in every output).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
+}
+
+fn checks_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "description": "Commands that must pass after the agent's final answer: each a string, or a table with `command` and `timeout` (default 10m).",
+        "type": "array",
+        "items": {
+            "type": ["string", "object"],
+            "properties": {
+                "command": {"type": "string"},
+                "timeout": {"type": "string"}
+            },
+            "required": ["command"],
+            "additionalProperties": false
+        }
+    })
+}
+
+fn for_each_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "description": "An expression giving a list, or a literal list: one instance of the step per item.",
+        "type": ["string", "array"]
+    })
+}
+
+/// A check: a command, with its own timeout when given as a table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CheckDef {
+    pub command: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for CheckDef {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Table {
+            command: String,
+            #[serde(default)]
+            timeout: Option<String>,
+        }
+        // The schema has already said what is wrong with any other shape.
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Shape {
+            Command(String),
+            Table(Table),
+        }
+        Ok(match Shape::deserialize(deserializer)? {
+            Shape::Command(command) => CheckDef {
+                command,
+                timeout: None,
+            },
+            Shape::Table(t) => CheckDef {
+                command: t.command,
+                timeout: t.timeout,
+            },
+        })
+    }
 }
 
 fn output_schema_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {

@@ -23,4 +23,5 @@ mod seams;
 mod stream;
 mod support;
 mod trust;
+mod verified;
 mod workflows;

@@ -87,7 +87,10 @@ fn check_json_shape(plan: &serde_json::Value) {
                 "agent_source",
                 "agent_trusted",
                 "bash_confined",
+                "check_retries",
+                "checks",
                 "condition",
+                "for_each",
                 "id",
                 "isolation",
                 "max_subagent_depth",
@@ -97,14 +100,19 @@ fn check_json_shape(plan: &serde_json::Value) {
                 "needs",
                 "network",
                 "prompt",
+                "run",
                 "sandbox",
                 "subagents",
                 "timeout_secs",
                 "tools"
             ]
         );
-        let model = step["model"].as_str().unwrap();
-        assert!(model.contains('/'), "model `{model}` is provider/model");
+        if step["run"].is_null() {
+            let model = step["model"].as_str().unwrap();
+            assert!(model.contains('/'), "model `{model}` is provider/model");
+        } else {
+            assert!(step["model"].is_null(), "a command step has no model");
+        }
         assert_sorted_strings(&step["tools"]);
         assert!(
             !step["prompt"].as_str().unwrap().contains("{{"),

@@ -323,6 +323,8 @@ impl Delegation {
             tools: &job.tools,
             events: &job.events,
             meter: &scope.meter.for_model(&job.model),
+            checks: &[],
+            check_retries: 0,
         })
         .await;
         if let Some(child) = child {

@@ -275,11 +275,7 @@ impl Walker<'_> {
                     return Ty::any();
                 }
             },
-            Kind::Str => "a string",
-            Kind::Number => "a number",
-            Kind::Bool => "a boolean",
-            Kind::Null => "always none",
-            Kind::List(_) => "a list",
+            other => super::kind_word(other),
         };
         let found = Found::NotAMap {
             read: read(),

@@ -78,6 +78,40 @@ impl Ty {
         from_schema(schema, 0)
     }
 
+    pub fn number() -> Ty {
+        Kind::Number.into()
+    }
+
+    pub fn boolean() -> Ty {
+        Kind::Bool.into()
+    }
+
+    /// A list of `item`.
+    pub fn list(item: Ty) -> Ty {
+        Kind::List(Box::new(item)).into()
+    }
+
+    /// The type of one item when this is a list (anything, when the type is not known), else
+    /// what it is instead, in words.
+    pub fn item(&self) -> Result<Ty, &'static str> {
+        match &self.kind {
+            Kind::List(item) => Ok(item.present()),
+            Kind::Any => Ok(Ty::any()),
+            other => Err(kind_word(other)),
+        }
+    }
+
+    /// The fields a map declares: `Ok(None)` when any name may be read (an open map, a value
+    /// of unknown type), else what it is instead of a map, in words.
+    pub fn field_names(&self) -> Result<Option<Vec<String>>, &'static str> {
+        match &self.kind {
+            Kind::Map(fields) if fields.open => Ok(None),
+            Kind::Map(fields) => Ok(Some(fields.fields.keys().cloned().collect())),
+            Kind::Any => Ok(None),
+            other => Err(kind_word(other)),
+        }
+    }
+
     fn present(&self) -> Ty {
         Ty {
             kind: self.kind.clone(),
@@ -212,6 +246,33 @@ pub fn check_expression(
     let mut walker = Walker::new(env, source, roots);
     walker.soft(&expr);
     walker.problems
+}
+
+/// Types an expression whose value is used whole (a `for_each` list): its type, and what
+/// cannot work in it. `None` when it does not parse (compiling it reports that).
+pub fn type_expression(
+    env: &Environment<'static>,
+    source: &str,
+    roots: &BTreeMap<String, Ty>,
+) -> (Option<Ty>, Vec<TypeProblem>) {
+    let Ok(expr) = minijinja::machinery::parse_expr(source) else {
+        return (None, Vec::new());
+    };
+    let mut walker = Walker::new(env, source, roots);
+    let ty = walker.value(&expr);
+    (Some(ty), walker.problems)
+}
+
+/// A type that is not a map, in words.
+fn kind_word(kind: &Kind) -> &'static str {
+    match kind {
+        Kind::Any | Kind::Map(_) => "a table",
+        Kind::Str => "a string",
+        Kind::Number => "a number",
+        Kind::Bool => "a boolean",
+        Kind::Null => "always none",
+        Kind::List(_) => "a list",
+    }
 }
 
 mod expr;

@@ -1,0 +1,361 @@
+//! Verified steps: checks fed back to the agent, command steps in the DAG, and `for_each`
+//! fan-out, against the fake model API with real processes and real git.
+
+use serde_json::{Value, json};
+
+use crate::fake::{Fake, anthropic_text, anthropic_tool, prompt_of};
+use crate::support::{Output, Test, init_repo};
+
+const KEY: &str = "sk-test-secret-77c1";
+const HEAD: &str = "name = \"v\"\n[models]\ndefault = \"anthropic/claude-test\"\n";
+
+async fn run(test: Test, fake: &Fake) -> (Output, Test) {
+    test.anthropic_api(&fake.uri(), KEY)
+        .args(&["run", "w.toml", "--format", "json"])
+        .run_async()
+        .await
+}
+
+fn record(out: &Output) -> Value {
+    serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("run.json on stdout ({e}):\n{}", out.transcript()))
+}
+
+/// The text of the last user message of a request: what the model was told last.
+fn last_user_text(body: &Value) -> String {
+    let messages = body["messages"].as_array().unwrap();
+    let last = messages.iter().rev().find(|m| m["role"] == "user").unwrap();
+    last["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|b| b["text"].as_str())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn write(path: &str, content: &str) -> wiremock::ResponseTemplate {
+    anthropic_tool(
+        &format!("tu_{content}"),
+        "write_file",
+        json!({"path": path, "content": content}),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_check_that_fails_twice_goes_back_to_the_model_until_it_passes() {
+    let fake = Fake::anthropic(vec![
+        write("attempt.txt", "1"),
+        anthropic_text("done"),
+        write("attempt.txt", "2"),
+        anthropic_text("done again"),
+        write("attempt.txt", "3"),
+        anthropic_text("done at last"),
+        anthropic_text("read it"),
+    ])
+    .await;
+    let workflow = format!(
+        "{HEAD}[steps.s]\nagent = \"code\"\nprompt = \"Fix it\"\nchecks = [\"sh check.sh\"]\n\n[steps.after]\nagent = \"explore\"\nneeds = [\"s\"]\nprompt = \"CHECKS{{% for c in steps.s.checks %}} {{{{ c.command }}}}={{{{ c.passed }}}}{{% endfor %}}\"\n"
+    );
+    let test = Test::new().file("w.toml", &workflow).file(
+        "check.sh",
+        "echo \"attempt=$(cat attempt.txt)\"\necho oops >&2\ntest \"$(cat attempt.txt)\" = 3\n",
+    );
+    let (out, _test) = run(test, &fake).await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let run = record(&out);
+    let step = &run["steps"]["s"];
+    assert_eq!(step["status"], "succeeded");
+    assert_eq!(step["summary"], "done at last");
+    let checks = step["checks"].as_array().unwrap();
+    let rounds: Vec<(u64, bool, Value)> = checks
+        .iter()
+        .map(|c| {
+            (
+                c["round"].as_u64().unwrap(),
+                c["passed"].as_bool().unwrap(),
+                c["exit_code"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rounds,
+        [
+            (1, false, json!(1)),
+            (2, false, json!(1)),
+            (3, true, json!(0))
+        ]
+    );
+    assert!(checks.iter().all(|c| c["command"] == "sh check.sh"));
+    // Each failure reached the model with its output, stdout and stderr in order.
+    let bodies = fake.bodies().await;
+    assert_eq!(bodies.len(), 7);
+    // Templates read the last round's results.
+    let prompt = prompt_of(&bodies[6]);
+    assert!(prompt.contains("CHECKS sh check.sh=True"), "{prompt}");
+    let told = last_user_text(&bodies[2]);
+    assert!(told.contains("round 1 of 3"), "{told}");
+    assert!(told.contains("`sh check.sh` exited 1"), "{told}");
+    assert!(told.contains("attempt=1\noops"), "{told}");
+    let told = last_user_text(&bodies[4]);
+    assert!(
+        told.contains("round 2 of 3") && told.contains("attempt=2"),
+        "{told}"
+    );
+    // Checks count against the step's turns.
+    assert_eq!(step["turns"], 6);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_check_that_never_passes_fails_the_step_naming_the_command() {
+    let fake = Fake::anthropic(vec![anthropic_text("done"), anthropic_text("still done")]).await;
+    let workflow = format!(
+        "{HEAD}[steps.s]\nagent = \"explore\"\nprompt = \"Look\"\nchecks = [\"true\", \"sh check.sh\"]\ncheck_retries = 1\n\n[steps.after]\nagent = \"explore\"\nneeds = [\"s\"]\nprompt = \"after\"\n"
+    );
+    let test = Test::new()
+        .file("w.toml", &workflow)
+        .file("check.sh", "echo 'test login ... FAILED'\nexit 3\n");
+    let (out, _test) = run(test, &fake).await;
+    assert_eq!(out.status, 1, "{}", out.transcript());
+    let run = record(&out);
+    let step = &run["steps"]["s"];
+    assert_eq!(step["status"], "failed");
+    assert_eq!(
+        step["error"],
+        "checks failed: sh check.sh exited 3:\ntest login ... FAILED"
+    );
+    // Two rounds of two checks; the agent heard of the failure once (check_retries = 1).
+    let runs: Vec<(u64, &str, bool)> = step["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["round"].as_u64().unwrap(),
+                c["command"].as_str().unwrap(),
+                c["passed"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        runs,
+        [
+            (1, "true", true),
+            (1, "sh check.sh", false),
+            (2, "true", true),
+            (2, "sh check.sh", false)
+        ]
+    );
+    assert_eq!(fake.requests().await.len(), 2);
+    assert_eq!(run["steps"]["after"]["status"], "skipped");
+    assert!(
+        out.stderr
+            .contains("check `sh check.sh` failed (exit 3), round 2"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_check_in_a_worktree_step_sees_the_steps_changes() {
+    let fake = Fake::anthropic(vec![write("new.txt", "made"), anthropic_text("wrote it")]).await;
+    let workflow = format!(
+        "{HEAD}[steps.s]\nagent = \"code\"\nprompt = \"Write\"\nisolation = \"worktree\"\nchecks = [\"grep -q made new.txt\"]\ncheck_retries = 0\n"
+    );
+    let test = Test::new().file("w.toml", &workflow);
+    init_repo(test.path());
+    let (out, test) = run(test, &fake).await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let run = record(&out);
+    let step = &run["steps"]["s"];
+    assert_eq!(step["checks"][0]["passed"], true);
+    assert!(step["diff"].as_str().unwrap().contains("+made"));
+    // The check ran in the worktree: the checkout itself never had the file.
+    assert!(!test.path().join("new.txt").exists());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_command_steps_stdout_flows_into_a_later_prompt() {
+    let fake = Fake::anthropic(vec![anthropic_text("counted")]).await;
+    let workflow = format!(
+        r#"{HEAD}[steps.count]
+run = "printf 'files: %s' \"$(ls src | wc -l)\""
+
+[steps.sizes]
+run = "printf '{{\"n\": %s}}' \"$(ls src | wc -l)\""
+output_schema = {{ type = "object", properties = {{ n = {{ type = "integer" }} }}, required = ["n"] }}
+
+[steps.report]
+agent = "explore"
+needs = ["count", "sizes"]
+prompt = "MARK {{{{ steps.count.summary }}}} and n={{{{ steps.sizes.output.n }}}}"
+"#
+    );
+    let test = Test::new()
+        .file("w.toml", &workflow)
+        .file("src/a.rs", "")
+        .file("src/b.rs", "");
+    let (out, _test) = run(test, &fake).await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let run = record(&out);
+    assert_eq!(run["steps"]["count"]["summary"], "files: 2");
+    assert_eq!(run["steps"]["count"]["model"], "-");
+    assert_eq!(run["steps"]["sizes"]["output"], json!({"n": 2}));
+    let body = fake.body_for("MARK").await;
+    assert!(
+        prompt_of(&body).contains("MARK files: 2 and n=2"),
+        "{}",
+        prompt_of(&body)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_command_fails_its_step_with_stderr_and_skips_its_dependents() {
+    let fake = Fake::anthropic(vec![]).await;
+    let workflow = format!(
+        "{HEAD}[steps.test]\nrun = \"echo running; echo 'error: 2 tests failed' >&2; exit 3\"\n\n[steps.next]\nagent = \"explore\"\nneeds = [\"test\"]\nprompt = \"x\"\n"
+    );
+    let (out, _test) = run(Test::new().file("w.toml", &workflow), &fake).await;
+    assert_eq!(out.status, 1, "{}", out.transcript());
+    let run = record(&out);
+    assert_eq!(run["steps"]["test"]["status"], "failed");
+    assert_eq!(
+        run["steps"]["test"]["error"],
+        "the command exited 3:\nerror: 2 tests failed"
+    );
+    assert_eq!(run["steps"]["test"]["summary"], "running\n");
+    assert_eq!(run["steps"]["next"]["status"], "skipped");
+    assert!(fake.requests().await.is_empty());
+}
+
+/// A summary a hostile model wrote reaches a command through `env` as a value: no command
+/// substitution, no backticks, no variable expansion.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hostile_summary_passed_through_env_runs_nothing() {
+    // Planted in `out/`, which the command may write: a file there would prove it ran.
+    let hostile = "$(touch out/pwned) `touch out/pwned2` ${HOME} ; touch out/pwned3";
+    let fake = Fake::anthropic(vec![anthropic_text(hostile)]).await;
+    let workflow = format!(
+        "{HEAD}[steps.a]\nagent = \"explore\"\nprompt = \"say\"\n\n[steps.b]\nneeds = [\"a\"]\nrun = 'printf \"%s\" \"$SUMMARY\" > out/got.txt'\nwrites = true\nenv = {{ SUMMARY = \"{{{{ steps.a.summary }}}}\" }}\n"
+    );
+    let test = Test::new().file("w.toml", &workflow).file("out/.keep", "");
+    let (out, test) = run(test, &fake).await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let got = std::fs::read_to_string(test.path().join("out/got.txt")).unwrap();
+    assert_eq!(got, hostile);
+    for planted in ["pwned", "pwned2", "pwned3"] {
+        assert!(
+            !test.path().join("out").join(planted).exists(),
+            "{planted} was created"
+        );
+    }
+}
+
+/// A command step is read-only unless it says `writes = true`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_command_step_writes_only_when_it_says_so() {
+    let fake = Fake::anthropic(vec![]).await;
+    let workflow = format!(
+        "{HEAD}[steps.w]\nrun = \"echo x > out.txt\"\n\n[steps.ok]\nrun = \"cat w.toml | head -1\"\n"
+    );
+    let (out, test) = run(Test::new().file("w.toml", &workflow), &fake).await;
+    assert_eq!(out.status, 1, "{}", out.transcript());
+    let run = record(&out);
+    assert_eq!(run["steps"]["w"]["status"], "failed");
+    assert!(
+        run["steps"]["w"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("exited 1"),
+        "{}",
+        run["steps"]["w"]
+    );
+    assert!(!test.path().join("out.txt").exists());
+    assert_eq!(run["steps"]["ok"]["summary"], "name = \"v\"\n");
+}
+
+fn validate(workflow: &str) -> Output {
+    Test::new()
+        .file("w.toml", workflow)
+        .args(&["validate", "w.toml"])
+        .run()
+}
+
+#[test]
+fn validation_refuses_run_with_agent_and_templates_in_shell_text() {
+    let out = validate(&format!(
+        "{HEAD}[steps.a]\nagent = \"explore\"\nrun = \"make\"\n\n[steps.b]\nrun = \"grep {{{{ inputs.q }}}} src\"\n\n[steps.c]\nagent = \"explore\"\nprompt = \"x\"\nchecks = [\"test {{{{ workflow.name }}}}\"]\n\n[inputs.q]\ndefault = \"x\"\n"
+    ));
+    assert_eq!(out.status, 2, "{}", out.transcript());
+    let err = &out.stderr;
+    assert!(
+        err.contains("× step `a` has both `run` and `agent`"),
+        "{err}"
+    );
+    assert!(
+        err.contains("w.toml:5:1"),
+        "the error points at `agent`: {err}"
+    );
+    assert!(
+        err.contains("× step `b`: `run` cannot hold a template: a value spliced into shell text"),
+        "{err}"
+    );
+    assert!(
+        err.contains("w.toml:9:13"),
+        "the error points at `{{{{`: {err}"
+    );
+    assert!(err.contains("pass the value through `env`"), "{err}");
+    assert!(
+        err.contains("× step `c`: `checks` cannot hold a template"),
+        "{err}"
+    );
+}
+
+#[test]
+fn plan_shows_checks_and_command_steps() {
+    let workflow = format!(
+        "{HEAD}[steps.test]\nrun = \"cargo test\"\nnetwork = true\n\n[steps.fix]\nagent = \"code\"\nneeds = [\"test\"]\nprompt = \"fix {{{{ steps.test.summary }}}}\"\nchecks = [\"cargo test\", {{ command = \"cargo clippy\", timeout = \"20m\" }}]\ncheck_retries = 3\n"
+    );
+    let text = Test::new()
+        .file("w.toml", &workflow)
+        .args(&["plan", "w.toml"])
+        .run();
+    assert_eq!(text.status, 0, "{}", text.transcript());
+    assert!(
+        text.stdout.contains("test  [command] -\n"),
+        "{}",
+        text.stdout
+    );
+    assert!(
+        text.stdout.contains("    run      cargo test\n"),
+        "{}",
+        text.stdout
+    );
+    assert!(
+        text.stdout.contains("    sandbox  read-only, network\n"),
+        "{}",
+        text.stdout
+    );
+    assert!(
+        text.stdout.contains(
+            "    checks   cargo test (10m), cargo clippy (20m); a failure goes back to the agent up to 3 times\n"
+        ),
+        "{}",
+        text.stdout
+    );
+    let json = Test::new()
+        .file("w.toml", &workflow)
+        .args(&["plan", "w.toml", "--format", "json"])
+        .run();
+    let plan: Value = serde_json::from_str(&json.stdout).unwrap();
+    let steps = plan["steps"].as_array().unwrap();
+    let test = steps.iter().find(|s| s["id"] == "test").unwrap();
+    assert_eq!(test["run"], "cargo test");
+    assert_eq!(test["model"], Value::Null);
+    let fix = steps.iter().find(|s| s["id"] == "fix").unwrap();
+    assert_eq!(
+        fix["checks"],
+        json!([{"command": "cargo test", "timeout_secs": 600}, {"command": "cargo clippy", "timeout_secs": 1200}])
+    );
+    assert_eq!(fix["check_retries"], 3);
+}
