@@ -104,6 +104,14 @@ pub fn read_bytes(path: &Utf8Path, limit: u64) -> Result<Vec<u8>, ReadError> {
     Ok(out)
 }
 
+/// At most `max` characters of `text`, with `…` when cut: a value quoted in a message.
+pub fn preview(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

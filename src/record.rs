@@ -138,6 +138,16 @@ pub struct StepRecord {
     /// Every run of the step's checks, round by round.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub checks: Vec<CheckRecord>,
+    /// A fan-out instance's id (`X[0]`), in its step's `instances`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
+    /// A fan-out instance's item.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub item: Option<Value>,
+    /// A fan-out step's instances, in the order of its list. The step's own counts are theirs
+    /// summed (what this run did).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub instances: Vec<StepRecord>,
 }
 
 /// One run of one check.
@@ -155,6 +165,97 @@ pub struct CheckRecord {
 }
 
 impl StepRecord {
+    /// A pending record of a fan-out instance.
+    pub fn pending_instance(model: &str, id: &str, item: &Value) -> Self {
+        StepRecord {
+            status: StepStatus::Pending,
+            summary: String::new(),
+            output: Value::Null,
+            error: None,
+            model: model.to_owned(),
+            turns: 0,
+            tool_calls: 0,
+            input_tokens: 0,
+            output_tokens: 0,
+            cache_creation_input_tokens: 0,
+            cache_read_input_tokens: 0,
+            duration_ms: 0,
+            branch: None,
+            diff: None,
+            fingerprint: String::new(),
+            reused_from: None,
+            subagents: Vec::new(),
+            cost_usd: None,
+            checks: Vec::new(),
+            instance: Some(id.to_owned()),
+            item: Some(item.clone()),
+            instances: Vec::new(),
+        }
+    }
+
+    /// Settles a fan-out step from its instances: succeeded when every one did (an empty list
+    /// included), failed when one failed, cancelled when one was; skipped when some were left to
+    /// other jobs (`--only`). Counts are what this run did; `reused_from` is set when every
+    /// instance was reused.
+    pub fn settle_fan_out(&mut self, instances: Vec<StepRecord>, duration_ms: u64) {
+        let count = |status: StepStatus| instances.iter().filter(|r| r.status == status).count();
+        let (failed, cancelled, skipped) = (
+            count(StepStatus::Failed),
+            count(StepStatus::Cancelled),
+            count(StepStatus::Skipped),
+        );
+        self.status = if cancelled > 0 {
+            StepStatus::Cancelled
+        } else if failed > 0 {
+            StepStatus::Failed
+        } else if skipped > 0 {
+            StepStatus::Skipped
+        } else {
+            StepStatus::Succeeded
+        };
+        let mut parts = vec![format!("{} succeeded", count(StepStatus::Succeeded))];
+        for (n, word) in [
+            (failed, "failed"),
+            (cancelled, "cancelled"),
+            (skipped, "skipped"),
+        ] {
+            if n > 0 {
+                parts.push(format!("{n} {word}"));
+            }
+        }
+        let plural = if instances.len() == 1 { "" } else { "s" };
+        self.summary = format!("{} instance{plural}: {}", instances.len(), parts.join(", "));
+        self.error = instances
+            .iter()
+            .find(|r| matches!(r.status, StepStatus::Failed | StepStatus::Cancelled))
+            .or_else(|| instances.iter().find(|r| r.status == StepStatus::Skipped))
+            .map(|r| {
+                format!(
+                    "{}: {}",
+                    r.instance.as_deref().unwrap_or("an instance"),
+                    r.error.as_deref().unwrap_or(r.status.as_str())
+                )
+            });
+        self.output = Value::Null;
+        let here: Vec<&StepRecord> = instances
+            .iter()
+            .filter(|r| r.reused_from.is_none())
+            .collect();
+        self.turns = here.iter().map(|r| r.turns).sum();
+        self.tool_calls = here.iter().map(|r| r.tool_calls).sum();
+        self.input_tokens = here.iter().map(|r| r.input_tokens).sum();
+        self.output_tokens = here.iter().map(|r| r.output_tokens).sum();
+        self.cache_creation_input_tokens = here.iter().map(|r| r.cache_creation_input_tokens).sum();
+        self.cache_read_input_tokens = here.iter().map(|r| r.cache_read_input_tokens).sum();
+        self.cost_usd = here.iter().filter_map(|r| r.cost_usd).reduce(|a, b| a + b);
+        self.reused_from = match instances.first() {
+            Some(first) if here.is_empty() => first.reused_from.clone(),
+            _ => None,
+        };
+        self.duration_ms = duration_ms;
+        self.instances = instances;
+    }
+
     /// `steps.X.checks` as templates read it: each check of the last round, whether it passed
     /// (one not reached after an earlier failure did not).
     pub fn check_results(&self, commands: &[String]) -> Vec<(String, bool)> {
@@ -247,6 +348,9 @@ impl RunRecord {
                         subagents: Vec::new(),
                         cost_usd: None,
                         checks: Vec::new(),
+                        instance: None,
+                        item: None,
+                        instances: Vec::new(),
                     },
                 )
             })

@@ -269,7 +269,7 @@ fn step_text(out: &mut String, step: &PlannedStep, width: usize, support: Suppor
             } else {
                 String::new()
             };
-            let _ = writeln!(out, "    {:<9}{}{tail}", "instances", shown.join(", "));
+            let _ = writeln!(out, "    {:<9}{}{tail}", "items", shown.join(", "));
         }
     }
     if let Some(command) = &step.command {

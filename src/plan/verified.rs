@@ -385,6 +385,11 @@ pub fn instance_ids(step: &str, items: &[Value], key: Option<&str>) -> Result<Ve
     Ok(ids)
 }
 
+/// The step an id names: itself, or for a fan-out instance (`X[0]`) its step.
+pub fn step_of(id: &str) -> &str {
+    split_instance(id).map_or(id, |(step, _)| step)
+}
+
 /// The step a fan-out instance id (`X[0]`) belongs to, and its key; `None` for a step id.
 pub fn split_instance(id: &str) -> Option<(&str, &str)> {
     let (step, rest) = id.split_once('[')?;

@@ -93,7 +93,7 @@ impl GithubSink {
     fn agent(&self, step: &str) -> &str {
         self.steps
             .iter()
-            .find(|(id, _)| id == step)
+            .find(|(id, _)| id == crate::plan::verified::step_of(step))
             .map_or("?", |(_, agent)| agent.as_str())
     }
 
@@ -175,6 +175,17 @@ impl GithubSink {
                 ),
                 None => format!("{} {}", mark(r.status), r.status.as_str()),
             };
+            let status = match r.checks.iter().map(|c| c.round).max() {
+                Some(rounds) => {
+                    let word = if r.checks.iter().all(|c| c.round < rounds || c.passed) {
+                        "passed"
+                    } else {
+                        "failed"
+                    };
+                    format!("{status} · checks {word} in round {rounds}")
+                }
+                None => status,
+            };
             let _ = writeln!(
                 out,
                 "| `{}` | {} | {} | {} | {} | {} |",
@@ -187,6 +198,23 @@ impl GithubSink {
                     .as_deref()
                     .map_or_else(String::new, |b| format!("`{}`", cell(b)))
             );
+            // A fan-out's instances, each on a row of its own (the first hundred).
+            for instance in r.instances.iter().take(100) {
+                let _ = writeln!(
+                    out,
+                    "| ↳ `{}` | {} {} | {} | {} | {} | {} |",
+                    cell(instance.instance.as_deref().unwrap_or_default()),
+                    mark(instance.status),
+                    instance.status.as_str(),
+                    tokens(total_tokens(instance)),
+                    instance.cost_usd.map_or_else(|| "-".to_owned(), usd),
+                    seconds(instance.duration_ms),
+                    instance
+                        .branch
+                        .as_deref()
+                        .map_or_else(String::new, |b| format!("`{}`", cell(b)))
+                );
+            }
             if r.status == StepStatus::Failed {
                 let reason = r.error.as_deref().unwrap_or("no reason was recorded");
                 failures.push(format!(

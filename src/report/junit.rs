@@ -60,28 +60,14 @@ impl JunitSink {
             let Some(r) = self.records.get(id) else {
                 continue;
             };
-            let error = xml_text(r.error.as_deref().unwrap_or_default());
-            let error = error.as_ref();
-            let status = match r.status {
-                StepStatus::Failed => {
-                    let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
-                    status.set_message(error).set_description(error);
-                    status
-                }
-                StepStatus::Skipped | StepStatus::Cancelled => {
-                    let mut status = TestCaseStatus::skipped();
-                    status.set_message(format!("{}: {error}", r.status.as_str()));
-                    status
-                }
-                _ => TestCaseStatus::success(),
-            };
-            let mut case = TestCase::new(id.as_str(), status);
-            case.set_classname(format!("{name}.{}", xml_text(agent)))
-                .set_time(Duration::from_millis(r.duration_ms));
-            if r.status == StepStatus::Succeeded {
-                case.set_system_out(xml_text(&r.summary).as_ref());
+            // A fan-out step is one case per instance: CI shows which item failed.
+            if r.instances.is_empty() {
+                suite.add_test_case(case(&name, id, agent, r));
             }
-            suite.add_test_case(case);
+            for instance in &r.instances {
+                let id = instance.instance.as_deref().unwrap_or(id);
+                suite.add_test_case(case(&name, id, agent, instance));
+            }
         }
         let mut report = Report::new(name.as_ref());
         report.add_test_suite(suite);
@@ -91,10 +77,39 @@ impl JunitSink {
     }
 }
 
+/// The test case of one step (or instance).
+fn case(suite: &str, id: &str, agent: &str, r: &StepRecord) -> TestCase {
+    let error = xml_text(r.error.as_deref().unwrap_or_default());
+    let error = error.as_ref();
+    let status = match r.status {
+        StepStatus::Failed => {
+            let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
+            status.set_message(error).set_description(error);
+            status
+        }
+        StepStatus::Skipped | StepStatus::Cancelled => {
+            let mut status = TestCaseStatus::skipped();
+            status.set_message(format!("{}: {error}", r.status.as_str()));
+            status
+        }
+        _ => TestCaseStatus::success(),
+    };
+    let mut case = TestCase::new(xml_text(id).as_ref(), status);
+    case.set_classname(format!("{suite}.{}", xml_text(agent)))
+        .set_time(Duration::from_millis(r.duration_ms));
+    if r.status == StepStatus::Succeeded {
+        case.set_system_out(xml_text(&r.summary).as_ref());
+    }
+    case
+}
+
 impl Sink for JunitSink {
     fn handle(&mut self, event: &Event) -> Result<(), String> {
         match &event.kind {
-            EventKind::StepFinished { step, record, .. } => {
+            // Instances arrive inside their step's record.
+            EventKind::StepFinished { step, record, .. }
+                if crate::plan::verified::split_instance(step).is_none() =>
+            {
                 self.records.insert(step.clone(), (**record).clone());
                 Ok(())
             }

@@ -51,7 +51,10 @@ pub fn table<R: AsRef<[String]>>(rows: &[R]) -> String {
 pub fn summary_table(plan: &Plan, record: &RunRecord, run_dir: &camino::Utf8Path) -> String {
     // A cost column only when a price is known, a branch column only when a step made one.
     let costs = record.steps.values().any(|s| s.cost_usd.is_some());
-    let branches = record.steps.values().any(|s| s.branch.is_some());
+    let branches = record
+        .steps
+        .values()
+        .any(|s| s.branch.is_some() || s.instances.iter().any(|i| i.branch.is_some()));
     let mut header: Vec<String> = ["STEP", "STATUS", "TURNS", "TOOLS", "TOKENS IN/OUT", "TIME"]
         .map(String::from)
         .to_vec();
@@ -94,6 +97,30 @@ pub fn summary_table(plan: &Plan, record: &RunRecord, run_dir: &camino::Utf8Path
             row.push(r.branch.clone().unwrap_or_default());
         }
         rows.push(row);
+        // A fan-out's instances under it (the first fifty; run.json has them all).
+        for instance in r.instances.iter().take(50) {
+            let input = instance.input_tokens
+                + instance.cache_creation_input_tokens
+                + instance.cache_read_input_tokens;
+            let mut row = vec![
+                format!("  {}", instance.instance.as_deref().unwrap_or_default()),
+                instance.status.as_str().to_owned(),
+                instance.turns.to_string(),
+                instance.tool_calls.to_string(),
+                format!("{}/{}", tokens(input), tokens(instance.output_tokens)),
+                seconds(instance.duration_ms),
+            ];
+            if costs {
+                row.push(instance.cost_usd.map_or_else(|| "-".to_owned(), usd));
+            }
+            if branches {
+                row.push(instance.branch.clone().unwrap_or_default());
+            }
+            rows.push(row);
+        }
+        if r.instances.len() > 50 {
+            rows.push(vec![format!("  … {} more", r.instances.len() - 50)]);
+        }
     }
     if rows.len() > 2 {
         let mut row = vec![

@@ -12,6 +12,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressState, P
 use super::{seconds, tokens, total_tokens};
 use crate::event::{Event, EventKind, Sink};
 use crate::plan::Plan;
+use crate::plan::verified::step_of;
 use crate::record::{StepRecord, StepStatus, SubagentRecord};
 use crate::terminal;
 
@@ -108,7 +109,7 @@ impl PlainProgress {
 
 impl Sink for PlainProgress {
     fn handle(&mut self, event: &Event) -> Result<(), String> {
-        let agent = |id: &str| self.agents.get(id).map_or("?", String::as_str);
+        let agent = |id: &str| self.agents.get(step_of(id)).map_or("?", String::as_str);
         let line = match &event.kind {
             EventKind::StepStarted { step, agent, .. } => format!("[{agent}] {step} started"),
             EventKind::StepFinished { step, record, .. } => finish_line(agent(step), step, record),
@@ -272,12 +273,12 @@ impl Sink for LiveProgress {
             }
             EventKind::StepFinished { step, record, .. } => {
                 self.no_longer_waiting(step);
-                let agent = self.agents.get(step).map_or("?", String::as_str);
+                let agent = self.agents.get(step_of(step)).map_or("?", String::as_str);
                 let line = finish_line(agent, step, record);
                 self.end(&(step.clone(), None), line);
             }
             EventKind::SubagentStarted { step, id, .. } => {
-                let agent = self.agents.get(step).map_or("?", String::as_str);
+                let agent = self.agents.get(step_of(step)).map_or("?", String::as_str);
                 let prefix = format!("[{agent}] {step} › {id}");
                 let above = self
                     .live
@@ -286,12 +287,12 @@ impl Sink for LiveProgress {
                 self.start((step.clone(), Some(id.clone())), prefix, above.as_ref());
             }
             EventKind::SubagentFinished { step, record } => {
-                let agent = self.agents.get(step).map_or("?", String::as_str);
+                let agent = self.agents.get(step_of(step)).map_or("?", String::as_str);
                 let line = subagent_finish_line(&format!("[{agent}] {step}"), record);
                 self.end(&(step.clone(), Some(record.id.clone())), line);
             }
             EventKind::CheckFinished { step, record, .. } => {
-                let agent = self.agents.get(step).map_or("?", String::as_str);
+                let agent = self.agents.get(step_of(step)).map_or("?", String::as_str);
                 let _ = self
                     .multi
                     .println(check_line(&format!("[{agent}] {step}"), record));

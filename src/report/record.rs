@@ -55,7 +55,24 @@ impl Sink for RecordSink {
                 record,
                 decided,
             } => {
-                self.record.steps.insert(step.clone(), (**record).clone());
+                match crate::plan::verified::split_instance(step) {
+                    // An instance shows in its step's list as soon as it ends.
+                    Some((parent, _)) => {
+                        if let Some(entry) = self.record.steps.get_mut(parent) {
+                            match entry
+                                .instances
+                                .iter_mut()
+                                .find(|i| i.instance.as_deref() == Some(step.as_str()))
+                            {
+                                Some(slot) => *slot = (**record).clone(),
+                                None => entry.instances.push((**record).clone()),
+                            }
+                        }
+                    }
+                    None => {
+                        self.record.steps.insert(step.clone(), (**record).clone());
+                    }
+                }
                 if *decided {
                     save_step(&self.dir, step, record)?;
                 }

@@ -22,6 +22,8 @@ pub enum Prepared {
         /// Its `env` templates, rendered.
         env: BTreeMap<String, String>,
     },
+    /// A fan-out: each instance's id, item and what to do with it (never `FanOut` again).
+    FanOut(Vec<(String, serde_json::Value, Prepared)>),
 }
 
 pub fn prepare(
@@ -36,31 +38,14 @@ pub fn prepare(
         .as_ref()
         .and_then(|r| r.steps.get(&step.id))
         .filter(|s| s.status == StepStatus::Succeeded);
-    let reused = |previous: &StepRecord| {
-        let mut reused = previous.clone();
-        // Reused within the same run (`--run-id` of a run other jobs wrote) is not "from" anywhere.
-        if reused.reused_from.is_none() {
-            reused.reused_from = options
-                .resume
-                .as_ref()
-                .map(|r| r.run_id.clone())
-                .filter(|id| *id != record.run_id);
-        }
-        Prepared::Reuse(Box::new(reused))
-    };
-    if !options.only.is_empty() && !options.only.contains(&step.id) {
+    let selection = Selection::of(&step.id, &options.only);
+    if selection == Selection::Not {
         // Within one run spread over jobs, what another job decided stands, failures included.
-        let same_run = options
-            .resume
-            .as_ref()
-            .filter(|r| r.run_id == record.run_id)
-            .and_then(|r| r.steps.get(&step.id))
-            .filter(|s| s.status.is_finished());
-        if let Some(decided) = same_run {
+        if let Some(decided) = decided_elsewhere(options, record, &step.id) {
             return Prepared::Reuse(Box::new(decided.clone()));
         }
         return match previous {
-            Some(previous) => reused(previous),
+            Some(previous) => Prepared::Reuse(Box::new(reuse(previous, options, record))),
             None => Prepared::Ended(Outcome::Skipped(SkipReason::NotSelected)),
         };
     }
@@ -68,6 +53,84 @@ pub fn prepare(
         return Prepared::Ended(Outcome::Skipped(reason));
     }
     let context = context(plan, record);
+    if step.for_each.is_some() {
+        return super::fanout::expand(step, context, &selection, options, record, env);
+    }
+    prepare_one(step, context, previous, options, record, env)
+}
+
+/// What `--only` selects of a step: all of it, some of its instances (`X[1]`), or nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Selection {
+    All,
+    Instances(std::collections::BTreeSet<String>),
+    Not,
+}
+
+impl Selection {
+    fn of(id: &str, only: &std::collections::BTreeSet<String>) -> Self {
+        if only.is_empty() || only.contains(id) {
+            return Selection::All;
+        }
+        let instances: std::collections::BTreeSet<String> = only
+            .iter()
+            .filter(|o| crate::plan::verified::split_instance(o).is_some_and(|(s, _)| s == id))
+            .cloned()
+            .collect();
+        if instances.is_empty() {
+            Selection::Not
+        } else {
+            Selection::Instances(instances)
+        }
+    }
+}
+
+/// The result another job of the same run (`--run-id`) recorded for `id`, if it finished.
+pub fn decided_elsewhere<'a>(
+    options: &'a RunOptions,
+    record: &RunRecord,
+    id: &str,
+) -> Option<&'a StepRecord> {
+    let resumed = options
+        .resume
+        .as_ref()
+        .filter(|r| r.run_id == record.run_id)?;
+    let found = match crate::plan::verified::split_instance(id) {
+        Some((step, _)) => resumed
+            .steps
+            .get(step)?
+            .instances
+            .iter()
+            .find(|i| i.instance.as_deref() == Some(id)),
+        None => resumed.steps.get(id),
+    };
+    found.filter(|s| s.status.is_finished())
+}
+
+/// An earlier result taken over, saying where from.
+pub fn reuse(previous: &StepRecord, options: &RunOptions, record: &RunRecord) -> StepRecord {
+    let mut reused = previous.clone();
+    // Reused within the same run (`--run-id` of a run other jobs wrote) is not "from" anywhere.
+    if reused.reused_from.is_none() {
+        reused.reused_from = options
+            .resume
+            .as_ref()
+            .map(|r| r.run_id.clone())
+            .filter(|id| *id != record.run_id);
+    }
+    reused
+}
+
+/// One step (or one instance, with its `item` in `context`) that will run: its prompt and
+/// `env` rendered, or the earlier result with the same fingerprint reused.
+pub fn prepare_one(
+    step: &PlannedStep,
+    context: JinjaValue,
+    previous: Option<&StepRecord>,
+    options: &RunOptions,
+    record: &RunRecord,
+    env: &minijinja::Environment<'static>,
+) -> Prepared {
     let prompt = match template::render(env, &step.prompt_template, context.clone()) {
         Ok(prompt) => prompt,
         Err(err) => {
@@ -89,7 +152,7 @@ pub fn prepare(
         && let Some(previous) = previous
         && previous.fingerprint == fingerprint
     {
-        return reused(previous);
+        return Prepared::Reuse(Box::new(reuse(previous, options, record)));
     }
     Prepared::Run {
         prompt,
@@ -190,8 +253,31 @@ pub fn context(plan: &Plan, record: &RunRecord) -> JinjaValue {
     )
 }
 
-/// `steps.<id>` as templates read it: the step's result.
+/// `steps.<id>` as templates read it: the step's result, or for a fan-out step the list of its
+/// instances' results.
 fn result_value(plan: &Plan, id: &str, s: &StepRecord) -> JinjaValue {
+    if plan.step(id).is_some_and(|p| p.for_each.is_some()) {
+        let list: Vec<JinjaValue> = s
+            .instances
+            .iter()
+            .map(|instance| {
+                let key = instance.instance.as_deref().unwrap_or(id);
+                one_result(plan, id, key, instance, instance.item.clone())
+            })
+            .collect();
+        return JinjaValue::from(list);
+    }
+    one_result(plan, id, id, s, None)
+}
+
+/// One result: `id` is the step whose checks it ran, `name` what a missing output is called.
+fn one_result(
+    plan: &Plan,
+    id: &str,
+    name: &str,
+    s: &StepRecord,
+    item: Option<serde_json::Value>,
+) -> JinjaValue {
     let commands: Vec<String> = plan
         .step(id)
         .map(|p| p.checks.iter().map(|c| c.command.clone()).collect())
@@ -210,7 +296,7 @@ fn result_value(plan: &Plan, id: &str, s: &StepRecord) -> JinjaValue {
             if s.status == StepStatus::Succeeded {
                 JinjaValue::from(minijinja::value::Serde(&s.output))
             } else {
-                template::Missing::value(format!("steps.{id}.output"))
+                template::Missing::value(format!("steps.{name}.output"))
             },
             // A worktree step that changed nothing made no branch: an empty string,
             // never the text `none`.
@@ -218,6 +304,6 @@ fn result_value(plan: &Plan, id: &str, s: &StepRecord) -> JinjaValue {
             JinjaValue::from(s.diff.clone().unwrap_or_default()),
         ),
         JinjaValue::from(checks),
-        None,
+        item.map(|item| JinjaValue::from(minijinja::value::Serde(item))),
     )
 }

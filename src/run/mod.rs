@@ -4,6 +4,7 @@
 pub mod command;
 pub mod decide;
 pub mod executor;
+pub mod fanout;
 pub mod keys;
 pub mod outcome;
 pub mod resume;

@@ -76,6 +76,7 @@ pub fn load_merged(state_dir: &Utf8Path, id: &str) -> Result<Option<RunRecord>, 
     let mut record =
         read_record(&runs, id).map_err(|why| Problem::error(format!("--run-id {id}: {why}")))?;
     let steps = runs.join(id).join("steps");
+    let mut instances: Vec<(String, crate::record::StepRecord)> = Vec::new();
     for entry in steps.read_dir_utf8().into_iter().flatten().flatten() {
         let step = entry.file_name().to_owned();
         let path = entry.path().join("record.json");
@@ -89,7 +90,26 @@ pub fn load_merged(state_dir: &Utf8Path, id: &str) -> Result<Option<RunRecord>, 
                 "--run-id {id}: `{path}` is not a step record: {err}"
             ))
         })?;
-        record.steps.insert(step, step_record);
+        match crate::plan::verified::split_instance(&step) {
+            Some((parent, _)) => instances.push((parent.to_owned(), step_record)),
+            None => {
+                record.steps.insert(step, step_record);
+            }
+        }
+    }
+    // Instances another job ran (a matrix job per instance) join their step's list, and the
+    // step is settled from them.
+    for (parent, instance) in instances {
+        let Some(entry) = record.steps.get_mut(&parent) else {
+            continue;
+        };
+        let mut list = std::mem::take(&mut entry.instances);
+        match list.iter_mut().find(|i| i.instance == instance.instance) {
+            Some(slot) => *slot = instance,
+            None => list.push(instance),
+        }
+        let duration = entry.duration_ms;
+        entry.settle_fan_out(list, duration);
     }
     Ok(Some(record))
 }
@@ -120,12 +140,20 @@ pub fn clean_up_after(workdir: &Utf8Path, resumed: &RunRecord) -> Vec<String> {
     let Some(repo) = Repo::discover(workdir) else {
         return Vec::new();
     };
-    let succeeded: Vec<String> = resumed
+    let mut succeeded: Vec<String> = resumed
         .steps
         .iter()
         .filter(|(_, s)| s.status == StepStatus::Succeeded)
         .map(|(id, _)| id.clone())
         .collect();
+    // A fan-out instance's worktree and branch are `X.0`, `X.1`, ...
+    for (id, step) in &resumed.steps {
+        for (k, instance) in step.instances.iter().enumerate() {
+            if instance.status == StepStatus::Succeeded {
+                succeeded.push(format!("{id}.{k}"));
+            }
+        }
+    }
     repo.clean_up_run(&resumed.run_id, &succeeded)
         .into_iter()
         .map(|what| format!("removed the {what} left by run {}", resumed.run_id))
@@ -143,6 +171,19 @@ pub fn check_only(
 ) -> Vec<Problem> {
     let mut problems = Vec::new();
     for id in only {
+        // `X[1]`: one instance of a fan-out step.
+        let (id, instance) = match crate::plan::verified::split_instance(id) {
+            Some((step, _)) => (&step.to_owned(), Some(id)),
+            None => (id, None),
+        };
+        if let (Some(instance), Some(step)) = (instance, plan.step(id))
+            && step.for_each.is_none()
+        {
+            problems.push(Problem::error(format!(
+                "--only {instance}: step `{id}` has no `for_each`, so it has no instances"
+            )));
+            continue;
+        }
         let Some(step) = plan.steps().iter().find(|s| &s.id == id) else {
             let help = crate::error::did_you_mean(id, plan.steps().iter().map(|s| s.id.as_str()));
             problems.push(

@@ -55,6 +55,31 @@ struct Running {
     worktree: Option<Worktree>,
 }
 
+/// What runs as one task: a step, or one instance of a fan-out step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Unit {
+    step: usize,
+    instance: Option<usize>,
+}
+
+impl Unit {
+    fn step(step: usize) -> Self {
+        Unit {
+            step,
+            instance: None,
+        }
+    }
+}
+
+/// A fan-out step whose instances are under way.
+struct FanOut {
+    /// Each instance's record, in list order (its id and item set).
+    records: Vec<StepRecord>,
+    /// Instances not finished yet.
+    left: usize,
+    started: Instant,
+}
+
 /// Everything the loop changes as it goes.
 struct Scheduler<'a> {
     plan: &'a Plan,
@@ -63,9 +88,12 @@ struct Scheduler<'a> {
     record: RunRecord,
     walker: Walker,
     ready: BTreeSet<usize>,
-    to_start: BTreeSet<usize>,
-    prompts: BTreeMap<usize, (String, BTreeMap<String, String>)>,
-    running: BTreeMap<usize, Running>,
+    to_start: BTreeSet<Unit>,
+    prompts: BTreeMap<Unit, (String, BTreeMap<String, String>)>,
+    running: BTreeMap<Unit, Running>,
+    fan_outs: BTreeMap<usize, FanOut>,
+    /// Instance ids (`X[0]`) of the fan-outs under way, for their events.
+    instance_units: std::collections::HashMap<String, Unit>,
     stopping: bool,
     cancel: CancellationToken,
     repo: Option<Repo>,
@@ -126,6 +154,8 @@ pub async fn execute(
         to_start: BTreeSet::new(),
         prompts: BTreeMap::new(),
         running: BTreeMap::new(),
+        fan_outs: BTreeMap::new(),
+        instance_units: std::collections::HashMap::new(),
         stopping: false,
         cancel: CancellationToken::new(),
         repo,
@@ -172,8 +202,8 @@ impl Scheduler<'_> {
         let env = template::environment();
         let max_parallel = self.plan.max_parallel.max(1) as usize;
         let (sender, mut events) = mpsc::unbounded_channel::<Event>();
-        let mut tasks: JoinSet<(usize, Ended)> = JoinSet::new();
-        let mut task_steps: BTreeMap<tokio::task::Id, usize> = BTreeMap::new();
+        let mut tasks: JoinSet<(Unit, Ended)> = JoinSet::new();
+        let mut task_units: BTreeMap<tokio::task::Id, Unit> = BTreeMap::new();
         let mut interrupted = false;
         loop {
             // A state directory that cannot be written loses the run's record: stop at once.
@@ -182,21 +212,21 @@ impl Scheduler<'_> {
             }
             self.decide_ready(&env);
             if self.stopping {
-                for i in std::mem::take(&mut self.to_start) {
-                    self.finish_unstarted(i, Outcome::Cancelled(CancelReason::RunStopped));
+                for unit in std::mem::take(&mut self.to_start) {
+                    self.finish_unstarted(unit, Outcome::Cancelled(CancelReason::RunStopped));
                 }
                 if !self.ready.is_empty() {
                     continue;
                 }
             }
-            // Start what the limit allows, in plan order.
+            // Start what the limit allows, in plan order (instances in list order).
             while self.running.len() < max_parallel {
-                let Some(i) = self.to_start.pop_first() else {
+                let Some(unit) = self.to_start.pop_first() else {
                     break;
                 };
-                if let Some(future) = self.start(i, &executor, &workdir, &sender) {
+                if let Some(future) = self.start(unit, &executor, &workdir, &sender) {
                     let cancelled = self.cancel.clone();
-                    let timeout = self.plan.steps()[i].timeout;
+                    let timeout = self.plan.steps()[unit.step].timeout;
                     let handle = tasks.spawn(async move {
                         // Dropping the step's future on timeout or cancel aborts its HTTP
                         // request and stops its bash calls.
@@ -207,9 +237,9 @@ impl Scheduler<'_> {
                             },
                             () = cancelled.cancelled() => Ended::Cancelled,
                         };
-                        (i, ended)
+                        (unit, ended)
                     });
-                    task_steps.insert(handle.id(), i);
+                    task_units.insert(handle.id(), unit);
                 }
             }
             if tasks.is_empty() {
@@ -226,11 +256,11 @@ impl Scheduler<'_> {
                 }
                 joined = tasks.join_next() => {
                     let Some(joined) = joined else { continue };
-                    let (i, ended) = match joined {
+                    let (unit, ended) = match joined {
                         Ok(pair) => pair,
                         // A step that panicked fails alone; the run and its record go on.
-                        Err(err) => match task_steps.get(&err.id()) {
-                            Some(&i) => (i, Ended::Done(Outcome::failed(FailureKind::Crashed, format!("the step crashed: {err}")))),
+                        Err(err) => match task_units.get(&err.id()) {
+                            Some(&unit) => (unit, Ended::Done(Outcome::failed(FailureKind::Crashed, format!("the step crashed: {err}")))),
                             None => continue,
                         },
                     };
@@ -238,13 +268,11 @@ impl Scheduler<'_> {
                     while let Ok(event) = events.try_recv() {
                         self.dispatch(event);
                     }
-                    let failed = self.finish_started(i, ended);
-                    let plan = self.plan;
-                    let step = &plan.steps()[i];
+                    let failed = self.finish_started(unit, ended);
+                    let step = &self.plan.steps()[unit.step];
                     if failed && self.options.fail_fast && !step.continue_on_error {
                         self.stop();
                     }
-                    self.ready.extend(self.walker.complete(i));
                 }
                 () = self.options.interrupt.cancelled(), if !interrupted => {
                     interrupted = true;
@@ -265,10 +293,18 @@ impl Scheduler<'_> {
         }
     }
 
+    /// The unit an event's step id names: a step of the plan, or an instance under way.
+    fn unit_of(&self, id: &str) -> Option<Unit> {
+        self.plan
+            .index_of(id)
+            .map(Unit::step)
+            .or_else(|| self.instance_units.get(id).copied())
+    }
+
     /// Counts what a running step reports, then hands the event to the sinks.
     fn dispatch(&mut self, event: Event) {
-        if let Some(i) = event.kind.step().and_then(|id| self.plan.index_of(id))
-            && let Some(run) = self.running.get_mut(&i)
+        if let Some(unit) = event.kind.step().and_then(|id| self.unit_of(id))
+            && let Some(run) = self.running.get_mut(&unit)
         {
             // Turns and tool calls are the step's own; a subagent's show in its record.
             let own = event.agent.is_none();
@@ -295,19 +331,19 @@ impl Scheduler<'_> {
         self.sinks.emit(&event);
     }
 
-    /// Decides every ready step: skip, reuse, or queue to start.
+    /// Decides every ready step: skip, reuse, fan out, or queue to start.
     fn decide_ready(&mut self, env: &minijinja::Environment<'static>) {
         let plan = self.plan;
         while let Some(i) = self.ready.pop_first() {
             let step = &plan.steps()[i];
             if self.stopping {
-                self.finish_unstarted(i, Outcome::Cancelled(CancelReason::RunStopped));
+                self.finish_unstarted(Unit::step(i), Outcome::Cancelled(CancelReason::RunStopped));
                 continue;
             }
             match prepare(step, plan, &self.record, self.options, env) {
                 Prepared::Ended(outcome) => {
                     let failed = outcome.is_failure();
-                    self.finish_unstarted(i, outcome);
+                    self.finish_unstarted(Unit::step(i), outcome);
                     if failed && self.options.fail_fast && !step.continue_on_error {
                         self.stop();
                     }
@@ -323,28 +359,176 @@ impl Scheduler<'_> {
                     env,
                 } => {
                     self.record.step_mut(&step.id).fingerprint = fingerprint;
-                    self.prompts.insert(i, (prompt, env));
-                    self.to_start.insert(i);
+                    self.prompts.insert(Unit::step(i), (prompt, env));
+                    self.to_start.insert(Unit::step(i));
                 }
+                Prepared::FanOut(instances) => self.fan_out(i, instances),
             }
         }
     }
 
-    /// Starts step `i`: its worktree, its record, its future. `None` when it could not start
+    /// Starts a fan-out: each instance reused, ended, or queued; the step is done when the
+    /// last instance is (at once for an empty list).
+    fn fan_out(&mut self, i: usize, instances: Vec<(String, serde_json::Value, Prepared)>) {
+        let step = &self.plan.steps()[i];
+        let model = step.model_label();
+        self.record.step_mut(&step.id).status = StepStatus::Running;
+        self.emit(EventKind::StepStarted {
+            step: step.id.clone(),
+            agent: step.agent.clone(),
+            model: model.clone(),
+        });
+        let mut records = Vec::with_capacity(instances.len());
+        let mut settled = Vec::new();
+        for (k, (id, item, prepared)) in instances.into_iter().enumerate() {
+            let mut entry = StepRecord::pending_instance(&model, &id, &item);
+            let unit = Unit {
+                step: i,
+                instance: Some(k),
+            };
+            match prepared {
+                Prepared::Run {
+                    prompt,
+                    fingerprint,
+                    env,
+                } => {
+                    entry.fingerprint = fingerprint;
+                    self.instance_units.insert(id, unit);
+                    self.prompts.insert(unit, (prompt, env));
+                    self.to_start.insert(unit);
+                }
+                Prepared::Reuse(previous) => {
+                    entry = *previous;
+                    settled.push((k, false));
+                }
+                Prepared::Ended(outcome) => {
+                    let decided = !matches!(outcome, Outcome::Skipped(SkipReason::NotSelected));
+                    outcome.record(&mut entry);
+                    settled.push((k, decided));
+                }
+                // `prepare` never nests fan-outs.
+                Prepared::FanOut(_) => {
+                    Outcome::failed(FailureKind::FanOut, "a nested fan-out").record(&mut entry);
+                    settled.push((k, true));
+                }
+            }
+            records.push(entry);
+        }
+        let left = records.len();
+        self.fan_outs.insert(
+            i,
+            FanOut {
+                records,
+                left,
+                started: Instant::now(),
+            },
+        );
+        for (k, decided) in settled {
+            self.instance_done(i, k, decided);
+        }
+        if left == 0 {
+            self.finish_fan_out(i);
+        }
+    }
+
+    /// Tells the sinks an instance ended; settles its step when it was the last.
+    fn instance_done(&mut self, i: usize, k: usize, decided: bool) {
+        let Some(fan_out) = self.fan_outs.get_mut(&i) else {
+            return;
+        };
+        fan_out.left = fan_out.left.saturating_sub(1);
+        let last = fan_out.left == 0;
+        if let Some(record) = fan_out.records.get(k).cloned() {
+            let id = record.instance.clone().unwrap_or_default();
+            self.instance_units.remove(&id);
+            self.emit(EventKind::StepFinished {
+                step: id,
+                record: Box::new(record),
+                decided,
+            });
+        }
+        if last {
+            self.finish_fan_out(i);
+        }
+    }
+
+    /// Settles a fan-out step from its instances and lets its dependents go.
+    fn finish_fan_out(&mut self, i: usize) {
+        let Some(fan_out) = self.fan_outs.remove(&i) else {
+            return;
+        };
+        let id = self.plan.steps()[i].id.clone();
+        let elsewhere = fan_out
+            .records
+            .iter()
+            .any(|r| r.status == StepStatus::Skipped);
+        self.record.step_mut(&id).settle_fan_out(
+            fan_out.records,
+            fan_out.started.elapsed().as_millis() as u64,
+        );
+        // With some instances left to other jobs (`--only`), this job did not decide the step.
+        self.finished(i, !elsewhere);
+        self.ready.extend(self.walker.complete(i));
+    }
+
+    /// The id a unit runs as: the step's, or the instance's (`X[0]`).
+    fn unit_id(&self, unit: Unit) -> String {
+        let step = &self.plan.steps()[unit.step];
+        match unit.instance {
+            Some(k) => self
+                .fan_outs
+                .get(&unit.step)
+                .and_then(|f| f.records.get(k))
+                .and_then(|r| r.instance.clone())
+                .unwrap_or_else(|| format!("{}[{k}]", step.id)),
+            None => step.id.clone(),
+        }
+    }
+
+    /// The record a unit writes into.
+    fn entry(&mut self, unit: Unit) -> &mut StepRecord {
+        match unit.instance {
+            Some(k) => {
+                let id = self.plan.steps()[unit.step].id.clone();
+                match self
+                    .fan_outs
+                    .get_mut(&unit.step)
+                    .and_then(|f| f.records.get_mut(k))
+                {
+                    Some(entry) => entry,
+                    None => self.record.step_mut(&id),
+                }
+            }
+            None => {
+                let id = &self.plan.steps()[unit.step].id;
+                self.record.step_mut(id)
+            }
+        }
+    }
+
+    /// Starts a unit: its worktree, its record, its future. `None` when it could not start
     /// (it has been recorded as failed).
     fn start(
         &mut self,
-        i: usize,
+        unit: Unit,
         executor: &Arc<dyn Executor>,
         workdir: &camino::Utf8Path,
         sender: &mpsc::UnboundedSender<Event>,
     ) -> Option<futures_util::future::BoxFuture<'static, crate::session::StepOutcome>> {
-        let step: Arc<PlannedStep> = Arc::new(self.plan.steps()[i].clone());
+        let mut planned = self.plan.steps()[unit.step].clone();
+        let id = self.unit_id(unit);
+        // An instance's worktree (and branch) is `X.0`: ids with brackets are not branch names.
+        let tree_name = match unit.instance {
+            Some(k) => format!("{}.{k}", planned.id),
+            None => planned.id.clone(),
+        };
+        planned.id = id.clone();
+        let step: Arc<PlannedStep> = Arc::new(planned);
         let tree = match (&self.repo, step.isolation) {
-            (Some(repo), Isolation::Worktree) => match repo.add(&self.record.run_id, &step.id) {
+            (Some(repo), Isolation::Worktree) => match repo.add(&self.record.run_id, &tree_name) {
                 Ok(tree) => Some(tree),
                 Err(err) => {
-                    self.finish_unstarted(i, Outcome::failed(FailureKind::Worktree, err));
+                    self.finish_unstarted(unit, Outcome::failed(FailureKind::Worktree, err));
                     return None;
                 }
             },
@@ -353,49 +537,54 @@ impl Scheduler<'_> {
         let root = tree
             .as_ref()
             .map_or_else(|| workdir.to_owned(), |t| t.workdir.clone());
-        self.record.step_mut(&step.id).status = StepStatus::Running;
+        self.entry(unit).status = StepStatus::Running;
         self.emit(EventKind::StepStarted {
-            step: step.id.clone(),
+            step: id.clone(),
             agent: step.agent.clone(),
             model: step.model_label(),
         });
         self.running.insert(
-            i,
+            unit,
             Running {
                 tally: Tally::default(),
                 started: Instant::now(),
                 worktree: tree,
             },
         );
-        let (prompt, rendered_env) = self.prompts.remove(&i).unwrap_or_default();
+        let (prompt, rendered_env) = self.prompts.remove(&unit).unwrap_or_default();
         Some(executor.run(StepJob {
             prompt,
             rendered_env,
             root,
-            events: Emitter::new(&step.id, sender.clone()),
+            events: Emitter::new(&id, sender.clone()),
             step,
         }))
     }
 
-    /// Records a step that never ran.
-    fn finish_unstarted(&mut self, i: usize, outcome: Outcome) {
-        let plan = self.plan;
-        let id = &plan.steps()[i].id;
+    /// Records a unit that never ran.
+    fn finish_unstarted(&mut self, unit: Unit, outcome: Outcome) {
         // A step `--only` left out is another job's to decide.
         let decided = !matches!(outcome, Outcome::Skipped(SkipReason::NotSelected));
-        outcome.record(self.record.step_mut(id));
-        self.finished(i, decided);
-        self.ready.extend(self.walker.complete(i));
+        outcome.record(self.entry(unit));
+        self.prompts.remove(&unit);
+        match unit.instance {
+            Some(k) => self.instance_done(unit.step, k, decided),
+            None => {
+                self.finished(unit.step, decided);
+                self.ready.extend(self.walker.complete(unit.step));
+            }
+        }
     }
 
-    /// Records how a started step ended and settles its worktree. Returns whether it failed.
-    fn finish_started(&mut self, i: usize, ended: Ended) -> bool {
-        let plan = self.plan;
-        let step = &plan.steps()[i];
-        let Some(run) = self.running.remove(&i) else {
+    /// Records how a started unit ended and settles its worktree; a step's dependents (or a
+    /// fan-out's, after its last instance) may go. Returns whether it failed.
+    fn finish_started(&mut self, unit: Unit, ended: Ended) -> bool {
+        let Some(run) = self.running.remove(&unit) else {
             return false;
         };
-        let entry = self.record.step_mut(&step.id);
+        let id = self.unit_id(unit);
+        let repo = self.repo.take();
+        let entry = self.entry(unit);
         entry.turns = run.tally.turns;
         entry.tool_calls = run.tally.tool_calls;
         entry.input_tokens = run.tally.usage.input_tokens;
@@ -419,8 +608,8 @@ impl Scheduler<'_> {
             Ended::Cancelled => Outcome::Cancelled(CancelReason::WhileRunning),
         };
         outcome.record(entry);
-        if let (Some(repo), Some(tree)) = (&self.repo, &run.worktree) {
-            match repo.finish(tree, &step.id, cancelled) {
+        if let (Some(repo), Some(tree)) = (&repo, &run.worktree) {
+            match repo.finish(tree, &id, cancelled) {
                 Ok(done) => {
                     entry.branch = done.branch;
                     entry.diff = Some(done.diff);
@@ -433,7 +622,14 @@ impl Scheduler<'_> {
             }
         }
         let failed = entry.status == StepStatus::Failed;
-        self.finished(i, true);
+        self.repo = repo;
+        match unit.instance {
+            Some(k) => self.instance_done(unit.step, k, true),
+            None => {
+                self.finished(unit.step, true);
+                self.ready.extend(self.walker.complete(unit.step));
+            }
+        }
         failed
     }
 

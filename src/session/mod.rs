@@ -52,6 +52,8 @@ pub enum FailureKind {
     Checks,
     /// A command step's command did not exit 0.
     Command,
+    /// A `for_each` list could not be made into instances.
+    FanOut,
 }
 
 /// How a step ended.

@@ -359,3 +359,365 @@ fn plan_shows_checks_and_command_steps() {
     );
     assert_eq!(fix["check_retries"], 3);
 }
+
+/// The run record a run left in the state directory (for runs whose stdout is JSONL).
+fn saved_record(test: &Test) -> Value {
+    let runs = test.path().join(".runner/runs");
+    let mut ids: Vec<_> = std::fs::read_dir(&runs)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    ids.sort();
+    let last = ids.last().expect("a run");
+    serde_json::from_str(&std::fs::read_to_string(runs.join(last).join("run.json")).unwrap())
+        .unwrap()
+}
+
+const FIND_SCHEMA: &str = "output_schema = { type = \"object\", properties = { dirs = { type = \"array\", items = { type = \"object\", properties = { name = { type = \"string\" } }, required = [\"name\"] } } }, required = [\"dirs\"] }\n";
+
+/// A command step printing `dirs` as JSON, a fan-out over them and a step reading them all.
+fn fan_out_workflow(dirs: &str, look: &str) -> String {
+    format!(
+        "name = \"v\"\nmax_parallel = 2\n[models]\ndefault = \"anthropic/claude-test\"\n[steps.find]\nrun = '''echo '{{\"dirs\": {dirs}}}' '''\n{FIND_SCHEMA}\n[steps.look]\nneeds = [\"find\"]\nfor_each = \"steps.find.output.dirs\"\nfor_each_key = \"name\"\n{look}\n[steps.sum]\nagent = \"explore\"\nneeds = [\"look\"]\nprompt = \"SUM {{{{ steps.look | length }}}}:{{% for r in steps.look %}} {{{{ r.item.name }}}}={{{{ r.summary }}}}{{% endfor %}}\"\n"
+    )
+}
+
+/// Two instances meet through two FIFOs in their bash commands: each blocks until the other is
+/// running, so both can only finish if they overlap (the bash timeout only ends a broken run).
+#[tokio::test(flavor = "multi_thread")]
+async fn for_each_runs_instances_in_parallel_under_max_parallel_and_downstream_reads_them_all() {
+    let fake = Fake::anthropic_routed(vec![
+        (
+            "MARK-left",
+            vec![
+                anthropic_tool(
+                    "l1",
+                    "bash",
+                    json!({"command": "echo left > p1; read x < p2; echo got $x", "timeout": 20}),
+                ),
+                anthropic_text("left done"),
+            ],
+        ),
+        (
+            "MARK-right",
+            vec![
+                anthropic_tool(
+                    "r1",
+                    "bash",
+                    json!({"command": "read y < p1; echo right > p2; echo got $y", "timeout": 20}),
+                ),
+                anthropic_text("right done"),
+            ],
+        ),
+        ("MARK-solo", vec![anthropic_text("solo done")]),
+        ("SUM", vec![anthropic_text("summed")]),
+    ])
+    .await;
+    let workflow = fan_out_workflow(
+        r#"[{"name": "left"}, {"name": "right"}, {"name": "solo"}]"#,
+        "agent = \"code\"\nprompt = \"MARK-{{ item.name }} number {{ item_index }}\"\n",
+    );
+    let test = Test::new().file("w.toml", &workflow);
+    for fifo in ["p1", "p2"] {
+        let made = std::process::Command::new("mkfifo")
+            .arg(test.path().join(fifo))
+            .status()
+            .unwrap();
+        assert!(made.success());
+    }
+    let (out, test) = test
+        .anthropic_api(&fake.uri(), KEY)
+        .args(&["run", "w.toml", "--format", "jsonl"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let run = saved_record(&test);
+    let look = &run["steps"]["look"];
+    assert_eq!(look["status"], "succeeded");
+    let instances = look["instances"].as_array().unwrap();
+    let ids: Vec<&str> = instances
+        .iter()
+        .map(|i| i["instance"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["look[left]", "look[right]", "look[solo]"]);
+    assert_eq!(instances[1]["item"], json!({"name": "right"}));
+    assert_eq!(instances[0]["summary"], "left done");
+    assert_eq!(look["turns"], 5, "the step counts its instances' turns");
+    // Each instance had its own conversation and transcript.
+    let run_dir = test
+        .path()
+        .join(".runner/runs")
+        .join(run["run_id"].as_str().unwrap());
+    for id in &ids {
+        let transcript =
+            std::fs::read_to_string(run_dir.join("steps").join(id).join("transcript.jsonl"))
+                .unwrap();
+        let name = id.trim_start_matches("look[").trim_end_matches(']');
+        assert!(transcript.contains(&format!("MARK-{name} number")), "{id}");
+    }
+    let results: Vec<String> = fake
+        .bodies()
+        .await
+        .iter()
+        .flat_map(crate::fake::anthropic_results)
+        .map(|(_, text, _)| text)
+        .collect();
+    assert!(
+        results.iter().any(|t| t.contains("got right")),
+        "{results:?}"
+    );
+    assert!(
+        results.iter().any(|t| t.contains("got left")),
+        "{results:?}"
+    );
+    // Never more than max_parallel instances at once, read off the event stream.
+    let (mut running, mut most) = (0, 0);
+    for line in out.stdout.lines() {
+        let event: Value = serde_json::from_str(line).unwrap();
+        if !event["step"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("look[")
+        {
+            continue;
+        }
+        match event["event"].as_str().unwrap() {
+            "step_started" => running += 1,
+            "step_finished" => running -= 1,
+            _ => {}
+        }
+        most = most.max(running);
+    }
+    assert_eq!(most, 2, "{}", out.stdout);
+    let sum = fake.body_for("SUM").await;
+    assert!(
+        prompt_of(&sum).contains("SUM 3: left=left done right=right done solo=solo done"),
+        "{}",
+        prompt_of(&sum)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_empty_list_gives_a_succeeded_step_with_no_instances() {
+    let fake = Fake::anthropic_routed(vec![("SUM", vec![anthropic_text("nothing")])]).await;
+    let workflow = fan_out_workflow(
+        "[]",
+        "agent = \"explore\"\nprompt = \"MARK-{{ item.name }}\"\n",
+    );
+    let (out, _test) = run(Test::new().file("w.toml", &workflow), &fake).await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let run = record(&out);
+    let look = &run["steps"]["look"];
+    assert_eq!(look["status"], "succeeded");
+    assert_eq!(look["summary"], "0 instances: 0 succeeded");
+    assert!(look.get("instances").is_none());
+    assert!(prompt_of(&fake.body_for("SUM").await).contains("SUM 0:"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn more_items_than_max_instances_fails_the_step_before_any_runs() {
+    let fake = Fake::anthropic(vec![]).await;
+    let workflow = fan_out_workflow(
+        r#"[{"name": "a"}, {"name": "b"}, {"name": "c"}, {"name": "d"}]"#,
+        "agent = \"explore\"\nprompt = \"MARK-{{ item.name }}\"\nmax_instances = 3\n",
+    );
+    let (out, _test) = run(Test::new().file("w.toml", &workflow), &fake).await;
+    assert_eq!(out.status, 1, "{}", out.transcript());
+    let run = record(&out);
+    assert_eq!(run["steps"]["look"]["status"], "failed");
+    assert_eq!(
+        run["steps"]["look"]["error"],
+        "`for_each` gave 4 items, more than `max_instances` (3); raise `max_instances` or narrow the list"
+    );
+    assert_eq!(run["steps"]["sum"]["status"], "skipped");
+    assert!(fake.requests().await.is_empty());
+}
+
+fn bad_request() -> wiremock::ResponseTemplate {
+    wiremock::ResponseTemplate::new(400).set_body_json(
+        json!({"type": "error", "error": {"type": "invalid_request_error", "message": "bad"}}),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn resume_reuses_finished_instances_and_only_reruns_one() {
+    let fake = Fake::anthropic_routed(vec![
+        ("MARK-a", vec![anthropic_text("a done")]),
+        ("MARK-b", vec![bad_request(), anthropic_text("b fixed")]),
+        (
+            "MARK-c",
+            vec![anthropic_text("c done"), anthropic_text("c again")],
+        ),
+        (
+            "SUM",
+            vec![anthropic_text("summed"), anthropic_text("summed again")],
+        ),
+    ])
+    .await;
+    let workflow = fan_out_workflow(
+        r#"[{"name": "a"}, {"name": "b"}, {"name": "c"}]"#,
+        "agent = \"explore\"\nprompt = \"MARK-{{ item.name }}\"\n",
+    );
+    let (out, test) = run(Test::new().file("w.toml", &workflow), &fake).await;
+    assert_eq!(out.status, 1, "{}", out.transcript());
+    let first = record(&out);
+    assert_eq!(first["steps"]["look"]["status"], "failed");
+    assert_eq!(
+        first["steps"]["look"]["instances"][1]["status"], "failed",
+        "{}",
+        first["steps"]["look"]
+    );
+    assert_eq!(first["steps"]["sum"]["status"], "skipped");
+
+    let (out, test) = test
+        .clear_args()
+        .args(&["run", "w.toml", "--format", "json", "--resume", "latest"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let second = record(&out);
+    let instances = second["steps"]["look"]["instances"].as_array().unwrap();
+    let first_id = first["run_id"].as_str().unwrap();
+    assert_eq!(instances[0]["reused_from"], first_id);
+    assert_eq!(instances[1]["summary"], "b fixed");
+    assert!(instances[1].get("reused_from").is_none());
+    assert_eq!(instances[2]["reused_from"], first_id);
+    assert_eq!(fake.count("MARK-a").await, 1);
+    assert_eq!(fake.count("MARK-c").await, 1);
+
+    // One instance again, the others taken from the run before.
+    let (out, _test) = test
+        .clear_args()
+        .args(&[
+            "run", "w.toml", "--format", "json", "--resume", "latest", "--only", "look[c]",
+        ])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let third = record(&out);
+    let instances = third["steps"]["look"]["instances"].as_array().unwrap();
+    assert_eq!(instances[2]["summary"], "c again");
+    assert_eq!(instances[1]["summary"], "b fixed");
+    assert_eq!(fake.count("MARK-c").await, 2);
+    assert_eq!(fake.count("MARK-b").await, 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_instance_of_a_worktree_step_gets_its_own_branch() {
+    let fake = Fake::anthropic_routed(vec![
+        (
+            "MARK-x",
+            vec![write("x.txt", "from x"), anthropic_text("x")],
+        ),
+        (
+            "MARK-y",
+            vec![write("y.txt", "from y"), anthropic_text("y")],
+        ),
+    ])
+    .await;
+    let workflow = format!(
+        "{HEAD}[steps.w]\nagent = \"code\"\nfor_each = [\"x\", \"y\"]\nprompt = \"MARK-{{{{ item }}}}\"\nisolation = \"worktree\"\n"
+    );
+    let test = Test::new().file("w.toml", &workflow);
+    init_repo(test.path());
+    let (out, test) = run(test, &fake).await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let run = record(&out);
+    let id = run["run_id"].as_str().unwrap();
+    let instances = run["steps"]["w"]["instances"].as_array().unwrap();
+    assert_eq!(instances[0]["branch"], format!("runner/{id}/w.0"));
+    assert_eq!(instances[1]["branch"], format!("runner/{id}/w.1"));
+    let files = crate::support::git(
+        test.path(),
+        &[
+            "show",
+            "--name-only",
+            "--format=",
+            &format!("runner/{id}/w.1"),
+        ],
+    );
+    assert_eq!(files.trim(), "y.txt");
+    assert!(
+        out.stderr.contains("  w[0]"),
+        "the table lists instances: {}",
+        out.stderr
+    );
+}
+
+#[test]
+fn validation_types_for_each_and_item() {
+    let find = "[steps.find]\nrun = \"true\"\noutput_schema = { type = \"object\", properties = { name = { type = \"string\" }, dirs = { type = \"array\", items = { type = \"object\", properties = { field = { type = \"string\" } } } } }, additionalProperties = false }\n";
+    let out = validate(&format!(
+        "{HEAD}{find}\n[steps.one]\nagent = \"explore\"\nneeds = [\"find\"]\nfor_each = \"steps.find.output.name\"\nprompt = \"x\"\n\n[steps.two]\nagent = \"explore\"\nneeds = [\"find\"]\nfor_each = \"steps.find.output.dirs\"\nprompt = \"look at {{{{ item.fieled }}}}\"\n\n[steps.three]\nagent = \"explore\"\nneeds = [\"two\"]\nprompt = \"{{{{ steps.two.summary }}}} {{{{ item }}}}\"\n"
+    ));
+    assert_eq!(out.status, 2, "{}", out.transcript());
+    let err = &out.stderr;
+    assert!(
+        err.contains(
+            "× step `one`: `for_each` must be a list, but `steps.find.output.name` is a string"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("steps.find.output.name | split"), "{err}");
+    assert!(
+        err.contains("step `two` reads `item.fieled`, but the output schema gives `item` no"),
+        "{err}"
+    );
+    assert!(err.contains("did you mean `field`?"), "{err}");
+    assert!(
+        err.contains("step `three` reads `steps.two.summary`, but `two` runs once per item"),
+        "{err}"
+    );
+    assert!(
+        err.contains("step `three` reads `item`, but only a step with `for_each` has `item`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn plan_shows_the_fan_out_and_known_instances() {
+    let workflow = format!(
+        "{HEAD}[inputs.dirs]\ndefault = \"src,lib\"\n\n[steps.each]\nagent = \"explore\"\nfor_each = \"inputs.dirs | split(',')\"\nprompt = \"look in {{{{ item }}}}\"\n\n[steps.literal]\nagent = \"explore\"\nfor_each = [{{ dir = \"a b\" }}, {{ dir = \"c\" }}]\nfor_each_key = \"dir\"\nprompt = \"look in {{{{ item.dir }}}}\"\n"
+    );
+    let out = Test::new()
+        .file("w.toml", &workflow)
+        .args(&["plan", "w.toml"])
+        .run();
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    assert!(
+        out.stdout.contains(
+            "    for each inputs.dirs | split(',') (at most 256 instances)\n    items    each[0] = \"src\", each[1] = \"lib\"\n"
+        ),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains(
+            "    items    literal[a_b] = {\"dir\":\"a b\"}, literal[c] = {\"dir\":\"c\"}\n"
+        ),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("prompt   look in <item>"),
+        "{}",
+        out.stdout
+    );
+    let json = Test::new()
+        .file("w.toml", &workflow)
+        .args(&["plan", "w.toml", "--format", "json"])
+        .run();
+    let plan: Value = serde_json::from_str(&json.stdout).unwrap();
+    let each = plan["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == "each")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        each["for_each"],
+        json!({"expression": "inputs.dirs | split(',')", "key": null, "max_instances": 256,
+               "instances": [{"id": "each[0]", "item": "src"}, {"id": "each[1]", "item": "lib"}]})
+    );
+}
