@@ -163,6 +163,16 @@ pub fn check(plan: &Plan, options: &Options<'_>) -> (Vec<String>, Vec<String>) {
                 MAX_JOB_MINUTES - JOB_OVERHEAD_MINUTES
             ));
         }
+        if step
+            .for_each
+            .as_ref()
+            .is_some_and(|f| f.known.as_ref().is_some_and(|k| k.len() > 256))
+        {
+            errors.push(format!(
+                "step `{}` fans out to more than 256 instances: a GitHub Actions matrix holds at most 256 jobs",
+                step.id
+            ));
+        }
         if step.sandbox != Mode::ReadOnly && step.isolation != Isolation::Worktree {
             warnings.push(format!(
                 "step `{}` can change files but has no `isolation = \"worktree\"`: on GitHub Actions its changes stay on its job's machine (give it a worktree to have them pushed as a branch)",
@@ -232,6 +242,19 @@ fn step_job(out: &mut String, plan: &Plan, step: &PlannedStep, options: &Options
     }
     let _ = writeln!(out, "    runs-on: ubuntu-latest");
     let _ = writeln!(out, "    timeout-minutes: {}", job_minutes(step));
+    // A list known before the run is a matrix: a job per instance. Ids are plain names
+    // (letters, digits, `_`, `-`, `.`, brackets), so they are safe in YAML and in `--only`.
+    let matrix = matrix_instances(step);
+    if let Some(instances) = &matrix {
+        let _ = writeln!(out, "    strategy:");
+        let _ = writeln!(out, "      fail-fast: false");
+        let _ = writeln!(out, "      matrix:");
+        let _ = writeln!(out, "        include:");
+        for (slot, id) in instances.iter().enumerate() {
+            let _ = writeln!(out, "          - instance: {}", quote(id));
+            let _ = writeln!(out, "            slot: {slot}");
+        }
+    }
     if step.continue_on_error {
         let _ = writeln!(out, "    continue-on-error: true");
     }
@@ -260,8 +283,11 @@ fn step_job(out: &mut String, plan: &Plan, step: &PlannedStep, options: &Options
         quote(&format!("Run step {}", step.id))
     );
     let keys = key_vars(plan, step);
-    if !keys.is_empty() || !options.inputs.is_empty() {
+    if !keys.is_empty() || !options.inputs.is_empty() || matrix.is_some() {
         let _ = writeln!(out, "        env:");
+        if matrix.is_some() {
+            let _ = writeln!(out, "          RUNNER_INSTANCE: ${{{{ matrix.instance }}}}");
+        }
         for key in &keys {
             let _ = writeln!(out, "          {key}: ${{{{ secrets.{key} }}}}");
         }
@@ -273,10 +299,13 @@ fn step_job(out: &mut String, plan: &Plan, step: &PlannedStep, options: &Options
             );
         }
     }
+    let only = match matrix {
+        Some(_) => "\"$RUNNER_INSTANCE\"".to_owned(),
+        None => step.id.clone(),
+    };
     let mut command = format!(
-        "runner run {} --only {} --run-id \"$GITHUB_RUN_ID\" --state-dir .runner",
+        "runner run {} --only {only} --run-id \"$GITHUB_RUN_ID\" --state-dir .runner",
         shell_word(options.workflow_path),
-        step.id
     );
     for name in options.inputs.keys() {
         let _ = write!(command, " -i \"{name}=${}\"", input_var(name));
@@ -286,9 +315,57 @@ fn step_job(out: &mut String, plan: &Plan, step: &PlannedStep, options: &Options
     let _ = writeln!(out, "        if: ${{{{ !cancelled() }}}}");
     let _ = writeln!(out, "        uses: {UPLOAD}");
     let _ = writeln!(out, "        with:");
-    let _ = writeln!(out, "          name: runner-state-{}", step.id);
+    match matrix {
+        Some(_) => {
+            let _ = writeln!(
+                out,
+                "          name: runner-state-{}-${{{{ matrix.slot }}}}",
+                step.id
+            );
+        }
+        None => {
+            let _ = writeln!(out, "          name: runner-state-{}", step.id);
+        }
+    }
     let _ = writeln!(out, "          path: .runner/runs");
     let _ = writeln!(out, "          include-hidden-files: true");
+}
+
+/// Pushes each instance's branch (`runner/<run>/X.0`, ...) from its own record. The branch name
+/// is runner's own, and only one of that shape is pushed.
+fn fan_out_apply(out: &mut String, id: &str) {
+    let _ = writeln!(
+        out,
+        "      - name: {}",
+        quote(&format!("Push the branches of the instances of step {id}"))
+    );
+    let _ = writeln!(out, "        run: |");
+    for line in [
+        format!("for record in .runner/runs/\"$GITHUB_RUN_ID\"/steps/{id}\\[*\\]/record.json; do"),
+        "  [ -f \"$record\" ] || continue".to_owned(),
+        "  if [ \"$(jq -r .status \"$record\")\" != succeeded ] || [ -z \"$(jq -r '.diff // empty' \"$record\")\" ]; then continue; fi".to_owned(),
+        "  branch=\"$(jq -r .branch \"$record\")\"".to_owned(),
+        format!("  case \"$branch\" in \"runner/$GITHUB_RUN_ID/{id}.\"[0-9]*) ;; *) echo \"unexpected branch in $record\"; exit 1 ;; esac"),
+        "  git switch --create \"$branch\" \"$GITHUB_SHA\"".to_owned(),
+        "  jq -j .diff \"$record\" | git apply --index".to_owned(),
+        "  git -c user.name='github-actions[bot]' -c user.email='41898282+github-actions[bot]@users.noreply.github.com' commit --quiet -m \"runner: $(jq -r .instance \"$record\" | tr -cd 'A-Za-z0-9_.[]-') (run $GITHUB_RUN_ID)\"".to_owned(),
+        "  git push origin \"$branch\"".to_owned(),
+        "  git switch --detach \"$GITHUB_SHA\"".to_owned(),
+        "done".to_owned(),
+    ] {
+        let _ = writeln!(out, "          {line}");
+    }
+}
+
+/// The instance ids of a fan-out whose list is known before the run (literals, inputs with
+/// values): its job becomes a matrix. A list from an upstream output is one job running every
+/// instance.
+fn matrix_instances(step: &PlannedStep) -> Option<Vec<String>> {
+    let for_each = step.for_each.as_ref()?;
+    let items = for_each.known.as_ref()?;
+    crate::plan::verified::instance_ids(&step.id, items, for_each.key.as_deref())
+        .ok()
+        .filter(|ids| !ids.is_empty())
 }
 
 /// A word for `sh`, quoted only when it has to be.
@@ -319,6 +396,10 @@ fn apply_job(out: &mut String, plan: &Plan, worktree_steps: &[&PlannedStep]) {
     download_state(out);
     for step in worktree_steps {
         let id = &step.id;
+        if step.for_each.is_some() {
+            fan_out_apply(out, id);
+            continue;
+        }
         let _ = writeln!(
             out,
             "      - name: {}",

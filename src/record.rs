@@ -403,7 +403,12 @@ impl RunRecord {
             }
         }
         let tolerated = |id: &str| plan.step(id).is_some_and(|s| s.continue_on_error);
-        let counted = |id: &str| only.is_empty() || only.contains(id);
+        // `--only X[1]` counts step `X`: its instance's failure is this job's failure.
+        let counted = |id: &str| {
+            only.is_empty()
+                || only.contains(id)
+                || only.iter().any(|o| crate::plan::verified::step_of(o) == id)
+        };
         let failed = self
             .steps
             .iter()

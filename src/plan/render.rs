@@ -273,7 +273,20 @@ fn step_text(out: &mut String, step: &PlannedStep, width: usize, support: Suppor
         }
     }
     if let Some(command) = &step.command {
-        let _ = writeln!(out, "    {:<9}{}", "run", one_line(command));
+        // The whole command, as it will run: this is what a reader checks before paying.
+        let mut lines = command.trim_end().lines();
+        let _ = writeln!(out, "    {:<9}{}", "run", lines.next().unwrap_or_default());
+        for line in lines {
+            let _ = writeln!(out, "    {:<9}{line}", "");
+        }
+        if !step.env.is_empty() {
+            let vars: Vec<String> = step
+                .env
+                .iter()
+                .map(|(k, v)| format!("{k}={}", one_line(v)))
+                .collect();
+            let _ = writeln!(out, "    {:<9}{}", "env", vars.join(", "));
+        }
         let network = if step.network {
             "network"
         } else {

@@ -575,7 +575,14 @@ async fn the_flagship_example_replays_from_cassettes_in_its_checkout() {
         )
         .file("src/auth.py", "def login(session): pass\n");
     crate::support::init_repo(test.path());
-    let run = ["run", "workflows/jwt-migration.toml", "--format", "json"];
+    let run = [
+        "run",
+        "workflows/jwt-migration.toml",
+        "--format",
+        "json",
+        "-i",
+        "test_command=test -f src/jwt.py",
+    ];
     let (out, test) = test
         .anthropic_api(&fake.uri(), KEY)
         .args(&run)

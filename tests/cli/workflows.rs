@@ -453,7 +453,15 @@ async fn the_jwt_migration_example_runs_end_to_end() {
     let (out, test) = with_fake(
         test,
         &fake,
-        &["run", "workflows/jwt-migration.toml", "--format", "json"],
+        &[
+            "run",
+            "workflows/jwt-migration.toml",
+            "--format",
+            "json",
+            // The project's tests: they pass once the implement step wrote its module.
+            "-i",
+            "test_command=test -f src/jwt.py && echo 1 passed",
+        ],
     )
     .run_async()
     .await;
@@ -462,12 +470,20 @@ async fn the_jwt_migration_example_runs_end_to_end() {
     for step in ["find_auth", "find_sessions", "plan", "implement", "review"] {
         assert_eq!(run["steps"][step]["status"], "succeeded", "{step}");
     }
+    // The command step ran the suite before the change (it fails there), read-only.
+    assert_eq!(run["steps"]["baseline"]["status"], "failed");
+    assert_eq!(run["steps"]["implement"]["checks"][0]["passed"], true);
     assert_eq!(run["steps"]["review"]["summary"], "No findings.");
     let text = prompt_of;
     let plan = &fake.body_for("Design a migration").await;
     assert!(
         text(plan).contains("Auth: src/auth.py:1 login()")
             && text(plan).contains("Sessions: src/session.py")
+    );
+    assert!(
+        text(plan).contains("The test suite before the change (failed):"),
+        "{}",
+        text(plan)
     );
     assert_eq!(plan["model"], "claude-opus-4-1");
     let review = &fake.body_for("Review the JWT migration").await;
