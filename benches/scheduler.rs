@@ -10,6 +10,9 @@
 //! 3. The scheduler's own cost per step: 1,000 steps (a 50-wide, 20-deep layered DAG) run with an
 //!    executor that finishes each step at once, so only the walk, the decisions, prompt rendering
 //!    and run.json writing are measured.
+//! 4. Fan-out: a command step prints a list of N items and an explore step runs once per item
+//!    against a fake model API that answers at once, through the real binary, for N = 100, 300
+//!    and 1,000. Runner's time per instance should stay flat: within 1.5x from 100 to 1,000.
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -177,7 +180,7 @@ fn fan_out(runtime: &tokio::runtime::Runtime) {
     let dir = tempfile::tempdir().expect("temp dir");
     std::fs::write(
         dir.path().join("w.toml"),
-        "name = \"fan\"\n[models]\ndefault = \"anthropic/bench\"\n[steps.lead]\nagent = \"code\"\nprompt = \"LEAD: split the work\"\n",
+        "name = \"fan\"\nmax_subagents_per_step = 64\n[models]\ndefault = \"anthropic/bench\"\n[steps.lead]\nagent = \"code\"\nprompt = \"LEAD: split the work\"\n",
     )
     .expect("write");
     let time = timer(dir.path(), server.uri());
@@ -285,6 +288,70 @@ fn overhead(runtime: &tokio::runtime::Runtime) {
     );
 }
 
+/// A command step printing `N` items (from its input), one explore instance per item, and a
+/// step reading every instance's summary.
+const FAN_OUT_WORKFLOW: &str = r#"name = "fan-out"
+max_parallel = 16
+[inputs.n]
+[models]
+default = "anthropic/bench"
+[steps.list]
+run = 'i=0; printf "{\"items\": ["; while [ $i -lt "$N" ]; do [ $i -gt 0 ] && printf ","; printf "\"item-%d\"" $i; i=$((i+1)); done; printf "]}"'
+env = { N = "{{ inputs.n }}" }
+output_schema = { type = "object", properties = { items = { type = "array", items = { type = "string" } } }, required = ["items"] }
+[steps.each]
+agent = "explore"
+needs = ["list"]
+for_each = "steps.list.output.items"
+max_instances = 1000
+prompt = "Look at {{ item }} ({{ item_index }})."
+[steps.sum]
+run = 'printf "%s" "$COUNT"'
+needs = ["each"]
+env = { COUNT = "{{ steps.each | length }}" }
+"#;
+
+fn fan_out_instances(runtime: &tokio::runtime::Runtime) {
+    let server = runtime.block_on(async {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .and(path("/v1/messages"))
+            .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+                "content": [{"type": "text", "text": "ok"}],
+                "stop_reason": "end_turn",
+                "usage": {"input_tokens": 10, "output_tokens": 2}
+            })))
+            .mount(&server)
+            .await;
+        server
+    });
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("w.toml"), FAN_OUT_WORKFLOW).expect("write");
+    let time = timer(dir.path(), server.uri());
+    println!(
+        "fan-out instances: an explore step per item of a command step's list, instant fake API, 16 at once"
+    );
+    let mut per_instance = Vec::new();
+    for n in [100usize, 300, 1000] {
+        let input = format!("n={n}");
+        let runs: Vec<Duration> = (0..3)
+            .map(|_| time(&["run", "w.toml", "--no-progress", "-i", &input]))
+            .collect();
+        let run = median(runs);
+        let each = run.as_secs_f64() * 1e3 / n as f64;
+        per_instance.push(each);
+        println!(
+            "  {n:>5} instances: median of 3 whole runs {:.3} s = {each:.2} ms per instance",
+            run.as_secs_f64()
+        );
+    }
+    let ratio = per_instance[2] / per_instance[0];
+    println!(
+        "  per instance at 1,000 / at 100 = {ratio:.2} (budget 1.5): {}",
+        if ratio <= 1.5 { "within" } else { "OVER" }
+    );
+}
+
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -294,4 +361,5 @@ fn main() {
     grid(&runtime);
     fan_out(&runtime);
     overhead(&runtime);
+    fan_out_instances(&runtime);
 }

@@ -90,6 +90,12 @@ impl Sink for TranscriptSink {
         let file = self.files.get_mut(&key).ok_or("transcript file missing")?;
         file.write_all(line.as_bytes())
             .and_then(|()| file.flush())
-            .map_err(|err| format!("cannot write `{path}`: {err}"))
+            .map_err(|err| format!("cannot write `{path}`: {err}"))?;
+        // A finished step writes no more: a run of a thousand fan-out instances must not hold a
+        // thousand files open.
+        if matches!(event.kind, EventKind::StepFinished { .. }) {
+            self.files.remove(&key);
+        }
+        Ok(())
     }
 }

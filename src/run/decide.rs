@@ -30,6 +30,7 @@ pub fn prepare(
     step: &PlannedStep,
     plan: &Plan,
     record: &RunRecord,
+    results: &Results,
     options: &RunOptions,
     env: &minijinja::Environment<'static>,
 ) -> Prepared {
@@ -49,10 +50,10 @@ pub fn prepare(
             None => Prepared::Ended(Outcome::Skipped(SkipReason::NotSelected)),
         };
     }
-    if let Err(reason) = decide(step, record, plan, env) {
+    let context = results.context(plan);
+    if let Err(reason) = decide(step, record, plan, &context, env) {
         return Prepared::Ended(Outcome::Skipped(reason));
     }
-    let context = context(plan, record);
     if step.for_each.is_some() {
         return super::fanout::expand(step, context, &selection, options, record, env);
     }
@@ -194,6 +195,7 @@ fn decide(
     step: &PlannedStep,
     record: &RunRecord,
     plan: &Plan,
+    context: &JinjaValue,
     env: &minijinja::Environment<'static>,
 ) -> Result<(), SkipReason> {
     let status_of = |id: &str| record.steps.get(id).map(|r| r.status);
@@ -212,7 +214,7 @@ fn decide(
         return Err(SkipReason::NeedsFailed(failed));
     }
     if let Some(condition) = &step.condition {
-        return match template::evaluate(env, condition, context(plan, record)) {
+        return match template::evaluate(env, condition, context.clone()) {
             Ok(true) => Ok(()),
             Ok(false) => Err(SkipReason::ConditionFalse(condition.clone())),
             Err(err) => Err(SkipReason::ConditionError(template::describe_error(&err))),
@@ -231,26 +233,42 @@ fn decide(
     }
 }
 
-/// The template context at this point of the run: each step that has finished (templates were
-/// checked to read only upstream ones).
-pub fn context(plan: &Plan, record: &RunRecord) -> JinjaValue {
-    let steps: BTreeMap<&str, JinjaValue> = record
-        .steps
-        .iter()
-        .filter(|(_, s)| s.status.is_finished())
-        .map(|(id, s)| (id.as_str(), result_value(plan, id, s)))
-        .collect();
-    let inputs: BTreeMap<&str, JinjaValue> = plan
-        .inputs
-        .iter()
-        .map(|(k, v)| (k.as_str(), JinjaValue::from(v.as_str())))
-        .collect();
-    template::context(
-        inputs,
-        &plan.name,
-        plan.description.as_deref(),
-        JinjaValue::from(steps),
-    )
+/// The results templates read, kept as steps finish: each is made into a template value once,
+/// not again for every step that starts after it.
+#[derive(Debug, Default)]
+pub struct Results {
+    steps: BTreeMap<String, JinjaValue>,
+}
+
+impl Results {
+    /// Keeps what step `id` left, once it has finished.
+    pub fn settle(&mut self, plan: &Plan, id: &str, record: &StepRecord) {
+        if record.status.is_finished() {
+            self.steps
+                .insert(id.to_owned(), result_value(plan, id, record));
+        }
+    }
+
+    /// The template context at this point of the run: each step that has finished (templates
+    /// were checked to read only upstream ones).
+    pub fn context(&self, plan: &Plan) -> JinjaValue {
+        let steps: BTreeMap<&str, JinjaValue> = self
+            .steps
+            .iter()
+            .map(|(id, value)| (id.as_str(), value.clone()))
+            .collect();
+        let inputs: BTreeMap<&str, JinjaValue> = plan
+            .inputs
+            .iter()
+            .map(|(k, v)| (k.as_str(), JinjaValue::from(v.as_str())))
+            .collect();
+        template::context(
+            inputs,
+            &plan.name,
+            plan.description.as_deref(),
+            JinjaValue::from(steps),
+        )
+    }
 }
 
 /// `steps.<id>` as templates read it: the step's result, or for a fan-out step the list of its
@@ -280,13 +298,17 @@ fn one_result(
 ) -> JinjaValue {
     let commands: Vec<String> = plan
         .step(id)
+        .filter(|p| !p.checks.is_empty())
         .map(|p| p.checks.iter().map(|c| c.command.clone()).collect())
         .unwrap_or_default();
-    let checks: Vec<JinjaValue> = s
-        .check_results(&commands)
-        .into_iter()
-        .map(|(command, passed)| minijinja::context! { command, passed })
-        .collect();
+    let checks: Vec<JinjaValue> = if commands.is_empty() {
+        Vec::new()
+    } else {
+        s.check_results(&commands)
+            .into_iter()
+            .map(|(command, passed)| minijinja::context! { command, passed })
+            .collect()
+    };
     template::step_value_with(
         template::step_value(
             JinjaValue::from(s.summary.clone()),

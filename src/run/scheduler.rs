@@ -12,6 +12,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::decide::{Prepared, prepare};
+
 use super::executor::{Executor, StepJob};
 use super::outcome::{CancelReason, Outcome, SkipReason};
 use super::walker::Walker;
@@ -92,6 +93,8 @@ struct Scheduler<'a> {
     prompts: BTreeMap<Unit, (String, BTreeMap<String, String>)>,
     running: BTreeMap<Unit, Running>,
     fan_outs: BTreeMap<usize, FanOut>,
+    /// What finished steps left, as templates read it.
+    results: super::decide::Results,
     /// Instance ids (`X[0]`) of the fan-outs under way, for their events.
     instance_units: std::collections::HashMap<String, Unit>,
     stopping: bool,
@@ -155,6 +158,7 @@ pub async fn execute(
         prompts: BTreeMap::new(),
         running: BTreeMap::new(),
         fan_outs: BTreeMap::new(),
+        results: Default::default(),
         instance_units: std::collections::HashMap::new(),
         stopping: false,
         cancel: CancellationToken::new(),
@@ -340,7 +344,7 @@ impl Scheduler<'_> {
                 self.finish_unstarted(Unit::step(i), Outcome::Cancelled(CancelReason::RunStopped));
                 continue;
             }
-            match prepare(step, plan, &self.record, self.options, env) {
+            match prepare(step, plan, &self.record, &self.results, self.options, env) {
                 Prepared::Ended(outcome) => {
                     let failed = outcome.is_failure();
                     self.finish_unstarted(Unit::step(i), outcome);
@@ -638,6 +642,7 @@ impl Scheduler<'_> {
     fn finished(&mut self, i: usize, decided: bool) {
         let id = self.plan.steps()[i].id.clone();
         let record: StepRecord = self.record.step_mut(&id).clone();
+        self.results.settle(self.plan, &id, &record);
         self.emit(EventKind::StepFinished {
             step: id,
             record: Box::new(record),
