@@ -123,7 +123,7 @@ pub(crate) struct RunArgs {
     pub(crate) resolve: ResolveArgs,
     #[command(flatten)]
     pub(crate) limits: LimitArgs,
-    /// Run only this step, taking its needs from --resume (repeatable)
+    /// Run only this step (or one fan-out instance, `X[1]`), taking its needs from --resume (repeatable)
     #[arg(long, value_name = "STEP")]
     pub(crate) only: Vec<String>,
     /// Print the plan and stop; no model is called

@@ -165,8 +165,8 @@ pub struct CheckRecord {
 }
 
 impl StepRecord {
-    /// A pending record of a fan-out instance.
-    pub fn pending_instance(model: &str, id: &str, item: &Value) -> Self {
+    /// A record of a step that has not started, on `model`.
+    pub fn pending(model: &str) -> Self {
         StepRecord {
             status: StepStatus::Pending,
             summary: String::new(),
@@ -187,9 +187,18 @@ impl StepRecord {
             subagents: Vec::new(),
             cost_usd: None,
             checks: Vec::new(),
+            instance: None,
+            item: None,
+            instances: Vec::new(),
+        }
+    }
+
+    /// A pending record of a fan-out instance.
+    pub fn pending_instance(model: &str, id: &str, item: &Value) -> Self {
+        StepRecord {
             instance: Some(id.to_owned()),
             item: Some(item.clone()),
-            instances: Vec::new(),
+            ..StepRecord::pending(model)
         }
     }
 
@@ -325,35 +334,7 @@ impl RunRecord {
         let steps = plan
             .steps()
             .iter()
-            .map(|s| {
-                (
-                    s.id.clone(),
-                    StepRecord {
-                        status: StepStatus::Pending,
-                        summary: String::new(),
-                        output: Value::Null,
-                        error: None,
-                        model: s.model_label(),
-                        turns: 0,
-                        tool_calls: 0,
-                        input_tokens: 0,
-                        output_tokens: 0,
-                        cache_creation_input_tokens: 0,
-                        cache_read_input_tokens: 0,
-                        duration_ms: 0,
-                        branch: None,
-                        diff: None,
-                        fingerprint: String::new(),
-                        reused_from: None,
-                        subagents: Vec::new(),
-                        cost_usd: None,
-                        checks: Vec::new(),
-                        instance: None,
-                        item: None,
-                        instances: Vec::new(),
-                    },
-                )
-            })
+            .map(|s| (s.id.clone(), StepRecord::pending(&s.model_label())))
             .collect();
         Self {
             run_id,

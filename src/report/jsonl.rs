@@ -140,7 +140,18 @@ fn public(kind: &EventKind) -> Option<(&'static str, Value)> {
                 "input_tokens": record.done_here().map(|s| super::total_tokens(s) - s.output_tokens).sum::<u64>(),
                 "output_tokens": record.done_here().map(|s| s.output_tokens).sum::<u64>(),
                 "run_dir": run_dir,
-                "branches": record.steps.iter().filter_map(|(id, s)| s.branch.as_ref().map(|b| (id.clone(), b.clone()))).collect::<std::collections::BTreeMap<_, _>>(),
+                "branches": record
+                    .steps
+                    .iter()
+                    .flat_map(|(id, s)| {
+                        std::iter::once((id.clone(), s)).chain(
+                            s.instances
+                                .iter()
+                                .map(|i| (i.instance.clone().unwrap_or_default(), i)),
+                        )
+                    })
+                    .filter_map(|(id, s)| s.branch.as_ref().map(|b| (id, b.clone())))
+                    .collect::<std::collections::BTreeMap<_, _>>(),
             }),
         ),
         EventKind::CheckStarted { round, command, .. } => {

@@ -47,6 +47,26 @@ pub fn table<R: AsRef<[String]>>(rows: &[R]) -> String {
     out
 }
 
+/// One row of the final table.
+fn row(id: String, status: String, r: &StepRecord, costs: bool, branches: bool) -> Vec<String> {
+    let input = r.input_tokens + r.cache_creation_input_tokens + r.cache_read_input_tokens;
+    let mut row = vec![
+        id,
+        status,
+        r.turns.to_string(),
+        r.tool_calls.to_string(),
+        format!("{}/{}", tokens(input), tokens(r.output_tokens)),
+        seconds(r.duration_ms),
+    ];
+    if costs {
+        row.push(r.cost_usd.map_or_else(|| "-".to_owned(), usd));
+    }
+    if branches {
+        row.push(r.branch.clone().unwrap_or_default());
+    }
+    row
+}
+
 /// The final table: status, turns, tool calls, tokens and time of every step.
 pub fn summary_table(plan: &Plan, record: &RunRecord, run_dir: &camino::Utf8Path) -> String {
     // A cost column only when a price is known, a branch column only when a step made one.
@@ -82,41 +102,12 @@ pub fn summary_table(plan: &Plan, record: &RunRecord, run_dir: &camino::Utf8Path
                 r.status.as_str().to_owned()
             }
         };
-        let mut row = vec![
-            step.id.clone(),
-            status,
-            r.turns.to_string(),
-            r.tool_calls.to_string(),
-            format!("{}/{}", tokens(input), tokens(r.output_tokens)),
-            seconds(r.duration_ms),
-        ];
-        if costs {
-            row.push(r.cost_usd.map_or_else(|| "-".to_owned(), usd));
-        }
-        if branches {
-            row.push(r.branch.clone().unwrap_or_default());
-        }
-        rows.push(row);
+        rows.push(row(step.id.clone(), status, r, costs, branches));
         // A fan-out's instances under it (the first fifty; run.json has them all).
         for instance in r.instances.iter().take(50) {
-            let input = instance.input_tokens
-                + instance.cache_creation_input_tokens
-                + instance.cache_read_input_tokens;
-            let mut row = vec![
-                format!("  {}", instance.instance.as_deref().unwrap_or_default()),
-                instance.status.as_str().to_owned(),
-                instance.turns.to_string(),
-                instance.tool_calls.to_string(),
-                format!("{}/{}", tokens(input), tokens(instance.output_tokens)),
-                seconds(instance.duration_ms),
-            ];
-            if costs {
-                row.push(instance.cost_usd.map_or_else(|| "-".to_owned(), usd));
-            }
-            if branches {
-                row.push(instance.branch.clone().unwrap_or_default());
-            }
-            rows.push(row);
+            let id = format!("  {}", instance.instance.as_deref().unwrap_or_default());
+            let status = instance.status.as_str().to_owned();
+            rows.push(row(id, status, instance, costs, branches));
         }
         if r.instances.len() > 50 {
             rows.push(vec![format!("  … {} more", r.instances.len() - 50)]);

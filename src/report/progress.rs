@@ -34,9 +34,14 @@ pub fn finish_line(agent: &str, id: &str, record: &StepRecord) -> String {
             } else {
                 status.as_str()
             };
+            // A fan-out says how its instances went instead of counting tools.
+            let what = if record.instances.is_empty() {
+                format!("{} tools", record.tool_calls)
+            } else {
+                record.summary.clone()
+            };
             let mut line = format!(
-                "{label} {word} ({} tools, {}, {} tokens)",
-                record.tool_calls,
+                "{label} {word} ({what}, {}, {} tokens)",
                 seconds(record.duration_ms),
                 tokens(total_tokens(record))
             );

@@ -2,19 +2,12 @@
 //! and groups, through the binary.
 
 use serde_json::{Value, json};
-use wiremock::ResponseTemplate;
 
 use crate::fake::{Fake, anthropic_text, anthropic_tool};
 use crate::support::Test;
 
 const KEY: &str = "sk-test-key-0000";
 const MODELS: &str = "[models]\ndefault = \"anthropic/m\"\n";
-
-fn bad_request() -> ResponseTemplate {
-    ResponseTemplate::new(400).set_body_json(
-        json!({"type": "error", "error": {"type": "invalid_request_error", "message": "prompt too odd"}}),
-    )
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn jsonl_streams_every_step_and_tool_event() {
@@ -95,7 +88,13 @@ async fn github_actions_get_a_summary_annotations_and_groups() {
             "MARK-a",
             vec![anthropic_text("a done"), anthropic_text("a done")],
         ),
-        ("MARK-b", vec![bad_request(), bad_request()]),
+        (
+            "MARK-b",
+            vec![
+                crate::fake::bad_request("prompt too odd"),
+                crate::fake::bad_request("prompt too odd"),
+            ],
+        ),
     ])
     .await;
     let workflow = format!(
@@ -488,7 +487,11 @@ async fn diff_reports_a_changed_summary_and_an_added_step() {
 /// reports its own step, not the other job's failure.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_need_that_failed_in_another_job_skips_the_step() {
-    let fake = Fake::anthropic_routed(vec![("MARK-a", vec![bad_request()])]).await;
+    let fake = Fake::anthropic_routed(vec![(
+        "MARK-a",
+        vec![crate::fake::bad_request("prompt too odd")],
+    )])
+    .await;
     let workflow = format!(
         "name = \"m\"\n{MODELS}[steps.a]\nagent = \"explore\"\nprompt = \"MARK-a\"\n[steps.b]\nagent = \"explore\"\nneeds = [\"a\"]\nprompt = \"MARK-b {{{{ steps.a.summary }}}}\"\n"
     );

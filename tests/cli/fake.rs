@@ -166,6 +166,13 @@ impl Fake {
     }
 }
 
+/// A 400 the Anthropic API would send: not retried, so the step fails at once.
+pub fn bad_request(message: &str) -> ResponseTemplate {
+    ResponseTemplate::new(400).set_body_json(
+        json!({"type": "error", "error": {"type": "invalid_request_error", "message": message}}),
+    )
+}
+
 pub fn ok(body: Value) -> ResponseTemplate {
     ResponseTemplate::new(200).set_body_json(body)
 }

@@ -533,17 +533,14 @@ async fn more_items_than_max_instances_fails_the_step_before_any_runs() {
     assert!(fake.requests().await.is_empty());
 }
 
-fn bad_request() -> wiremock::ResponseTemplate {
-    wiremock::ResponseTemplate::new(400).set_body_json(
-        json!({"type": "error", "error": {"type": "invalid_request_error", "message": "bad"}}),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn resume_reuses_finished_instances_and_only_reruns_one() {
     let fake = Fake::anthropic_routed(vec![
         ("MARK-a", vec![anthropic_text("a done")]),
-        ("MARK-b", vec![bad_request(), anthropic_text("b fixed")]),
+        (
+            "MARK-b",
+            vec![crate::fake::bad_request("bad"), anthropic_text("b fixed")],
+        ),
         (
             "MARK-c",
             vec![anthropic_text("c done"), anthropic_text("c again")],

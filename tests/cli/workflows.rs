@@ -609,16 +609,10 @@ async fn max_parallel_one_never_overlaps() {
     assert_eq!(crate::support::one_at_a_time(&out.stdout, "step"), 3);
 }
 
-fn bad_request() -> ResponseTemplate {
-    ResponseTemplate::new(400).set_body_json(
-        json!({"type": "error", "error": {"type": "invalid_request_error", "message": "bad"}}),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn fail_fast_through_the_binary_cancels_the_slow_step() {
     let fake = Fake::anthropic_routed(vec![
-        ("MARK-bad", vec![bad_request()]),
+        ("MARK-bad", vec![crate::fake::bad_request("bad")]),
         (
             "MARK-slow",
             vec![anthropic_text("late").set_delay(Duration::from_secs(60))],
@@ -664,7 +658,7 @@ async fn fail_fast_through_the_binary_cancels_the_slow_step() {
 #[tokio::test(flavor = "multi_thread")]
 async fn continue_on_error_and_conditions_through_the_binary() {
     let fake = Fake::anthropic_routed(vec![
-        ("MARK-flaky", vec![bad_request()]),
+        ("MARK-flaky", vec![crate::fake::bad_request("bad")]),
         ("MARK-after", vec![anthropic_text("after ran")]),
         ("MARK-fallback", vec![anthropic_text("fallback ran")]),
         ("MARK-never", vec![anthropic_text("never")]),
