@@ -125,6 +125,21 @@ impl Builder<'_> {
             match parts.as_slice() {
                 ["inputs"] | ["workflow"] | ["steps"] => {}
                 ["item", ..] | ["item_index"] if ctx.item.is_some() => {}
+                ["item", ..] | ["item_index", ..]
+                    if ctx
+                        .steps
+                        .get(ctx.index)
+                        .is_some_and(|s| s.for_each.is_some()) =>
+                {
+                    self.error(
+                        format!(
+                            "step `{id}` reads `{name}` where no instance exists yet: its `if` and its `for_each` are evaluated once, for the whole step"
+                        ),
+                        span,
+                        "no instance here",
+                        Some("read `item` in the prompt or `env`; to leave items out, filter the list: `for_each = \"steps.x.output.items | selectattr('ok')\"`".into()),
+                    );
+                }
                 ["item", ..] | ["item_index", ..] => {
                     self.error(
                         format!(

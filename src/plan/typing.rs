@@ -283,9 +283,15 @@ impl Builder<'_> {
                         )
                     })
                 });
+                // `item` is typed by the schema of the list the step fans out over.
+                let whose = if base == "item" || base.starts_with("item.") {
+                    "the schema of its `for_each` items"
+                } else {
+                    "the output schema"
+                };
                 (
                     format!(
-                        "step `{id}` reads `{read}`, but the output schema gives `{base}` no property `{field}`"
+                        "step `{id}` reads `{read}`, but {whose} gives `{base}` no property `{field}`"
                     ),
                     "not in the schema".to_owned(),
                     help,

@@ -657,7 +657,9 @@ fn validation_types_for_each_and_item() {
     );
     assert!(err.contains("steps.find.output.name | split"), "{err}");
     assert!(
-        err.contains("step `two` reads `item.fieled`, but the output schema gives `item` no"),
+        err.contains(
+            "step `two` reads `item.fieled`, but the schema of its `for_each` items gives"
+        ),
         "{err}"
     );
     assert!(err.contains("did you mean `field`?"), "{err}");
