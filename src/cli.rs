@@ -229,6 +229,8 @@ pub(crate) enum SchemaKind {
 pub(crate) enum ExportTarget {
     /// A GitHub Actions workflow
     GithubActions,
+    /// A GitLab CI pipeline (`.gitlab-ci.yml`)
+    GitlabCi,
 }
 
 #[derive(Debug, Args)]
@@ -244,6 +246,10 @@ pub(crate) struct ExportArgs {
     /// reuse (default: this runner's repository at the commit it was built from)
     #[arg(long, value_name = "COMMAND")]
     pub(crate) install: Option<String>,
+    /// Every job answers the model's side from these cassettes (a path in the repository): the
+    /// pipeline needs no API key
+    #[arg(long, value_name = "DIR")]
+    pub(crate) replay: Option<Utf8PathBuf>,
     #[command(flatten)]
     pub(crate) resolve: ResolveArgs,
 }

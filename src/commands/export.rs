@@ -1,9 +1,9 @@
-//! `runner export github-actions WORKFLOW`: see [`crate::export`].
+//! `runner export github-actions|gitlab-ci|argo WORKFLOW`: see [`crate::export`].
 
 use super::load_plan_to_inspect;
 use crate::cli::{ExportArgs, ExportTarget, Io};
 use crate::error::Exit;
-use crate::export::{Options, check, github_actions};
+use crate::export::{Options, github, gitlab};
 use crate::workflow::load_workflow;
 
 pub fn export(args: ExportArgs, io: &mut Io<'_>) -> Exit {
@@ -29,8 +29,12 @@ pub fn export(args: ExportArgs, io: &mut Io<'_>) -> Exit {
         workflow_path: args.workflow.as_str(),
         inputs: &inputs,
         install: &install,
+        replay: args.replay.as_ref().map(|d| d.as_str()),
     };
-    let (errors, warnings) = check(&plan, &options);
+    let (errors, warnings) = match args.target {
+        ExportTarget::GithubActions => github::check(&plan, &options),
+        ExportTarget::GitlabCi => gitlab::check(&plan, &options),
+    };
     for warning in &warnings {
         let _ = writeln!(io.err, "warning: {warning}");
     }
@@ -41,7 +45,8 @@ pub fn export(args: ExportArgs, io: &mut Io<'_>) -> Exit {
         return Exit::Invalid;
     }
     let text = match args.target {
-        ExportTarget::GithubActions => github_actions(&plan, &options),
+        ExportTarget::GithubActions => github::github_actions(&plan, &options),
+        ExportTarget::GitlabCi => gitlab::gitlab_ci(&plan, &options),
     };
     match &args.output {
         Some(path) => {
@@ -54,12 +59,7 @@ pub fn export(args: ExportArgs, io: &mut Io<'_>) -> Exit {
                 let _ = writeln!(io.err, "error: cannot write `{path}`: {err}");
                 return Exit::Unexpected;
             }
-            let _ = writeln!(
-                io.err,
-                "wrote {path}: {} jobs for {} steps",
-                text.matches("\n    runs-on:").count(),
-                plan.steps().len()
-            );
+            let _ = writeln!(io.err, "wrote {path}: {} steps", plan.steps().len());
         }
         None => {
             let _ = write!(io.out, "{text}");

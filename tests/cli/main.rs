@@ -8,6 +8,7 @@ mod delegate;
 mod diagnostics;
 mod export;
 mod fake;
+mod gitlab;
 mod hostile;
 mod limits;
 mod live;

@@ -1,0 +1,281 @@
+//! `runner export` (README "Exporting"): a plan as a pipeline of another engine, one job per step,
+//! so a pipeline too big for one machine runs on an engine people already trust.
+//!
+//! Every engine gets the same model of a step as a job ([`Job`]): what it needs, whether it
+//! leaves a branch to push, which keys it holds, the instances it runs one job each for. Every
+//! job runs `runner run WORKFLOW --only STEP --run-id <the engine's run id>` ([`run_line`]):
+//! runner, not the engine, decides skips (a failed need, the step's `if`) and records why, from
+//! the state of earlier jobs, which travels as artifacts (`runs/<id>/steps/<step>/record.json`
+//! files never collide, so putting them all in one directory merges them). A final job with no
+//! model and no key, and the only one allowed to write, pushes the branches of worktree steps
+//! (the safe-outputs pattern). Each engine is one file on top of this one.
+
+pub mod github;
+pub mod gitlab;
+
+use std::collections::BTreeSet;
+
+use indexmap::IndexMap;
+
+use crate::plan::{Plan, PlannedStep};
+use crate::workflow::{InputDef, Isolation};
+
+pub use github::github_actions;
+
+pub struct Options<'a> {
+    /// The workflow file as the jobs see it: relative to the repository root.
+    pub workflow_path: &'a str,
+    pub inputs: &'a IndexMap<String, InputDef>,
+    /// The command that installs runner in a job.
+    pub install: &'a str,
+    /// Cassettes every job answers from (`--replay`): the pipeline needs no key.
+    pub replay: Option<&'a str>,
+}
+
+/// How jobs install runner unless `--install` says: this program's own repository at the commit
+/// it was built from (known when it was built from a git checkout with an https remote). Never
+/// `cargo install runner`: that name on crates.io is another program.
+pub fn default_install() -> Option<String> {
+    let url = option_env!("RUNNER_SOURCE_URL")?;
+    let rev = option_env!("RUNNER_SOURCE_REV")?;
+    Some(format!(
+        "cargo install --locked --git {url} --rev {rev} runner"
+    ))
+}
+
+/// The job that installs runner once; the others fetch its binary.
+pub const BUILD_JOB: &str = "runner-build";
+/// The job that pushes the branches of worktree steps.
+pub const APPLY_JOB: &str = "runner-apply";
+/// Minutes a job gets on top of its step's timeout: checkout, install, artifacts.
+pub const JOB_OVERHEAD_MINUTES: u64 = 10;
+
+/// One step as a job of any engine.
+pub struct Job<'a> {
+    pub step: &'a PlannedStep,
+    /// The environment variables of the API keys it holds: its models' providers (with `task`,
+    /// every alias's); none when the pipeline replays cassettes.
+    pub keys: BTreeSet<String>,
+    /// The instance ids it runs one job each for: a fan-out over a list known before the run.
+    pub matrix: Option<Vec<String>>,
+    /// Whether it leaves a branch for the apply job to push.
+    pub pushes: bool,
+    /// Its timeout and the job's overhead, in minutes.
+    pub minutes: u64,
+}
+
+impl Job<'_> {
+    pub fn id(&self) -> &str {
+        &self.step.id
+    }
+}
+
+/// Every step of the plan as a job, in plan order.
+pub fn jobs<'a>(plan: &'a Plan, options: &Options<'_>) -> Vec<Job<'a>> {
+    plan.steps()
+        .iter()
+        .map(|step| Job {
+            step,
+            keys: if options.replay.is_some() {
+                BTreeSet::new()
+            } else {
+                key_vars(plan, step)
+            },
+            matrix: matrix_instances(step),
+            pushes: step.isolation == Isolation::Worktree,
+            minutes: step
+                .timeout
+                .as_secs()
+                .div_ceil(60)
+                .saturating_add(JOB_OVERHEAD_MINUTES),
+        })
+        .collect()
+}
+
+/// The command a job runs: its step (or instance, as `only`, already a shell word) of the run
+/// the engine names with `run_id` (a shell expression), inputs from `INPUT_*` variables.
+pub fn run_line(options: &Options<'_>, only: &str, run_id: &str) -> String {
+    let mut command = format!(
+        "runner run {} --only {only} --run-id {run_id} --state-dir .runner",
+        shell_word(options.workflow_path),
+    );
+    if let Some(dir) = options.replay {
+        command.push_str(&format!(" --replay {}", shell_word(dir)));
+    }
+    for name in options.inputs.keys() {
+        command.push_str(&format!(" -i \"{name}=${}\"", input_var(name)));
+    }
+    command
+}
+
+/// A YAML double-quoted scalar (JSON's string syntax is valid YAML).
+pub fn quote(text: &str) -> String {
+    serde_json::to_string(text).unwrap_or_default()
+}
+
+/// The environment variable an input is passed in (never interpolated into a script).
+pub fn input_var(name: &str) -> String {
+    format!(
+        "INPUT_{}",
+        name.to_ascii_uppercase()
+            .replace(|c: char| !c.is_ascii_alphanumeric(), "_")
+    )
+}
+
+/// A job or input id every engine takes: a letter or `_`, then letters, digits, `_`, `-`.
+pub fn valid_id(id: &str) -> bool {
+    id.chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// A word for `sh`, quoted only when it has to be.
+pub fn shell_word(text: &str) -> String {
+    if !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '/' | '.' | '_' | '-'))
+    {
+        text.to_owned()
+    } else {
+        format!("'{}'", text.replace('\'', "'\\''"))
+    }
+}
+
+/// Why `text` cannot be written into an exported file, if it cannot: a line break would start
+/// new YAML, and the engines evaluate their expressions (`${{ }}`, `$VAR` in some keys,
+/// `{{ }}` in Argo) wherever they find them, so none may come from the workflow.
+pub fn unsafe_text(text: &str) -> Option<&'static str> {
+    if text.chars().any(char::is_control) {
+        Some("a line break or control character")
+    } else if text.contains("${{") {
+        Some("`${{`, which GitHub would evaluate as an expression")
+    } else if text.contains("{{") {
+        Some("`{{`, which Argo would evaluate as an expression")
+    } else {
+        None
+    }
+}
+
+/// The environment variables holding the keys a step's models need: its own model's provider,
+/// and with `task` every provider an alias names (its subagents may use any).
+fn key_vars(plan: &Plan, step: &PlannedStep) -> BTreeSet<String> {
+    let mut providers: BTreeSet<String> = step.model.iter().map(|m| m.provider.clone()).collect();
+    if !step.subagents.is_empty() {
+        providers.extend(plan.aliases.values().map(|m| m.provider.clone()));
+    }
+    providers
+        .iter()
+        .filter_map(|p| plan.providers.get(p))
+        .filter_map(|spec| spec.api_key_env.clone())
+        .collect()
+}
+
+/// The instance ids of a fan-out whose list is known before the run (literals, inputs with
+/// values): its job becomes a matrix. A list from an upstream output is one job running every
+/// instance.
+fn matrix_instances(step: &PlannedStep) -> Option<Vec<String>> {
+    let for_each = step.for_each.as_ref()?;
+    let items = for_each.known.as_ref()?;
+    crate::plan::verified::instance_ids(&step.id, items, for_each.key.as_deref())
+        .ok()
+        .filter(|ids| !ids.is_empty())
+}
+
+/// What stops an export on any engine, and what will not carry over; `engine` names it in
+/// messages, `max_matrix` is how many jobs its matrix may hold.
+pub fn check(
+    plan: &Plan,
+    options: &Options<'_>,
+    engine: &str,
+    max_matrix: usize,
+) -> (Vec<String>, Vec<String>) {
+    let mut errors = Vec::new();
+    let mut warnings = Vec::new();
+    // Ids are case-insensitive on GitHub, and the variable folds `-` into `_`: two inputs that
+    // meet there would pass one value for both.
+    let mut vars: IndexMap<String, &str> = IndexMap::new();
+    for (name, def) in options.inputs {
+        if !valid_id(name) {
+            errors.push(format!(
+                "input `{name}` cannot be a {engine} input: use letters, digits, `_` and `-`, starting with a letter or `_`"
+            ));
+        } else if let Some(first) = vars.insert(input_var(name), name) {
+            errors.push(format!(
+                "inputs `{first}` and `{name}` would be one {engine} input (`{}`): runner passes `-` as `_` and ignores case; rename one",
+                input_var(name)
+            ));
+            vars.insert(input_var(name), first);
+        }
+        let texts = [
+            ("description", def.description.as_deref()),
+            ("default", def.default.as_deref()),
+        ];
+        for (key, text) in texts {
+            if let Some(why) = text.and_then(unsafe_text) {
+                errors.push(format!("input `{name}`: its `{key}` holds {why}"));
+            }
+        }
+    }
+    if let Some(why) = unsafe_text(options.workflow_path) {
+        errors.push(format!("the workflow path holds {why}: rename the file"));
+    }
+    if let Some(why) = options.replay.and_then(unsafe_text) {
+        errors.push(format!("the `--replay` directory holds {why}"));
+    }
+    if let Some(why) = unsafe_text(&plan.name) {
+        errors.push(format!("the workflow `name` holds {why}"));
+    }
+    for step in plan.steps() {
+        if !valid_id(&step.id) || step.id == APPLY_JOB || step.id == BUILD_JOB {
+            errors.push(format!(
+                "step `{}` cannot be a {engine} job: its id must not be `{BUILD_JOB}` or `{APPLY_JOB}`",
+                step.id
+            ));
+        }
+        if let Some(why) = unsafe_text(&step.agent) {
+            errors.push(format!("step `{}`: its agent's name holds {why}", step.id));
+        }
+        if step
+            .for_each
+            .as_ref()
+            .is_some_and(|f| f.known.as_ref().is_some_and(|k| k.len() > max_matrix))
+        {
+            errors.push(format!(
+                "step `{}` fans out to more than {max_matrix} instances: a {engine} matrix holds at most {max_matrix} jobs",
+                step.id
+            ));
+        }
+        if step.sandbox != crate::sandbox::Mode::ReadOnly && step.isolation != Isolation::Worktree {
+            warnings.push(format!(
+                "step `{}` can change files but has no `isolation = \"worktree\"`: on {engine} its changes stay on its job's machine (give it a worktree to have them pushed as a branch)",
+                step.id
+            ));
+        }
+    }
+    if std::path::Path::new(options.workflow_path).is_absolute() {
+        warnings.push(format!(
+            "`{}` is an absolute path: jobs run in a checkout, so export with the path relative to the repository root",
+            options.workflow_path
+        ));
+    }
+    (errors, warnings)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_words_are_made_safe() {
+        assert_eq!(input_var("base-dir"), "INPUT_BASE_DIR");
+        assert!(valid_id("find_auth") && valid_id("_x") && !valid_id("9a") && !valid_id("a.b"));
+        assert_eq!(shell_word("workflows/a.toml"), "workflows/a.toml");
+        assert_eq!(shell_word("my flows/it's.toml"), "'my flows/it'\\''s.toml'");
+        assert_eq!(quote("a \"b\"\n"), "\"a \\\"b\\\"\\n\"");
+        assert!(unsafe_text("{{ workflow.name }}").is_some());
+    }
+}

@@ -1,0 +1,243 @@
+//! `runner export gitlab-ci`, run for real: the exported pipeline goes through `gitlab-ci-local`
+//! (npm) with the shell executor and `--shell-isolation`, each job in its own copy of the
+//! repository, state moving between jobs only as artifacts, every model call answered from a
+//! cassette: no network, no key.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+use crate::fake::{Fake, anthropic_text};
+use crate::support::{REPO, Test, git, init_repo};
+
+/// gitlab-ci-local, installed once under `target/` (4.60.0 runs on Node 20).
+fn gitlab_ci_local() -> &'static Path {
+    static INSTALLED: OnceLock<PathBuf> = OnceLock::new();
+    INSTALLED.get_or_init(|| {
+        let dir = Path::new(REPO).join("target/gitlab-ci-local");
+        let bin = dir.join("node_modules/.bin/gitlab-ci-local");
+        if !bin.is_file() {
+            std::fs::create_dir_all(&dir).unwrap();
+            let installed = Command::new("npm")
+                .args(["install", "--no-audit", "--no-fund", "--prefix"])
+                .arg(&dir)
+                .arg("gitlab-ci-local@4.60.0")
+                .status()
+                .expect("npm is needed to install gitlab-ci-local");
+            assert!(installed.success(), "npm install gitlab-ci-local failed");
+        }
+        // `--shell-isolation` copies the repository for each job with rsync.
+        let rsync = Command::new("rsync").arg("--version").output();
+        assert!(
+            rsync.is_ok_and(|o| o.status.success()),
+            "rsync is needed by gitlab-ci-local --shell-isolation (.ci/run installs it)"
+        );
+        bin
+    })
+}
+
+const DIAMOND: &str = r#"name = "diamond"
+[models]
+default = "anthropic/claude-test"
+[steps.a]
+agent = "explore"
+prompt = "STEP-a: find the entry point"
+[steps.b]
+agent = "explore"
+needs = ["a"]
+prompt = "STEP-b after {{ steps.a.summary }}"
+[steps.c]
+agent = "explore"
+needs = ["a"]
+prompt = "STEP-c after {{ steps.a.summary }}"
+[steps.d]
+agent = "plan"
+needs = ["b", "c"]
+prompt = "STEP-d after {{ steps.b.summary }} and {{ steps.c.summary }}"
+"#;
+
+/// A repository holding `workflow` and its cassettes, recorded against the fake API, with the
+/// export of the workflow as its `.gitlab-ci.yml` (each job answering from the cassettes), and
+/// the record of a local `--replay` run of it.
+async fn repository(workflow: &str) -> (Test, Value) {
+    let fake = Fake::anthropic_routed(vec![
+        ("STEP-a", vec![anthropic_text("entry: src/main.rs")]),
+        ("STEP-b", vec![anthropic_text("b looked")]),
+        ("STEP-c", vec![anthropic_text("c looked")]),
+        ("STEP-d", vec![anthropic_text("d planned")]),
+    ])
+    .await;
+    let test = Test::new()
+        .file("w.toml", workflow)
+        .file(".gitignore", ".runner/\n.gitlab-ci-local/\nrunner-bin/\n");
+    let (out, test) = test
+        .anthropic_api(&fake.uri(), "sk-recording-only")
+        .args(&["run", "w.toml", "--record", "cassettes", "--no-progress"])
+        .run_async()
+        .await;
+    assert!(out.status <= 1, "{}", out.transcript());
+    drop(fake);
+    let (out, test) = test
+        .clear_args()
+        .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+        .args(&["run", "w.toml", "--replay", "cassettes", "--format", "json"])
+        .run_async()
+        .await;
+    let local: Value =
+        serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", out.transcript()));
+    let install = format!(
+        "mkdir -p runner-bin && cp {} runner-bin/runner",
+        env!("CARGO_BIN_EXE_runner")
+    );
+    let out = Test::new()
+        .args(&[
+            "export",
+            "gitlab-ci",
+            test.path().join("w.toml").to_str().unwrap(),
+            "--replay",
+            "cassettes",
+            "--install",
+            &install,
+            "--output",
+            test.path().join(".gitlab-ci.yml").to_str().unwrap(),
+        ])
+        .run();
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    // The jobs see the workflow by its path in the repository.
+    let text = std::fs::read_to_string(test.path().join(".gitlab-ci.yml")).unwrap();
+    let text = text.replace(test.path().join("w.toml").to_str().unwrap(), "w.toml");
+    std::fs::write(test.path().join(".gitlab-ci.yml"), text).unwrap();
+    // Only the pipeline's jobs leave state here from now on.
+    std::fs::remove_dir_all(test.path().join(".runner")).unwrap();
+    init_repo(test.path());
+    (test, local)
+}
+
+/// Runs the pipeline; its exit status and log.
+fn pipeline(dir: &Path) -> (bool, String) {
+    let out = Command::new(gitlab_ci_local())
+        .args(["--shell-isolation", "--concurrency", "4"])
+        .current_dir(dir)
+        .env("HOME", dir.join(".home"))
+        .env_remove("ANTHROPIC_API_KEY")
+        .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+        .output()
+        .unwrap();
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), log)
+}
+
+/// Where in the log a job line stands (`b            starting shell`).
+fn at(log: &str, job: &str, what: &str) -> usize {
+    log.lines()
+        .position(|l| {
+            l.split_whitespace().next() == Some(job) && l.contains(what) && !l.contains(" > ")
+        })
+        .unwrap_or_else(|| panic!("no `{job} … {what}` in:\n{log}"))
+}
+
+/// The step records the jobs left, as artifacts copied back into the repository.
+fn merged_steps(dir: &Path) -> Value {
+    let runs: Vec<PathBuf> = std::fs::read_dir(dir.join(".runner/runs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    // One run: the pipeline's, named by its id.
+    let [run] = runs.as_slice() else {
+        panic!("one run should come back as artifacts: {runs:?}")
+    };
+    let mut steps = serde_json::Map::new();
+    for entry in std::fs::read_dir(run.join("steps")).unwrap() {
+        let entry = entry.unwrap();
+        let record = entry.path().join("record.json");
+        if record.is_file() {
+            let value: Value =
+                serde_json::from_str(&std::fs::read_to_string(record).unwrap()).unwrap();
+            steps.insert(entry.file_name().into_string().unwrap(), value);
+        }
+    }
+    Value::Object(steps)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_exported_pipeline_runs_each_step_in_its_own_job_and_matches_a_local_run() {
+    let (test, local) = repository(DIAMOND).await;
+    let (passed, log) = tokio::task::spawn_blocking({
+        let dir = test.path().to_owned();
+        move || pipeline(&dir)
+    })
+    .await
+    .unwrap();
+    assert!(passed, "{log}");
+    // gitlab-ci-local checks the file against GitLab's CI schema before it runs anything.
+    assert!(log.contains("json schema validated"), "{log}");
+    for job in ["runner-build", "a", "b", "c", "d"] {
+        assert!(
+            log.lines()
+                .any(|l| l.contains("PASS") && l.split_whitespace().nth(1) == Some(job)),
+            "{job} did not pass:\n{log}"
+        );
+    }
+    // DAG order, and the two independent steps at once: both started before either finished.
+    assert!(at(&log, "a", "finished in") < at(&log, "b", "starting"));
+    assert!(at(&log, "a", "finished in") < at(&log, "c", "starting"));
+    let first_end = at(&log, "b", "finished in").min(at(&log, "c", "finished in"));
+    assert!(at(&log, "b", "starting") < first_end, "{log}");
+    assert!(at(&log, "c", "starting") < first_end, "{log}");
+    assert!(at(&log, "b", "finished in") < at(&log, "d", "starting"));
+    assert!(at(&log, "c", "finished in") < at(&log, "d", "starting"));
+    // Each job ran its own step; together they are the local run.
+    let merged = merged_steps(test.path());
+    for step in ["a", "b", "c", "d"] {
+        let (job, here) = (&merged[step], &local["steps"][step]);
+        assert_eq!(job["status"], here["status"], "{step}");
+        assert_eq!(job["summary"], here["summary"], "{step}");
+        assert!(job.get("reused_from").is_none(), "{step} ran in its job");
+    }
+    assert_eq!(merged["d"]["summary"], "d planned");
+    assert_eq!(git(test.path(), &["status", "--porcelain"]), "");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_step_fails_the_pipeline_and_its_dependents_never_run() {
+    let workflow = DIAMOND.replace(
+        "[steps.c]\nagent = \"explore\"\nneeds = [\"a\"]\nprompt = \"STEP-c after {{ steps.a.summary }}\"",
+        "[steps.c]\nneeds = [\"a\"]\nrun = \"echo 'error: 3 tests failed' >&2; exit 4\"",
+    );
+    assert_ne!(workflow, DIAMOND);
+    let (test, local) = repository(&workflow).await;
+    assert_eq!(local["steps"]["c"]["status"], "failed");
+    let (passed, log) = tokio::task::spawn_blocking({
+        let dir = test.path().to_owned();
+        move || pipeline(&dir)
+    })
+    .await
+    .unwrap();
+    assert!(!passed, "the pipeline passed:\n{log}");
+    assert!(
+        log.lines()
+            .any(|l| l.contains("FAIL") && l.split_whitespace().nth(1) == Some("c")),
+        "{log}"
+    );
+    // The failed job's log says what failed and why.
+    assert!(
+        log.lines()
+            .any(|l| l.starts_with("c ") && l.contains("failed: c: the command exited 4:")),
+        "{log}"
+    );
+    assert!(log.contains("error: 3 tests failed"), "{log}");
+    assert!(
+        !log.lines()
+            .any(|l| l.split_whitespace().next() == Some("d") && l.contains("starting")),
+        "d ran:\n{log}"
+    );
+    let merged = merged_steps(test.path());
+    assert_eq!(merged["b"]["status"], "succeeded");
+    assert!(merged.get("d").is_none());
+}
