@@ -231,6 +231,8 @@ pub(crate) enum ExportTarget {
     GithubActions,
     /// A GitLab CI pipeline (`.gitlab-ci.yml`)
     GitlabCi,
+    /// An Argo Workflows `Workflow`
+    Argo,
 }
 
 #[derive(Debug, Args)]
@@ -250,6 +252,9 @@ pub(crate) struct ExportArgs {
     /// pipeline needs no API key
     #[arg(long, value_name = "DIR")]
     pub(crate) replay: Option<Utf8PathBuf>,
+    /// Argo only: the container image every task runs in [default: docker.io/library/rust:1-bookworm]
+    #[arg(long, value_name = "IMAGE")]
+    pub(crate) image: Option<String>,
     #[command(flatten)]
     pub(crate) resolve: ResolveArgs,
 }

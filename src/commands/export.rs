@@ -3,7 +3,7 @@
 use super::load_plan_to_inspect;
 use crate::cli::{ExportArgs, ExportTarget, Io};
 use crate::error::Exit;
-use crate::export::{Options, github, gitlab};
+use crate::export::{Options, argo, github, gitlab};
 use crate::workflow::load_workflow;
 
 pub fn export(args: ExportArgs, io: &mut Io<'_>) -> Exit {
@@ -31,9 +31,21 @@ pub fn export(args: ExportArgs, io: &mut Io<'_>) -> Exit {
         install: &install,
         replay: args.replay.as_ref().map(|d| d.as_str()),
     };
+    if args.image.is_some() && !matches!(args.target, ExportTarget::Argo) {
+        let _ = writeln!(
+            io.err,
+            "error: `--image` is for `export argo`: the other engines run their jobs on their own runners"
+        );
+        return Exit::Invalid;
+    }
+    if let Some(why) = args.image.as_deref().and_then(crate::export::unsafe_text) {
+        let _ = writeln!(io.err, "error: the `--image` holds {why}");
+        return Exit::Invalid;
+    }
     let (errors, warnings) = match args.target {
         ExportTarget::GithubActions => github::check(&plan, &options),
         ExportTarget::GitlabCi => gitlab::check(&plan, &options),
+        ExportTarget::Argo => argo::check(&plan, &options),
     };
     for warning in &warnings {
         let _ = writeln!(io.err, "warning: {warning}");
@@ -47,6 +59,11 @@ pub fn export(args: ExportArgs, io: &mut Io<'_>) -> Exit {
     let text = match args.target {
         ExportTarget::GithubActions => github::github_actions(&plan, &options),
         ExportTarget::GitlabCi => gitlab::gitlab_ci(&plan, &options),
+        ExportTarget::Argo => argo::argo(
+            &plan,
+            &options,
+            args.image.as_deref().unwrap_or(argo::DEFAULT_IMAGE),
+        ),
     };
     match &args.output {
         Some(path) => {

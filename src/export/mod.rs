@@ -10,6 +10,7 @@
 //! model and no key, and the only one allowed to write, pushes the branches of worktree steps
 //! (the safe-outputs pattern). Each engine is one file on top of this one.
 
+pub mod argo;
 pub mod github;
 pub mod gitlab;
 

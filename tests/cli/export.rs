@@ -457,3 +457,239 @@ fn a_fan_out_is_a_matrix_when_its_list_is_known_and_one_job_otherwise() {
     assert!(run_step(&doc["jobs"]["find"])["env"]["ANTHROPIC_API_KEY"].is_badvalue());
     assert!(text.contains("Push the branches of the instances of step each"));
 }
+
+/// The npm package `@kubernetes-models/argo-workflows` (Argo's published schema as validators)
+/// and PyPI's `hera` (Argo's models), installed once under `target/`: the first checks types and
+/// required fields, the second's round trip shows any key Argo would drop.
+fn argo_validators() -> (PathBuf, PathBuf) {
+    static INSTALLED: std::sync::OnceLock<(PathBuf, PathBuf)> = std::sync::OnceLock::new();
+    INSTALLED
+        .get_or_init(|| {
+            let dir = Path::new(REPO).join("target/argo-validate");
+            if !dir
+                .join("node_modules/@kubernetes-models/argo-workflows/package.json")
+                .is_file()
+            {
+                std::fs::create_dir_all(&dir).unwrap();
+                let installed = Command::new("npm")
+                    .args(["install", "--no-audit", "--no-fund", "--prefix"])
+                    .arg(&dir)
+                    .arg("@kubernetes-models/argo-workflows@2.0.0")
+                    .status()
+                    .expect("npm is needed for the Argo validator");
+                assert!(installed.success(), "npm install failed");
+            }
+            let hera = dir.join("hera");
+            if !hera.join("hera").is_dir() {
+                let installed = Command::new("python3")
+                    .args(["-m", "pip", "install", "--quiet", "--target"])
+                    .arg(&hera)
+                    .arg("hera==7.1.0")
+                    .status()
+                    .expect("python3 with pip is needed for hera");
+                assert!(installed.success(), "pip install hera failed");
+            }
+            let script = dir.join("validate.mjs");
+            std::fs::write(
+                &script,
+                r#"import { Workflow } from "@kubernetes-models/argo-workflows/argoproj.io/v1alpha1/Workflow";
+import fs from "fs";
+const workflow = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
+try { new Workflow(workflow).validate(); } catch (e) { console.log(e.message); process.exit(1); }
+"#,
+            )
+            .unwrap();
+            let round_trip = dir.join("round_trip.py");
+            std::fs::write(
+                &round_trip,
+                r#"import json, sys
+from hera.workflows.models import Workflow
+given = json.load(open(sys.argv[1]))
+kept = Workflow.model_validate(given).model_dump(by_alias=True, exclude_none=True, mode="json")
+if kept != given:
+    print(json.dumps(kept, indent=1, sort_keys=True))
+    sys.exit(1)
+"#,
+            )
+            .unwrap();
+            (script, round_trip)
+        })
+        .clone()
+}
+
+fn yaml_to_json(yaml: &Yaml) -> serde_json::Value {
+    match yaml {
+        Yaml::Hash(map) => serde_json::Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.as_str().unwrap().to_owned(), yaml_to_json(v)))
+                .collect(),
+        ),
+        Yaml::Array(items) => serde_json::Value::Array(items.iter().map(yaml_to_json).collect()),
+        Yaml::String(s) => serde_json::Value::String(s.clone()),
+        Yaml::Integer(i) => serde_json::Value::from(*i),
+        Yaml::Boolean(b) => serde_json::Value::Bool(*b),
+        other => panic!("unexpected YAML {other:?}"),
+    }
+}
+
+#[test]
+fn the_argo_export_is_a_valid_workflow_whose_dependencies_are_the_needs() {
+    let (validate, round_trip) = argo_validators();
+    let out_dir = tempfile::tempdir().unwrap();
+    for name in example_workflows() {
+        let path = format!("workflows/{name}");
+        let out = Test::in_repo()
+            .args(&["export", "argo", &path, "--install", INSTALL])
+            .run();
+        assert_eq!(out.status, 0, "{path}: {}", out.transcript());
+        let doc = &YamlLoader::load_from_str(&out.stdout).unwrap()[0];
+        let workflow = yaml_to_json(doc);
+        let file = out_dir.path().join(format!("{name}.json"));
+        std::fs::write(&file, workflow.to_string()).unwrap();
+        let checked = Command::new("node")
+            .arg(&validate)
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(
+            checked.status.success(),
+            "{path}: {}",
+            String::from_utf8_lossy(&checked.stdout)
+        );
+        let kept = Command::new("python3")
+            .arg(&round_trip)
+            .arg(&file)
+            .env("PYTHONPATH", round_trip.parent().unwrap().join("hera"))
+            .output()
+            .unwrap();
+        assert!(
+            kept.status.success(),
+            "{path}: hera dropped or changed keys:\n{}{}",
+            String::from_utf8_lossy(&kept.stdout),
+            String::from_utf8_lossy(&kept.stderr)
+        );
+        // One task per step, its dependencies the step's needs after the install task.
+        let plan = Test::in_repo()
+            .args(&["plan", &path, "--format", "json"])
+            .args(if name == "flaky-test-triage.toml" {
+                &["-i", "test=t"][..]
+            } else {
+                &[]
+            })
+            .run();
+        let plan: serde_json::Value = serde_json::from_str(&plan.stdout).unwrap();
+        let dag = workflow["spec"]["templates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == "pipeline")
+            .unwrap();
+        let tasks = dag["dag"]["tasks"].as_array().unwrap();
+        assert_eq!(tasks.len(), plan["steps"].as_array().unwrap().len() + 1);
+        let argo_name = |id: &str| id.replace('_', "-");
+        for step in plan["steps"].as_array().unwrap() {
+            let id = step["id"].as_str().unwrap();
+            let task = tasks
+                .iter()
+                .find(|t| t["name"] == argo_name(id).as_str())
+                .unwrap_or_else(|| panic!("{path}: no task for {id}"));
+            let mut expected = vec!["runner-build".to_owned()];
+            expected.extend(
+                step["needs"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|n| argo_name(n.as_str().unwrap())),
+            );
+            assert_eq!(
+                task["dependencies"],
+                serde_json::json!(expected),
+                "{path}: {id}"
+            );
+            // `continue_on_error` lets the tasks after it run (the flagship's test baseline).
+            let tolerated = name == "jwt-migration.toml" && id == "baseline";
+            assert_eq!(
+                task["continueOn"]["failed"].as_bool(),
+                tolerated.then_some(true),
+                "{path}: {id}"
+            );
+            let template = workflow["spec"]["templates"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|t| t["name"] == format!("step-{}", argo_name(id)).as_str())
+                .unwrap();
+            let env = template["container"]["env"].as_array().unwrap();
+            let key = env.iter().find(|e| e["name"] == "ANTHROPIC_API_KEY");
+            // The key from the Secret, only where a model is called.
+            assert_eq!(key.is_some(), !step["model"].is_null(), "{path}: {id}");
+            if let Some(key) = key {
+                assert_eq!(key["valueFrom"]["secretKeyRef"]["name"], "runner-keys");
+            }
+            let script = template["container"]["args"][0].as_str().unwrap();
+            assert!(
+                script.contains(&format!("--only {id} --run-id \"$RUNNER_RUN_ID\"")),
+                "{script}"
+            );
+        }
+    }
+}
+
+/// What an engine cannot hold is refused with the step and the key, before anything is written.
+#[test]
+fn each_export_refuses_what_its_engine_cannot_hold() {
+    let export = |target: &str, workflow: &str| {
+        Test::new()
+            .file("w.toml", workflow)
+            .args(&["export", target, "w.toml", "--install", INSTALL])
+            .run()
+    };
+    let head = "name = \"w\"\n[models]\ndefault = \"anthropic/m\"\n";
+    // Argo names have no `_`: two steps would meet.
+    let out = export(
+        "argo",
+        &format!(
+            "{head}[steps.find_auth]\nagent = \"explore\"\nprompt = \"x\"\n[steps.find-auth]\nagent = \"explore\"\nprompt = \"y\"\n"
+        ),
+    );
+    assert_eq!(out.status, 2, "{}", out.transcript());
+    assert!(
+        out.stderr.contains(
+            "error: steps `find-auth` and `find_auth` would be one Argo task (`find-auth`)"
+        ) || out.stderr.contains(
+            "error: steps `find_auth` and `find-auth` would be one Argo task (`find-auth`)"
+        ),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stdout.is_empty());
+    // A literal list longer than a GitLab matrix.
+    let items: Vec<String> = (0..201).map(|i| format!("\"i{i}\"")).collect();
+    let out = export(
+        "gitlab-ci",
+        &format!(
+            "{head}[steps.each]\nagent = \"explore\"\nfor_each = [{}]\nprompt = \"{{{{ item }}}}\"\n",
+            items.join(", ")
+        ),
+    );
+    assert_eq!(out.status, 2, "{}", out.transcript());
+    assert!(
+        out.stderr.contains(
+            "error: step `each` fans out to more than 200 instances: a GitLab CI matrix holds at most 200 jobs"
+        ),
+        "{}",
+        out.stderr
+    );
+    // An Argo expression in the workflow's text would be evaluated by Argo.
+    let out = export(
+        "argo",
+        "name = \"w {{workflow.uid}}\"\n[models]\ndefault = \"anthropic/m\"\n[steps.a]\nagent = \"explore\"\nprompt = \"x\"\n",
+    );
+    assert_eq!(out.status, 2, "{}", out.transcript());
+    assert!(
+        out.stderr
+            .contains("error: the workflow `name` holds `{{`, which Argo would evaluate"),
+        "{}",
+        out.stderr
+    );
+}
