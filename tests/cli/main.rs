@@ -5,6 +5,7 @@ mod bash;
 mod budget;
 mod ci;
 mod delegate;
+mod demo;
 mod diagnostics;
 mod export;
 mod fake;
