@@ -32,8 +32,18 @@ fn the_first_command_runs_the_example_for_real_from_the_shipped_cassettes() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let run: Value = serde_json::from_slice(&out.stdout).unwrap();
-    for step in ["baseline", "find_auth", "find_sessions", "plan", "implement", "review"] {
-        assert_eq!(run["steps"][step]["status"], "succeeded", "{step}: {stderr}");
+    for step in [
+        "baseline",
+        "find_auth",
+        "find_sessions",
+        "plan",
+        "implement",
+        "review",
+    ] {
+        assert_eq!(
+            run["steps"][step]["status"], "succeeded",
+            "{step}: {stderr}"
+        );
     }
     // The project's tests ran for real: they failed once in the worktree, the failure went back
     // to the agent, and its fix passed them.
@@ -45,7 +55,10 @@ fn the_first_command_runs_the_example_for_real_from_the_shipped_cassettes() {
         .collect();
     assert_eq!(checks, [(1, false), (2, true)]);
     let branch = run["steps"]["implement"]["branch"].as_str().unwrap();
-    let module = git(demo.path(), &["show", &format!("{branch}:src/jwt_tokens.py")]);
+    let module = git(
+        demo.path(),
+        &["show", &format!("{branch}:src/jwt_tokens.py")],
+    );
     assert!(module.contains("if claims[\"exp\"] <"), "{module}");
     assert!(
         run["steps"]["review"]["summary"]
