@@ -5,7 +5,7 @@
 # (demo/script.py), so it needs no key and no network.
 set -eu
 cd "$(dirname "$0")/.."
-cargo build --quiet
+cargo build
 demo=target/demo
 rm -rf "$demo"
 mkdir -p "$demo"
