@@ -35,7 +35,7 @@ fn workflow(steps: usize) -> String {
     text
 }
 
-#[divan::bench(args = [500, 5_000, 50_000], sample_count = 10)]
+#[divan::bench(args = [500, 5_000, 10_000, 50_000], sample_count = 10)]
 fn plan_generated(bencher: divan::Bencher, steps: usize) {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = Utf8PathBuf::from_path_buf(dir.path().join("w.toml")).expect("utf-8 temp path");

@@ -1,5 +1,6 @@
 //! The `grep` and `glob` tools on a generated tree of 50,000 files, beside ripgrep (`rg`) on the
-//! same tree when it is installed. The pattern matches rarely, so every file is searched.
+//! same tree when it is installed. The patterns, a literal and a regex, match rarely, so every
+//! file is searched; both sides find the same lines.
 //!
 //! Like is measured with like: both sides are whole processes. This benchmark starts itself again
 //! as a child that runs one tool call and prints its result (`RUNNER_BENCH_CHILD`), and times that
@@ -14,6 +15,10 @@ use runner::tools::search::{glob, grep};
 use serde_json::json;
 
 const DIRS: usize = 500;
+const LITERAL: &str = "NEEDLE: rotate";
+/// No literal prefix: only the inner literal `: rotate` can narrow the search, which takes a
+/// matcher that knows lines.
+const REGEX: &str = r"[A-Z]+: rotate the \w+ key";
 const FILES_PER_DIR: usize = 100;
 
 fn main() {
@@ -24,11 +29,11 @@ fn main() {
     ) {
         let workspace = Workspace::new(&Utf8PathBuf::from(root)).expect("workspace");
         let out = match tool.as_str() {
-            "grep" => grep(
+            "glob" => glob(&workspace, &json!({"pattern": "**/file000.rs"})),
+            pattern => grep(
                 &workspace,
-                &json!({"pattern": "NEEDLE: rotate", "max_results": 2000}),
+                &json!({"pattern": pattern, "max_results": 2000}),
             ),
-            _ => glob(&workspace, &json!({"pattern": "**/file000.rs"})),
         };
         assert!(!out.is_error, "{}", out.text);
         print!("{}", out.text);
@@ -93,23 +98,47 @@ fn have_rg() -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-#[divan::bench(sample_count = 10)]
-fn grep_runner() -> usize {
-    runner_child("grep")
-}
-
-#[divan::bench(sample_count = 10)]
-fn grep_rg() -> usize {
+fn rg(pattern: &str) -> usize {
     let t = tree();
     if !have_rg() {
         return 0;
     }
     let out = Command::new("rg")
-        .args(["-n", "NEEDLE: rotate"])
+        .args(["-n", pattern])
         .current_dir(&t.root)
         .output()
         .expect("rg");
     out.stdout.iter().filter(|b| **b == b'\n').count()
+}
+
+#[divan::bench(sample_count = 10)]
+fn grep_literal_runner() -> usize {
+    runner_child(LITERAL)
+}
+
+#[divan::bench(sample_count = 10)]
+fn grep_literal_rg() -> usize {
+    rg(LITERAL)
+}
+
+#[divan::bench(sample_count = 10)]
+fn grep_regex_runner() -> usize {
+    let found = runner_child(REGEX);
+    // Both sides find the same lines, checked once (outside the median: one sample of ten).
+    static SAME: std::sync::Once = std::sync::Once::new();
+    SAME.call_once(|| {
+        let rg = rg(REGEX);
+        assert!(
+            rg == 0 || found == rg,
+            "runner printed {found} lines, rg {rg}"
+        );
+    });
+    found
+}
+
+#[divan::bench(sample_count = 10)]
+fn grep_regex_rg() -> usize {
+    rg(REGEX)
 }
 
 #[divan::bench(sample_count = 10)]

@@ -10,6 +10,10 @@ use petgraph::visit::EdgeRef;
 #[derive(Debug)]
 pub struct StepGraph {
     graph: DiGraph<usize, ()>,
+    /// The ancestry walks' marks, kept between walks: a node is seen in the walk whose number it
+    /// holds, so a walk costs the nodes it visits, not a fresh vector of every node (one walk a
+    /// template reference made validation grow with the square of the steps).
+    marks: std::cell::RefCell<(Vec<u32>, u32)>,
 }
 
 impl StepGraph {
@@ -24,7 +28,10 @@ impl StepGraph {
                 graph.update_edge(NodeIndex::new(dep), NodeIndex::new(step), ());
             }
         }
-        Self { graph }
+        Self {
+            marks: std::cell::RefCell::new((vec![0; graph.node_count()], 0)),
+            graph,
+        }
     }
 
     /// Every cycle, each as the steps along it in `needs` order, starting and ending at its
@@ -148,7 +155,15 @@ impl StepGraph {
     /// Whether `ancestor` is reachable from `step` by following `needs`.
     pub fn is_ancestor(&self, ancestor: usize, step: usize) -> bool {
         let target = NodeIndex::new(ancestor);
-        let mut seen = vec![false; self.graph.node_count()];
+        let mut marks = self.marks.borrow_mut();
+        let (seen, walk) = &mut *marks;
+        *walk = walk.wrapping_add(1);
+        if *walk == 0 {
+            // After 4 billion walks the numbers start again: clear the old marks once.
+            seen.iter_mut().for_each(|m| *m = 0);
+            *walk = 1;
+        }
+        let walk = *walk;
         let mut stack = vec![NodeIndex::new(step)];
         while let Some(node) = stack.pop() {
             for edge in self
@@ -159,8 +174,10 @@ impl StepGraph {
                 if need == target {
                     return true;
                 }
-                if !seen[need.index()] {
-                    seen[need.index()] = true;
+                if let Some(mark) = seen.get_mut(need.index())
+                    && *mark != walk
+                {
+                    *mark = walk;
                     stack.push(need);
                 }
             }

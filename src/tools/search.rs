@@ -203,8 +203,11 @@ pub fn grep(ws: &Workspace, input: &Value) -> ToolOutput {
         Ok(base) => base,
         Err(err) => return err,
     };
+    // As ripgrep builds it: a matcher that knows no match spans a line break can look for the
+    // pattern's literal parts first and confirm only the lines holding them.
     let matcher = match RegexMatcherBuilder::new()
         .case_insensitive(input.case_insensitive)
+        .line_terminator(Some(b'\n'))
         .build(&input.pattern)
     {
         Ok(m) => m,
