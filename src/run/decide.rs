@@ -22,7 +22,13 @@ pub enum Prepared {
         /// Its `env` templates, rendered.
         env: BTreeMap<String, String>,
     },
-    /// A fan-out: each instance's id, item and what to do with it (never `FanOut` again).
+    /// A fan-out whose needs are done: its list is to be made into instances
+    /// ([`super::fanout::expand`]) with this context and what `--only` selects of it.
+    Expand {
+        context: JinjaValue,
+        selection: Selection,
+    },
+    /// A fan-out: each instance's id, item and what to do with it (never `Expand` or `FanOut`).
     FanOut(Vec<(String, serde_json::Value, Prepared)>),
 }
 
@@ -55,7 +61,7 @@ pub fn prepare(
         return Prepared::Ended(Outcome::Skipped(reason));
     }
     if step.for_each.is_some() {
-        return super::fanout::expand(step, context, &selection, options, record, env);
+        return Prepared::Expand { context, selection };
     }
     prepare_one(step, context, previous, options, record, env)
 }

@@ -28,6 +28,9 @@ use crate::report::transcript::TranscriptSink;
 use crate::session::FailureKind;
 use crate::template;
 use crate::workflow::Isolation;
+use fan_out::FanOut;
+
+mod fan_out;
 
 /// How a running step's task ended.
 enum Ended {
@@ -70,15 +73,6 @@ impl Unit {
             instance: None,
         }
     }
-}
-
-/// A fan-out step whose instances are under way.
-struct FanOut {
-    /// Each instance's record, in list order (its id and item set).
-    records: Vec<StepRecord>,
-    /// Instances not finished yet.
-    left: usize,
-    started: Instant,
 }
 
 /// Everything the loop changes as it goes.
@@ -344,7 +338,19 @@ impl Scheduler<'_> {
                 self.finish_unstarted(Unit::step(i), Outcome::Cancelled(CancelReason::RunStopped));
                 continue;
             }
-            match prepare(step, plan, &self.record, &self.results, self.options, env) {
+            let prepared = match prepare(step, plan, &self.record, &self.results, self.options, env)
+            {
+                Prepared::Expand { context, selection } => super::fanout::expand(
+                    step,
+                    context,
+                    &selection,
+                    self.options,
+                    &self.record,
+                    env,
+                ),
+                prepared => prepared,
+            };
+            match prepared {
                 Prepared::Ended(outcome) => {
                     let failed = outcome.is_failure();
                     self.finish_unstarted(Unit::step(i), outcome);
@@ -367,112 +373,13 @@ impl Scheduler<'_> {
                     self.to_start.insert(Unit::step(i));
                 }
                 Prepared::FanOut(instances) => self.fan_out(i, instances),
+                // Expanded above; a second `Expand` would be a fan-out of a fan-out.
+                Prepared::Expand { .. } => self.finish_unstarted(
+                    Unit::step(i),
+                    Outcome::failed(FailureKind::FanOut, "the step's list was not expanded"),
+                ),
             }
         }
-    }
-
-    /// Starts a fan-out: each instance reused, ended, or queued; the step is done when the
-    /// last instance is (at once for an empty list).
-    fn fan_out(&mut self, i: usize, instances: Vec<(String, serde_json::Value, Prepared)>) {
-        let step = &self.plan.steps()[i];
-        let model = step.model_label();
-        self.record.step_mut(&step.id).status = StepStatus::Running;
-        self.emit(EventKind::StepStarted {
-            step: step.id.clone(),
-            agent: step.agent.clone(),
-            model: model.clone(),
-        });
-        let mut records = Vec::with_capacity(instances.len());
-        let mut settled = Vec::new();
-        for (k, (id, item, prepared)) in instances.into_iter().enumerate() {
-            let mut entry = StepRecord::pending_instance(&model, &id, &item);
-            let unit = Unit {
-                step: i,
-                instance: Some(k),
-            };
-            match prepared {
-                Prepared::Run {
-                    prompt,
-                    fingerprint,
-                    env,
-                } => {
-                    entry.fingerprint = fingerprint;
-                    self.instance_units.insert(id, unit);
-                    self.prompts.insert(unit, (prompt, env));
-                    self.to_start.insert(unit);
-                }
-                Prepared::Reuse(previous) => {
-                    entry = *previous;
-                    settled.push((k, false));
-                }
-                Prepared::Ended(outcome) => {
-                    let decided = !matches!(outcome, Outcome::Skipped(SkipReason::NotSelected));
-                    outcome.record(&mut entry);
-                    settled.push((k, decided));
-                }
-                // `prepare` never nests fan-outs.
-                Prepared::FanOut(_) => {
-                    Outcome::failed(FailureKind::FanOut, "a nested fan-out").record(&mut entry);
-                    settled.push((k, true));
-                }
-            }
-            records.push(entry);
-        }
-        let left = records.len();
-        self.fan_outs.insert(
-            i,
-            FanOut {
-                records,
-                left,
-                started: Instant::now(),
-            },
-        );
-        for (k, decided) in settled {
-            self.instance_done(i, k, decided);
-        }
-        if left == 0 {
-            self.finish_fan_out(i);
-        }
-    }
-
-    /// Tells the sinks an instance ended; settles its step when it was the last.
-    fn instance_done(&mut self, i: usize, k: usize, decided: bool) {
-        let Some(fan_out) = self.fan_outs.get_mut(&i) else {
-            return;
-        };
-        fan_out.left = fan_out.left.saturating_sub(1);
-        let last = fan_out.left == 0;
-        if let Some(record) = fan_out.records.get(k).cloned() {
-            let id = record.instance.clone().unwrap_or_default();
-            self.instance_units.remove(&id);
-            self.emit(EventKind::StepFinished {
-                step: id,
-                record: Box::new(record),
-                decided,
-            });
-        }
-        if last {
-            self.finish_fan_out(i);
-        }
-    }
-
-    /// Settles a fan-out step from its instances and lets its dependents go.
-    fn finish_fan_out(&mut self, i: usize) {
-        let Some(fan_out) = self.fan_outs.remove(&i) else {
-            return;
-        };
-        let id = self.plan.steps()[i].id.clone();
-        let elsewhere = fan_out
-            .records
-            .iter()
-            .any(|r| r.status == StepStatus::Skipped);
-        self.record.step_mut(&id).settle_fan_out(
-            fan_out.records,
-            fan_out.started.elapsed().as_millis() as u64,
-        );
-        // With some instances left to other jobs (`--only`), this job did not decide the step.
-        self.finished(i, !elsewhere);
-        self.ready.extend(self.walker.complete(i));
     }
 
     /// The id a unit runs as: the step's, or the instance's (`X[0]`).

@@ -1,0 +1,130 @@
+//! The scheduler's side of `for_each`: a fan-out step's instances are queued, reused or ended
+//! as `fanout::expand` prepared them, and the step settles once its last instance has.
+
+use std::time::Instant;
+
+use super::{Scheduler, Unit};
+use crate::event::EventKind;
+use crate::record::{StepRecord, StepStatus};
+use crate::run::decide::Prepared;
+use crate::run::outcome::{Outcome, SkipReason};
+use crate::session::FailureKind;
+
+/// A fan-out step whose instances are under way.
+pub(super) struct FanOut {
+    /// Each instance's record, in list order (its id and item set).
+    pub(super) records: Vec<StepRecord>,
+    /// Instances not finished yet.
+    pub(super) left: usize,
+    pub(super) started: Instant,
+}
+
+impl Scheduler<'_> {
+    /// Starts a fan-out: each instance reused, ended, or queued; the step is done when the
+    /// last instance is (at once for an empty list).
+    pub(super) fn fan_out(
+        &mut self,
+        i: usize,
+        instances: Vec<(String, serde_json::Value, Prepared)>,
+    ) {
+        let step = &self.plan.steps()[i];
+        let model = step.model_label();
+        self.record.step_mut(&step.id).status = StepStatus::Running;
+        self.emit(EventKind::StepStarted {
+            step: step.id.clone(),
+            agent: step.agent.clone(),
+            model: model.clone(),
+        });
+        let mut records = Vec::with_capacity(instances.len());
+        let mut settled = Vec::new();
+        for (k, (id, item, prepared)) in instances.into_iter().enumerate() {
+            let mut entry = StepRecord::pending_instance(&model, &id, &item);
+            let unit = Unit {
+                step: i,
+                instance: Some(k),
+            };
+            match prepared {
+                Prepared::Run {
+                    prompt,
+                    fingerprint,
+                    env,
+                } => {
+                    entry.fingerprint = fingerprint;
+                    self.instance_units.insert(id, unit);
+                    self.prompts.insert(unit, (prompt, env));
+                    self.to_start.insert(unit);
+                }
+                Prepared::Reuse(previous) => {
+                    entry = *previous;
+                    settled.push((k, false));
+                }
+                Prepared::Ended(outcome) => {
+                    let decided = !matches!(outcome, Outcome::Skipped(SkipReason::NotSelected));
+                    outcome.record(&mut entry);
+                    settled.push((k, decided));
+                }
+                // `expand` never nests fan-outs.
+                Prepared::Expand { .. } | Prepared::FanOut(_) => {
+                    Outcome::failed(FailureKind::FanOut, "a nested fan-out").record(&mut entry);
+                    settled.push((k, true));
+                }
+            }
+            records.push(entry);
+        }
+        let left = records.len();
+        self.fan_outs.insert(
+            i,
+            FanOut {
+                records,
+                left,
+                started: Instant::now(),
+            },
+        );
+        for (k, decided) in settled {
+            self.instance_done(i, k, decided);
+        }
+        if left == 0 {
+            self.finish_fan_out(i);
+        }
+    }
+
+    /// Tells the sinks an instance ended; settles its step when it was the last.
+    pub(super) fn instance_done(&mut self, i: usize, k: usize, decided: bool) {
+        let Some(fan_out) = self.fan_outs.get_mut(&i) else {
+            return;
+        };
+        fan_out.left = fan_out.left.saturating_sub(1);
+        let last = fan_out.left == 0;
+        if let Some(record) = fan_out.records.get(k).cloned() {
+            let id = record.instance.clone().unwrap_or_default();
+            self.instance_units.remove(&id);
+            self.emit(EventKind::StepFinished {
+                step: id,
+                record: Box::new(record),
+                decided,
+            });
+        }
+        if last {
+            self.finish_fan_out(i);
+        }
+    }
+
+    /// Settles a fan-out step from its instances and lets its dependents go.
+    pub(super) fn finish_fan_out(&mut self, i: usize) {
+        let Some(fan_out) = self.fan_outs.remove(&i) else {
+            return;
+        };
+        let id = self.plan.steps()[i].id.clone();
+        let elsewhere = fan_out
+            .records
+            .iter()
+            .any(|r| r.status == StepStatus::Skipped);
+        self.record.step_mut(&id).settle_fan_out(
+            fan_out.records,
+            fan_out.started.elapsed().as_millis() as u64,
+        );
+        // With some instances left to other jobs (`--only`), this job did not decide the step.
+        self.finished(i, !elsewhere);
+        self.ready.extend(self.walker.complete(i));
+    }
+}
