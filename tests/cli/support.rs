@@ -238,3 +238,30 @@ pub fn one_at_a_time(jsonl: &str, what: &str) -> usize {
     }
     started
 }
+
+/// `package` (`name@version`) from npm, installed once under `target/<dir>` (tests of one run
+/// that need it at the same time wait for one install, others go on); the folder it went to.
+pub fn npm_install(dir: &str, package: &str, marker: &str) -> PathBuf {
+    type Locks =
+        std::sync::Mutex<std::collections::BTreeMap<String, std::sync::Arc<std::sync::Mutex<()>>>>;
+    static LOCKS: Locks = std::sync::Mutex::new(std::collections::BTreeMap::new());
+    let lock = LOCKS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(dir.to_owned())
+        .or_default()
+        .clone();
+    let _one_at_a_time = lock.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = Path::new(REPO).join("target").join(dir);
+    if !dir.join(marker).exists() {
+        std::fs::create_dir_all(&dir).unwrap();
+        let installed = Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--prefix"])
+            .arg(&dir)
+            .arg(package)
+            .status()
+            .unwrap_or_else(|e| panic!("npm is needed to install {package}: {e}"));
+        assert!(installed.success(), "npm install {package} failed");
+    }
+    dir
+}
