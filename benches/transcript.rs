@@ -1,7 +1,9 @@
 //! How a step's transcript grows with its turns. Each request is logged by what it adds to the
 //! conversation (plus a digest of the whole), so the file must grow linearly; logging every
 //! request whole, as runner used to, grows with the square of the turns. This prints both for a
-//! step of 25 to 400 turns, each turn a `read_file` of a 2 kB file answered by a scripted model.
+//! step of 25 to 400 turns, each turn a `read_file` of a 2 kB file answered by a scripted model;
+//! then 20 turns of a 100 kB file, to show each tool output is written once (about 1x its size a
+//! turn, where writing it in `tool_finished` and again in the next request took 2x).
 
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -68,11 +70,11 @@ fn script(turns: usize) -> VecDeque<ChatResponse> {
 
 /// Runs a step of `turns` turns; the transcript's size, and what logging every request whole
 /// would have written.
-async fn transcript_bytes(turns: usize) -> (u64, u64) {
+async fn transcript_bytes(turns: usize, file_bytes: usize) -> (u64, u64) {
     let dir = tempfile::tempdir().expect("temp dir");
     let root = Utf8PathBuf::from_path_buf(dir.path().canonicalize().expect("path")).expect("utf-8");
     let line = "The signing key rotates every 90 days; see docs/keys.md for the procedure.\n";
-    std::fs::write(root.join("notes.txt"), line.repeat(2048 / line.len())).expect("write");
+    std::fs::write(root.join("notes.txt"), line.repeat(file_bytes / line.len())).expect("write");
     let tools = StepTools {
         registry: Arc::new(Registry::builtin()),
         allowed: BTreeSet::from(["read_file".to_owned()]),
@@ -130,7 +132,7 @@ fn main() {
     println!("turns  transcript bytes  per turn  (requests logged whole: bytes)");
     let mut previous: Option<(usize, u64)> = None;
     for turns in [25, 50, 100, 200, 400] {
-        let (bytes, whole) = runtime.block_on(transcript_bytes(turns));
+        let (bytes, whole) = runtime.block_on(transcript_bytes(turns, 2048));
         let per_turn = bytes as f64 / turns as f64;
         println!("{turns:>5}  {bytes:>16}  {per_turn:>8.0}  ({whole})");
         if let Some((turns_before, bytes_before)) = previous {
@@ -143,4 +145,14 @@ fn main() {
         }
         previous = Some((turns, bytes));
     }
+    // Under read_file's 2,000 lines, so the whole file is each output.
+    let (turns, size) = (20, 100 * 1024);
+    let (bytes, _) = runtime.block_on(transcript_bytes(turns, size));
+    // Each turn reads the file once (the first request has none).
+    let per_output = bytes as f64 / ((turns - 1) * size) as f64;
+    println!(
+        "{turns} turns of a {} kB file: {bytes} bytes, {per_output:.2} x the tool output per turn",
+        size / 1024
+    );
+    assert!(per_output < 1.2, "each output should be written once");
 }

@@ -3,6 +3,11 @@
 //! moment. Requests are logged by what they add (see [`EventKind::TurnStarted`]), so a
 //! transcript grows with the conversation, not with its square. A subagent's events go to
 //! `steps/<id>/subagents/<agent_id>/transcript.jsonl`; its start and end are in the step's.
+//!
+//! A tool's output is written once, in its `tool_finished` event: the request after it carries
+//! the same text as a `tool_result`, which the transcript writes as `"content_in":
+//! "tool_finished"` instead of the text (the result of the call with that `tool_use_id`). Put
+//! back, the events rebuild each request whole; its `digest` says so.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -16,6 +21,14 @@ pub struct TranscriptSink {
     run_dir: Utf8PathBuf,
     /// Open files by step and subagent.
     files: BTreeMap<(String, Option<String>), File>,
+    /// The outputs already written in `tool_finished` events, by step and subagent, then call
+    /// id: a digest of each text.
+    outputs: BTreeMap<(String, Option<String>), BTreeMap<String, [u8; 32]>>,
+}
+
+fn text_digest(text: &str) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(text.as_bytes()).into()
 }
 
 impl TranscriptSink {
@@ -23,6 +36,7 @@ impl TranscriptSink {
         Self {
             run_dir: run_dir.to_owned(),
             files: BTreeMap::new(),
+            outputs: BTreeMap::new(),
         }
     }
 
@@ -84,8 +98,18 @@ impl Sink for TranscriptSink {
                 .map_err(|err| format!("cannot write `{path}`: {err}"))?;
             self.files.insert(key.clone(), file);
         }
-        let mut line =
-            crate::secrets::redact_owned(serde_json::to_string(event).unwrap_or_default());
+        let text = match &event.kind {
+            EventKind::ToolFinished { id, output, .. } => {
+                self.outputs
+                    .entry(key.clone())
+                    .or_default()
+                    .insert(id.clone(), text_digest(output));
+                serde_json::to_string(event).unwrap_or_default()
+            }
+            EventKind::TurnStarted { .. } => self.turn_line(&key, event),
+            _ => serde_json::to_string(event).unwrap_or_default(),
+        };
+        let mut line = crate::secrets::redact_owned(text);
         line.push('\n');
         let file = self.files.get_mut(&key).ok_or("transcript file missing")?;
         file.write_all(line.as_bytes())
@@ -95,7 +119,49 @@ impl Sink for TranscriptSink {
         // thousand files open.
         if matches!(event.kind, EventKind::StepFinished { .. }) {
             self.files.remove(&key);
+            self.outputs.remove(&key);
+        }
+        if let EventKind::SubagentFinished { record, .. } = &event.kind {
+            self.outputs
+                .remove(&(step.to_owned(), Some(record.id.clone())));
         }
         Ok(())
+    }
+}
+
+impl TranscriptSink {
+    /// A request's line, each tool result already written in its `tool_finished` event left
+    /// out and pointed at instead.
+    fn turn_line(&self, key: &(String, Option<String>), event: &Event) -> String {
+        let EventKind::TurnStarted { messages, .. } = &event.kind else {
+            return serde_json::to_string(event).unwrap_or_default();
+        };
+        let written = self.outputs.get(key);
+        let known = |id: &str, content: &str| {
+            written
+                .and_then(|w| w.get(id))
+                .is_some_and(|d| *d == text_digest(content))
+        };
+        let any = messages.iter().flat_map(|m| &m.content).any(|b| {
+            matches!(b, crate::provider::message::Block::ToolResult { tool_use_id, content, .. } if known(tool_use_id, content))
+        });
+        if !any {
+            return serde_json::to_string(event).unwrap_or_default();
+        }
+        let mut value = serde_json::to_value(event).unwrap_or_default();
+        for message in value["messages"].as_array_mut().into_iter().flatten() {
+            for block in message["content"].as_array_mut().into_iter().flatten() {
+                let is_known = block["type"] == "tool_result"
+                    && known(
+                        block["tool_use_id"].as_str().unwrap_or_default(),
+                        block["content"].as_str().unwrap_or_default(),
+                    );
+                if is_known && let Some(map) = block.as_object_mut() {
+                    map.remove("content");
+                    map.insert("content_in".into(), "tool_finished".into());
+                }
+            }
+        }
+        serde_json::to_string(&value).unwrap_or_default()
     }
 }

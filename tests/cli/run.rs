@@ -156,6 +156,13 @@ async fn anthropic_multi_turn_with_a_tool() {
         "{added}"
     );
     assert_eq!(second["digest"].as_str().unwrap().len(), 64);
+    // The tool's output is written once: the request after it points at `tool_finished`.
+    let result = &second["messages"][1]["content"][0];
+    assert_eq!(result["type"], "tool_result");
+    assert_eq!(result["content_in"], "tool_finished");
+    assert!(result.get("content").is_none(), "{result}");
+    // ... and the events still rebuild every request whole: its digest says so.
+    assert_eq!(rebuilt_digests(&events), 2);
     assert!(!log.contains(KEY), "the API key leaked into the transcript");
     assert!(!out.stdout.contains(KEY) && !out.stderr.contains(KEY));
     assert!(
@@ -163,6 +170,58 @@ async fn anthropic_multi_turn_with_a_tool() {
         "{}",
         out.stderr
     );
+}
+
+/// Rebuilds each request of a transcript from its events (tool results put back from the
+/// `tool_finished` events they point at), checks it against the request's digest, and returns
+/// how many it checked.
+fn rebuilt_digests(events: &[Value]) -> usize {
+    use sha2::Digest;
+    let session = events
+        .iter()
+        .find(|e| e["event"] == "session_started")
+        .unwrap();
+    let outputs: std::collections::BTreeMap<&str, &Value> = events
+        .iter()
+        .filter(|e| e["event"] == "tool_finished")
+        .map(|e| (e["id"].as_str().unwrap(), &e["output"]))
+        .collect();
+    let mut messages: Vec<Value> = Vec::new();
+    let mut checked = 0;
+    for turn in events.iter().filter(|e| e["event"] == "turn_started") {
+        for message in turn["messages"].as_array().unwrap() {
+            let mut message = message.clone();
+            for block in message["content"].as_array_mut().unwrap() {
+                if block["content_in"] == "tool_finished" {
+                    let id = block["tool_use_id"].as_str().unwrap().to_owned();
+                    let map = block.as_object_mut().unwrap();
+                    map.remove("content_in");
+                    map.insert("content".into(), outputs[id.as_str()].clone());
+                }
+            }
+            messages.push(message);
+        }
+        let request: runner::provider::message::ChatRequest = serde_json::from_value(json!({
+            "model": session["model"],
+            "system": session["system"],
+            "messages": messages,
+            "tools": session["tools"],
+            "max_tokens": session["max_tokens"],
+        }))
+        .unwrap();
+        let digest: String = sha2::Sha256::digest(serde_json::to_vec(&request).unwrap())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(
+            turn["digest"].as_str().unwrap(),
+            digest,
+            "turn {}",
+            turn["turn"]
+        );
+        checked += 1;
+    }
+    checked
 }
 
 #[tokio::test(flavor = "multi_thread")]
