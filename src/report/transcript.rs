@@ -8,6 +8,11 @@
 //! the same text as a `tool_result`, which the transcript writes as `"content_in":
 //! "tool_finished"` instead of the text (the result of the call with that `tool_use_id`). Put
 //! back, the events rebuild each request whole; its `digest` says so.
+//!
+//! What every request of a session shares, its system prompt and tool schemas, is written once
+//! per run for all the sessions that share it, as `sessions/<digest>.json` beside `run.json`;
+//! a `session_started` event names it in `"session_in"`. A thousand steps of one agent write it
+//! once, not a thousand times.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -24,6 +29,8 @@ pub struct TranscriptSink {
     /// The outputs already written in `tool_finished` events, by step and subagent, then call
     /// id: a digest of each text.
     outputs: BTreeMap<(String, Option<String>), BTreeMap<String, [u8; 32]>>,
+    /// The shared session files written so far, by name.
+    sessions: std::collections::BTreeSet<String>,
 }
 
 fn text_digest(text: &str) -> [u8; 32] {
@@ -37,6 +44,7 @@ impl TranscriptSink {
             run_dir: run_dir.to_owned(),
             files: BTreeMap::new(),
             outputs: BTreeMap::new(),
+            sessions: std::collections::BTreeSet::new(),
         }
     }
 
@@ -107,6 +115,32 @@ impl Sink for TranscriptSink {
                 serde_json::to_string(event).unwrap_or_default()
             }
             EventKind::TurnStarted { .. } => self.turn_line(&key, event),
+            EventKind::SessionStarted { system, tools, .. } => {
+                let shared = serde_json::json!({"system": system, "tools": tools});
+                let text = serde_json::to_string_pretty(&shared).unwrap_or_default();
+                let digest: String = text_digest(&text)[..8]
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect();
+                let name = format!("sessions/{digest}.json");
+                if !self.sessions.contains(&name) {
+                    let file = self.run_dir.join(&name);
+                    let tmp = self.run_dir.join(format!("{name}.tmp"));
+                    file.parent()
+                        .map_or(Ok(()), std::fs::create_dir_all)
+                        .and_then(|()| std::fs::write(&tmp, crate::secrets::redact_owned(text)))
+                        .and_then(|()| std::fs::rename(&tmp, &file))
+                        .map_err(|err| format!("cannot write `{file}`: {err}"))?;
+                    self.sessions.insert(name.clone());
+                }
+                let mut value = serde_json::to_value(event).unwrap_or_default();
+                if let Some(map) = value.as_object_mut() {
+                    map.remove("system");
+                    map.remove("tools");
+                    map.insert("session_in".into(), name.into());
+                }
+                serde_json::to_string(&value).unwrap_or_default()
+            }
             _ => serde_json::to_string(event).unwrap_or_default(),
         };
         let mut line = crate::secrets::redact_owned(text);

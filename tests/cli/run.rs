@@ -162,7 +162,11 @@ async fn anthropic_multi_turn_with_a_tool() {
     assert_eq!(result["content_in"], "tool_finished");
     assert!(result.get("content").is_none(), "{result}");
     // ... and the events still rebuild every request whole: its digest says so.
-    assert_eq!(rebuilt_digests(&events), 2);
+    let run_dir = test
+        .path()
+        .join(".runner/runs")
+        .join(run["run_id"].as_str().unwrap());
+    assert_eq!(rebuilt_digests(&events, &run_dir), 2);
     assert!(!log.contains(KEY), "the API key leaked into the transcript");
     assert!(!out.stdout.contains(KEY) && !out.stderr.contains(KEY));
     assert!(
@@ -175,12 +179,16 @@ async fn anthropic_multi_turn_with_a_tool() {
 /// Rebuilds each request of a transcript from its events (tool results put back from the
 /// `tool_finished` events they point at), checks it against the request's digest, and returns
 /// how many it checked.
-fn rebuilt_digests(events: &[Value]) -> usize {
+fn rebuilt_digests(events: &[Value], run_dir: &std::path::Path) -> usize {
     use sha2::Digest;
-    let session = events
+    let started = events
         .iter()
         .find(|e| e["event"] == "session_started")
         .unwrap();
+    // The system prompt and tool schemas, written once for the run.
+    let shared = run_dir.join(started["session_in"].as_str().unwrap());
+    let session: Value = serde_json::from_str(&std::fs::read_to_string(shared).unwrap()).unwrap();
+    assert!(started.get("system").is_none() && started.get("tools").is_none());
     let outputs: std::collections::BTreeMap<&str, &Value> = events
         .iter()
         .filter(|e| e["event"] == "tool_finished")
@@ -202,11 +210,11 @@ fn rebuilt_digests(events: &[Value]) -> usize {
             messages.push(message);
         }
         let request: runner::provider::message::ChatRequest = serde_json::from_value(json!({
-            "model": session["model"],
+            "model": started["model"],
             "system": session["system"],
             "messages": messages,
             "tools": session["tools"],
-            "max_tokens": session["max_tokens"],
+            "max_tokens": started["max_tokens"],
         }))
         .unwrap();
         let digest: String = sha2::Sha256::digest(serde_json::to_vec(&request).unwrap())

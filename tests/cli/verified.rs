@@ -455,6 +455,10 @@ async fn for_each_runs_instances_in_parallel_under_max_parallel_and_downstream_r
         let name = id.trim_start_matches("look[").trim_end_matches(']');
         assert!(transcript.contains(&format!("MARK-{name} number")), "{id}");
     }
+    // The three instances share one agent: its system prompt and tools are written once for the
+    // run (the `sum` step's explore agent has its own).
+    let sessions = std::fs::read_dir(run_dir.join("sessions")).unwrap().count();
+    assert_eq!(sessions, 2);
     let results: Vec<String> = fake
         .bodies()
         .await
