@@ -6,7 +6,8 @@
 use std::fmt::Write as _;
 
 use super::{
-    APPLY_JOB, BUILD_JOB, JOB_OVERHEAD_MINUTES, Job, Options, input_var, jobs, quote, run_line,
+    APPLY_JOB, BUILD_JOB, JOB_OVERHEAD_MINUTES, Job, Options, PushEnv, input_var, jobs, push_lines,
+    quote, run_line,
 };
 use crate::plan::Plan;
 
@@ -173,32 +174,6 @@ fn step_job(out: &mut String, job: &Job<'_>, options: &Options<'_>) {
     let _ = writeln!(out, "          include-hidden-files: true");
 }
 
-/// Pushes each instance's branch (`runner/<run>/X.0`, ...) from its own record. The branch name
-/// is runner's own, and only one of that shape is pushed.
-fn fan_out_apply(out: &mut String, id: &str) {
-    let _ = writeln!(
-        out,
-        "      - name: {}",
-        quote(&format!("Push the branches of the instances of step {id}"))
-    );
-    let _ = writeln!(out, "        run: |");
-    for line in [
-        format!("for record in .runner/runs/\"$GITHUB_RUN_ID\"/steps/{id}\\[*\\]/record.json; do"),
-        "  [ -f \"$record\" ] || continue".to_owned(),
-        "  if [ \"$(jq -r .status \"$record\")\" != succeeded ] || [ -z \"$(jq -r '.diff // empty' \"$record\")\" ]; then continue; fi".to_owned(),
-        "  branch=\"$(jq -r .branch \"$record\")\"".to_owned(),
-        format!("  case \"$branch\" in \"runner/$GITHUB_RUN_ID/{id}.\"[0-9]*) ;; *) echo \"unexpected branch in $record\"; exit 1 ;; esac"),
-        "  git switch --create \"$branch\" \"$GITHUB_SHA\"".to_owned(),
-        "  jq -j .diff \"$record\" | git apply --index".to_owned(),
-        "  git -c user.name='github-actions[bot]' -c user.email='41898282+github-actions[bot]@users.noreply.github.com' commit --quiet -m \"runner: $(jq -r .instance \"$record\" | tr -cd 'A-Za-z0-9_.[]-') (run $GITHUB_RUN_ID)\"".to_owned(),
-        "  git push origin \"$branch\"".to_owned(),
-        "  git switch --detach \"$GITHUB_SHA\"".to_owned(),
-        "done".to_owned(),
-    ] {
-        let _ = writeln!(out, "          {line}");
-    }
-}
-
 fn apply_job(out: &mut String, jobs: &[Job<'_>]) {
     let needs: Vec<String> = jobs.iter().map(|j| quote(j.id())).collect();
     let _ = writeln!(out, "  {APPLY_JOB}:");
@@ -212,31 +187,23 @@ fn apply_job(out: &mut String, jobs: &[Job<'_>]) {
     let _ = writeln!(out, "    steps:");
     let _ = writeln!(out, "      - uses: {CHECKOUT}");
     download_state(out);
+    let env = PushEnv {
+        run_id: "$GITHUB_RUN_ID",
+        sha: "$GITHUB_SHA",
+        committer: "-c user.name='github-actions[bot]' -c user.email='41898282+github-actions[bot]@users.noreply.github.com'",
+        push: "git push origin",
+    };
     for job in jobs.iter().filter(|j| j.pushes) {
         let id = job.id();
-        if job.step.for_each.is_some() {
-            fan_out_apply(out, id);
-            continue;
-        }
-        let _ = writeln!(
-            out,
-            "      - name: {}",
-            quote(&format!("Push the branch of step {id}"))
-        );
+        let fan_out = job.step.for_each.is_some();
+        let name = if fan_out {
+            format!("Push the branches of the instances of step {id}")
+        } else {
+            format!("Push the branch of step {id}")
+        };
+        let _ = writeln!(out, "      - name: {}", quote(&name));
         let _ = writeln!(out, "        run: |");
-        for line in [
-            format!("record=\".runner/runs/$GITHUB_RUN_ID/steps/{id}/record.json\""),
-            "if [ -f \"$record\" ] && [ \"$(jq -r .status \"$record\")\" = succeeded ] && [ -n \"$(jq -r '.diff // empty' \"$record\")\" ]; then".to_owned(),
-            format!("  branch=\"runner/$GITHUB_RUN_ID/{id}\""),
-            "  git switch --create \"$branch\" \"$GITHUB_SHA\"".to_owned(),
-            "  jq -j .diff \"$record\" | git apply --index".to_owned(),
-            format!("  git -c user.name='github-actions[bot]' -c user.email='41898282+github-actions[bot]@users.noreply.github.com' commit --quiet -m \"runner: {id} (run $GITHUB_RUN_ID)\""),
-            "  git push origin \"$branch\"".to_owned(),
-            "  git switch --detach \"$GITHUB_SHA\"".to_owned(),
-            "else".to_owned(),
-            format!("  echo \"step {id} left no change to push\""),
-            "fi".to_owned(),
-        ] {
+        for line in push_lines(id, fan_out, &env) {
             let _ = writeln!(out, "          {line}");
         }
     }

@@ -6,7 +6,9 @@
 
 use std::fmt::Write as _;
 
-use super::{APPLY_JOB, BUILD_JOB, Job, Options, input_var, jobs, quote, run_line};
+use super::{
+    APPLY_JOB, BUILD_JOB, Job, Options, PushEnv, input_var, jobs, push_lines, quote, run_line,
+};
 use crate::plan::Plan;
 
 /// The environment that model jobs name: scope the API key variables to it and no other job
@@ -141,28 +143,15 @@ fn apply_job(out: &mut String, jobs: &[Job<'_>]) {
     // Succeeded steps' branches are pushed even when another step failed.
     let _ = writeln!(out, "  when: always");
     let _ = writeln!(out, "  script:");
+    let env = PushEnv {
+        run_id: "$CI_PIPELINE_ID",
+        sha: "$CI_COMMIT_SHA",
+        committer: "-c user.name=runner -c user.email=runner@localhost",
+        push: "git push \"https://oauth2:${RUNNER_PUSH_TOKEN}@${CI_SERVER_HOST}/${CI_PROJECT_PATH}.git\"",
+    };
     for job in jobs.iter().filter(|j| j.pushes) {
-        let id = job.id();
-        let pattern = if job.step.for_each.is_some() {
-            format!(".runner/runs/$CI_PIPELINE_ID/steps/{id}\\[*\\]/record.json")
-        } else {
-            format!(".runner/runs/$CI_PIPELINE_ID/steps/{id}/record.json")
-        };
-        let lines = [
-            format!("for record in {pattern}; do"),
-            "  [ -f \"$record\" ] || continue".to_owned(),
-            "  if [ \"$(jq -r .status \"$record\")\" != succeeded ] || [ -z \"$(jq -r '.diff // empty' \"$record\")\" ]; then continue; fi".to_owned(),
-            "  branch=\"$(jq -r .branch \"$record\")\"".to_owned(),
-            format!("  case \"$branch\" in \"runner/$CI_PIPELINE_ID/{id}\"|\"runner/$CI_PIPELINE_ID/{id}.\"[0-9]*) ;; *) echo \"unexpected branch in $record\"; exit 1 ;; esac"),
-            "  git switch --create \"$branch\" \"$CI_COMMIT_SHA\"".to_owned(),
-            "  jq -j .diff \"$record\" | git apply --index".to_owned(),
-            format!("  git -c user.name=runner -c user.email=runner@localhost commit --quiet -m \"runner: {id} (pipeline $CI_PIPELINE_ID)\""),
-            "  git push \"https://oauth2:${RUNNER_PUSH_TOKEN}@${CI_SERVER_HOST}/${CI_PROJECT_PATH}.git\" \"$branch\"".to_owned(),
-            "  git switch --detach \"$CI_COMMIT_SHA\"".to_owned(),
-            "done".to_owned(),
-        ];
         let _ = writeln!(out, "    - |");
-        for line in lines {
+        for line in push_lines(job.id(), job.step.for_each.is_some(), &env) {
             let _ = writeln!(out, "      {line}");
         }
     }

@@ -109,6 +109,48 @@ pub fn run_line(options: &Options<'_>, only: &str, run_id: &str) -> String {
     command
 }
 
+/// What the push script of an engine's apply job takes from its environment.
+pub struct PushEnv<'a> {
+    /// The run id, as a shell expression (`$GITHUB_RUN_ID`).
+    pub run_id: &'a str,
+    /// The commit the run started from (`$GITHUB_SHA`).
+    pub sha: &'a str,
+    /// `-c user.name=… -c user.email=…` for the commit.
+    pub committer: &'a str,
+    /// How a branch is pushed, `"$branch"` at the end (`git push origin`).
+    pub push: &'a str,
+}
+
+/// The shell lines that push the branch of worktree step `id`, or of each of its instances:
+/// each succeeded record with a diff is applied onto the run's commit and pushed. Only a branch
+/// of runner's own shape (`runner/<run>/<id>`, `…/<id>.<n>`) is pushed.
+pub fn push_lines(id: &str, fan_out: bool, env: &PushEnv<'_>) -> Vec<String> {
+    let PushEnv {
+        run_id,
+        sha,
+        committer,
+        push,
+    } = env;
+    let records = if fan_out {
+        format!(".runner/runs/\"{run_id}\"/steps/{id}\\[*\\]/record.json")
+    } else {
+        format!(".runner/runs/\"{run_id}\"/steps/{id}/record.json")
+    };
+    vec![
+        format!("for record in {records}; do"),
+        "  [ -f \"$record\" ] || continue".to_owned(),
+        "  if [ \"$(jq -r .status \"$record\")\" != succeeded ] || [ -z \"$(jq -r '.diff // empty' \"$record\")\" ]; then echo \"$record: no change to push\"; continue; fi".to_owned(),
+        "  branch=\"$(jq -r .branch \"$record\")\"".to_owned(),
+        format!("  case \"$branch\" in \"runner/{run_id}/{id}\"|\"runner/{run_id}/{id}.\"[0-9]*) ;; *) echo \"unexpected branch in $record\"; exit 1 ;; esac"),
+        format!("  git switch --create \"$branch\" \"{sha}\""),
+        "  jq -j .diff \"$record\" | git apply --index".to_owned(),
+        format!("  git {committer} commit --quiet -m \"runner: $(jq -r '.instance // \"{id}\"' \"$record\" | tr -cd 'A-Za-z0-9_.[]-') (run {run_id})\""),
+        format!("  {push} \"$branch\""),
+        format!("  git switch --detach \"{sha}\""),
+        "done".to_owned(),
+    ]
+}
+
 /// A YAML double-quoted scalar (JSON's string syntax is valid YAML).
 pub fn quote(text: &str) -> String {
     serde_json::to_string(text).unwrap_or_default()

@@ -107,9 +107,7 @@ impl Sink for JunitSink {
     fn handle(&mut self, event: &Event) -> Result<(), String> {
         match &event.kind {
             // Instances arrive inside their step's record.
-            EventKind::StepFinished { step, record, .. }
-                if crate::plan::verified::split_instance(step).is_none() =>
-            {
+            EventKind::StepFinished { step, record, .. } if record.instance.is_none() => {
                 self.records.insert(step.clone(), (**record).clone());
                 Ok(())
             }

@@ -678,3 +678,80 @@ fn each_export_refuses_what_its_engine_cannot_hold() {
         out.stderr
     );
 }
+
+/// `runner-apply`'s script, run for real: a worktree step and a worktree fan-out ran as they
+/// would in the jobs (`--run-id` of the pipeline), and the script pushes each branch to the
+/// remote with the step's change and nothing else.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_apply_job_pushes_each_worktree_branch() {
+    use crate::fake::{Fake, anthropic_text, anthropic_tool};
+    let write = |path: &str| {
+        anthropic_tool(
+            path,
+            "write_file",
+            serde_json::json!({"path": path, "content": "made\n"}),
+        )
+    };
+    let fake = Fake::anthropic_routed(vec![
+        ("MARK-one", vec![write("one.txt"), anthropic_text("one")]),
+        ("MARK-x", vec![write("x.txt"), anthropic_text("x")]),
+        ("MARK-y", vec![write("y.txt"), anthropic_text("y")]),
+    ])
+    .await;
+    let workflow = "name = \"w\"\n[models]\ndefault = \"anthropic/m\"\n[steps.one]\nagent = \"code\"\nisolation = \"worktree\"\nprompt = \"MARK-one\"\n[steps.each]\nagent = \"code\"\nisolation = \"worktree\"\nfor_each = [\"x\", \"y\"]\nprompt = \"MARK-{{ item }}\"\n";
+    let test = Test::new()
+        .file("w.toml", workflow)
+        .file(".gitignore", ".runner/\n");
+    crate::support::init_repo(test.path());
+    let remote = tempfile::tempdir().unwrap();
+    crate::support::git(remote.path(), &["init", "--quiet", "--bare"]);
+    crate::support::git(
+        test.path(),
+        &["remote", "add", "origin", remote.path().to_str().unwrap()],
+    );
+    let (out, test) = test
+        .anthropic_api(&fake.uri(), "sk-x")
+        .args(&["run", "w.toml", "--run-id", "4242", "--no-progress"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    // The branches the run made stay local; the apply job makes its own from the records.
+    let sha = crate::support::git(test.path(), &["rev-parse", "HEAD"]);
+    for branch in [
+        "runner/4242/one",
+        "runner/4242/each.0",
+        "runner/4242/each.1",
+    ] {
+        crate::support::git(test.path(), &["branch", "-D", "--quiet", branch]);
+    }
+    let out_dir = tempfile::tempdir().unwrap();
+    let file = out_dir.path().join("out.yml");
+    export_in(Test::new().file("w.toml", workflow), "w.toml", &file);
+    let doc = &YamlLoader::load_from_str(&std::fs::read_to_string(&file).unwrap()).unwrap()[0];
+    for step in doc["jobs"]["runner-apply"]["steps"].as_vec().unwrap() {
+        let Some(script) = step["run"].as_str() else {
+            continue;
+        };
+        let ran = Command::new("sh")
+            .args(["-euc", script])
+            .current_dir(test.path())
+            .env("GITHUB_RUN_ID", "4242")
+            .env("GITHUB_SHA", sha.trim())
+            .output()
+            .unwrap();
+        assert!(
+            ran.status.success(),
+            "{script}\n{}",
+            String::from_utf8_lossy(&ran.stderr)
+        );
+    }
+    for (branch, file) in [
+        ("runner/4242/one", "one.txt"),
+        ("runner/4242/each.0", "x.txt"),
+        ("runner/4242/each.1", "y.txt"),
+    ] {
+        let files =
+            crate::support::git(remote.path(), &["show", "--name-only", "--format=", branch]);
+        assert_eq!(files.trim(), file, "{branch}");
+    }
+}
