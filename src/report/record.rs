@@ -55,9 +55,13 @@ impl Sink for RecordSink {
                 record,
                 decided,
             } => {
-                match crate::plan::verified::split_instance(step) {
+                match record
+                    .instance
+                    .as_ref()
+                    .map(|_| crate::plan::verified::step_of(step))
+                {
                     // An instance shows in its step's list as soon as it ends.
-                    Some((parent, _)) => {
+                    Some(parent) => {
                         if let Some(entry) = self.record.steps.get_mut(parent) {
                             match entry
                                 .instances
