@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use camino::Utf8PathBuf;
 use futures_util::future::BoxFuture;
 use runner::event::{Emitter, EventKind, Sink};
-use runner::provider::message::{Block, ChatRequest, ChatResponse, StopReason, Usage};
-use runner::provider::{Exchange, ModelApi, ProviderError};
+use runner::provider::message::{Block, ChatResponse, StopReason, Usage};
+use runner::provider::{Exchange, ModelApi, Outgoing, ProviderError};
 use runner::report::transcript::TranscriptSink;
 use runner::sandbox::Mode;
 use runner::session::{self, Session};
@@ -28,7 +28,7 @@ impl ModelApi for Scripted {
     fn endpoint(&self) -> String {
         "scripted".into()
     }
-    fn send<'a>(&'a self, _: &'a ChatRequest) -> BoxFuture<'a, Result<Exchange, ProviderError>> {
+    fn send<'a>(&'a self, _: Outgoing<'a>) -> BoxFuture<'a, Result<Exchange, ProviderError>> {
         let reply = self.0.lock().expect("script").pop_front();
         Box::pin(async move {
             let response = reply.ok_or(ProviderError::InvalidResponse {
@@ -118,6 +118,7 @@ async fn transcript_bytes(turns: usize, file_bytes: usize) -> (u64, u64) {
         }
         sink.handle(&event).expect("transcript");
     }
+    sink.flush().expect("transcript");
     let bytes = std::fs::metadata(TranscriptSink::path(&run_dir, "s"))
         .expect("transcript")
         .len();

@@ -2,7 +2,9 @@
 //! everything that shows or records a run (live progress, plain lines, `run.json`, transcripts,
 //! JUnit) is a [`Sink`] of the stream, so a new display or record is one new sink.
 
-use std::sync::Arc;
+pub mod pump;
+
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::Serialize;
 use serde_json::Value;
@@ -203,6 +205,11 @@ pub trait Sink: Send {
     fn tick(&mut self) -> Result<(), String> {
         Ok(())
     }
+
+    /// Writes what it has buffered. Called after each batch of events (see [`pump`]).
+    fn flush(&mut self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// Every sink of a run. The first failure to record is kept; it stops the run.
@@ -244,20 +251,83 @@ impl Sinks {
         }
     }
 
+    pub fn flush(&mut self) {
+        for sink in &mut self.sinks {
+            if let Err(err) = sink.flush() {
+                self.failure.get_or_insert(err);
+            }
+        }
+    }
+
+    /// No sinks, and a failure to record already.
+    pub fn failed(failure: String) -> Self {
+        Self {
+            sinks: Vec::new(),
+            failure: Some(failure),
+        }
+    }
+
     /// The first failure to record, if any.
     pub fn failure(&self) -> Option<&String> {
         self.failure.as_ref()
     }
 }
 
-/// How a running step sends its events to the scheduler, which hands them to the sinks in
-/// order.
+/// What a step has done so far, counted from its events as they are made: a step that times
+/// out or is cancelled still reports what it did.
+#[derive(Debug, Default, Clone)]
+pub struct Tally {
+    pub turns: u32,
+    pub tool_calls: u32,
+    /// The step's tokens and its subagents' (SPEC §6: the step's counts include them).
+    pub usage: Usage,
+    pub subagents: Vec<SubagentRecord>,
+    /// USD of the replies with a known price.
+    pub cost_usd: Option<f64>,
+    pub checks: Vec<CheckRecord>,
+}
+
+impl Tally {
+    fn count(&mut self, event: &Event) {
+        // Turns and tool calls are the step's own; a subagent's show in its record.
+        let own = event.agent.is_none();
+        match &event.kind {
+            EventKind::TurnStarted { .. } if own => self.turns += 1,
+            EventKind::ToolStarted { .. } if own => self.tool_calls += 1,
+            EventKind::TurnFinished {
+                usage, cost_usd, ..
+            } => {
+                self.usage.add(usage);
+                if let Some(cost) = cost_usd {
+                    *self.cost_usd.get_or_insert(0.0) += cost;
+                }
+            }
+            EventKind::SubagentFinished { record, .. } => {
+                self.subagents.push((**record).clone());
+            }
+            EventKind::CheckFinished { record, .. } if own => {
+                self.checks.push(record.clone());
+            }
+            _ => {}
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Destination {
+    Channel(mpsc::UnboundedSender<Event>),
+    Queue(Arc<pump::Queue>),
+}
+
+/// How a running step sends its events: to the sinks' queue (counted in its [`Tally`] on the
+/// way), or to a channel (for callers that read the events themselves).
 #[derive(Debug, Clone)]
 pub struct Emitter {
     step: Arc<str>,
     /// The subagent this emitter speaks for, if not the step itself.
     agent: Option<Arc<str>>,
-    sender: mpsc::UnboundedSender<Event>,
+    to: Destination,
+    tally: Option<Arc<Mutex<Tally>>>,
 }
 
 impl Emitter {
@@ -265,7 +335,19 @@ impl Emitter {
         Self {
             step: Arc::from(step),
             agent: None,
-            sender,
+            to: Destination::Channel(sender),
+            tally: None,
+        }
+    }
+
+    /// A step's emitter as the scheduler makes it: its events counted in `tally`, then queued
+    /// for the sinks.
+    pub fn queued(step: &str, queue: Arc<pump::Queue>, tally: Arc<Mutex<Tally>>) -> Self {
+        Self {
+            step: Arc::from(step),
+            agent: None,
+            to: Destination::Queue(queue),
+            tally: Some(tally),
         }
     }
 
@@ -274,7 +356,8 @@ impl Emitter {
         Self {
             step: self.step.clone(),
             agent: Some(Arc::from(id)),
-            sender: self.sender.clone(),
+            to: self.to.clone(),
+            tally: self.tally.clone(),
         }
     }
 
@@ -296,7 +379,18 @@ impl Emitter {
     pub fn emit(&self, kind: EventKind) {
         let mut event = Event::from(kind);
         event.agent = self.agent.as_deref().map(str::to_owned);
-        // The receiver is gone only when the run is over; nothing is left to record then.
-        let _ = self.sender.send(event);
+        if let Some(tally) = &self.tally {
+            tally
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .count(&event);
+        }
+        match &self.to {
+            // The receiver is gone only when the run is over; nothing is left to record then.
+            Destination::Channel(sender) => {
+                let _ = sender.send(event);
+            }
+            Destination::Queue(queue) => queue.push(event),
+        }
     }
 }

@@ -4,11 +4,10 @@ use futures_util::future::BoxFuture;
 use reqwest::header::{HeaderMap, HeaderValue};
 
 use super::Secret;
-use super::api::{Exchange, ModelApi};
+use super::api::{Exchange, ModelApi, Outgoing};
 use super::error::ProviderError;
 use super::format;
 use super::http::{self, ErrorBodies};
-use super::message::ChatRequest;
 use super::stream::{self, AnthropicStream};
 
 const ERRORS: ErrorBodies = ErrorBodies {
@@ -54,26 +53,21 @@ impl ModelApi for AnthropicApi {
         self.url.clone()
     }
 
-    fn send<'a>(
-        &'a self,
-        request: &'a ChatRequest,
-    ) -> BoxFuture<'a, Result<Exchange, ProviderError>> {
+    fn send<'a>(&'a self, request: Outgoing<'a>) -> BoxFuture<'a, Result<Exchange, ProviderError>> {
         self.send_streaming(request, &|_| {})
     }
 
     fn send_streaming<'a>(
         &'a self,
-        request: &'a ChatRequest,
+        request: Outgoing<'a>,
         progress: &'a (dyn Fn(usize) + Send + Sync),
     ) -> BoxFuture<'a, Result<Exchange, ProviderError>> {
         Box::pin(async move {
-            let mut body = format::anthropic::request_body(request);
-            body["stream"] = serde_json::Value::Bool(true);
             let raw = stream::post::<AnthropicStream>(
                 &self.http,
                 &self.url,
                 self.headers(),
-                &body,
+                request.body,
                 &ERRORS,
                 progress,
             )

@@ -7,7 +7,16 @@ use serde_json::Value;
 
 use super::error::ProviderError;
 use super::format::FormatError;
+use super::format::body::{Body, Wire};
 use super::message::{ChatRequest, ChatResponse};
+
+/// A request as it goes out: the conversation (what cassettes and in-process APIs read) and its
+/// body, written once in the API's wire format (what goes over HTTP, and what its digest is of).
+#[derive(Debug, Clone, Copy)]
+pub struct Outgoing<'a> {
+    pub request: &'a ChatRequest,
+    pub body: &'a Body,
+}
 
 /// One reply: what it means, and the body as the API sent it (for the transcript).
 #[derive(Debug, Clone)]
@@ -30,17 +39,19 @@ impl Exchange {
 pub trait ModelApi: Send + Sync {
     /// Where requests go, named in every error about them.
     fn endpoint(&self) -> String;
+    /// The wire format bodies for this API are written in. It may change between requests
+    /// (OpenAI's output-limit name, learnt from a refusal): a conversation asks before each.
+    fn wire(&self) -> Wire {
+        Wire::Anthropic
+    }
     /// One attempt; retries are the caller's (see [`super::retry`]).
-    fn send<'a>(
-        &'a self,
-        request: &'a ChatRequest,
-    ) -> BoxFuture<'a, Result<Exchange, ProviderError>>;
+    fn send<'a>(&'a self, request: Outgoing<'a>) -> BoxFuture<'a, Result<Exchange, ProviderError>>;
 
     /// One attempt, streamed where the API can: `progress` hears how many characters of the
     /// reply have arrived so far. The result is the same as [`ModelApi::send`]'s.
     fn send_streaming<'a>(
         &'a self,
-        request: &'a ChatRequest,
+        request: Outgoing<'a>,
         progress: &'a (dyn Fn(usize) + Send + Sync),
     ) -> BoxFuture<'a, Result<Exchange, ProviderError>> {
         let _ = progress;

@@ -7,6 +7,7 @@ use reqwest::header::HeaderMap;
 use serde_json::Value;
 
 use super::error::{HttpFailure, ProviderError};
+use super::format::body::Body;
 use crate::limits::MAX_RESPONSE_BYTES;
 
 /// How an API's error bodies read.
@@ -46,7 +47,7 @@ pub async fn post_events(
     client: &reqwest::Client,
     url: &str,
     headers: HeaderMap,
-    body: &Value,
+    body: &Body,
     errors: &ErrorBodies,
     on_event: &mut (dyn FnMut(&str, &str) -> Result<(), ProviderError> + Send),
 ) -> Result<Option<Value>, ProviderError> {
@@ -86,13 +87,14 @@ async fn post_checked(
     client: &reqwest::Client,
     url: &str,
     headers: HeaderMap,
-    body: &Value,
+    body: &Body,
     errors: &ErrorBodies,
 ) -> Result<reqwest::Response, ProviderError> {
     let response = client
         .post(url)
         .headers(headers)
-        .json(body)
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(body.http())
         .send()
         .await
         .map_err(|err| ProviderError::Transport {

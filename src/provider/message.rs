@@ -64,7 +64,7 @@ pub struct ToolDef {
     pub input_schema: Value,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ChatRequest {
     pub model: String,
     pub system: String,

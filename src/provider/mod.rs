@@ -16,8 +16,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-pub use api::{Exchange, ModelApi};
+pub use api::{Exchange, ModelApi, Outgoing};
 pub use error::ProviderError;
+pub use format::body::{Body, Encoder, Wire};
 
 /// An API key. Never printed: Debug and Display show `[hidden]`.
 #[derive(Clone)]

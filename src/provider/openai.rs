@@ -4,14 +4,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures_util::future::BoxFuture;
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
-use serde_json::Value;
 
 use super::Secret;
-use super::api::{Exchange, ModelApi};
+use super::api::{Exchange, ModelApi, Outgoing};
 use super::error::ProviderError;
 use super::format;
+use super::format::body::{Body, Wire};
 use super::http::{self, ErrorBodies};
-use super::message::ChatRequest;
 use super::stream::{self, OpenAiStream};
 
 const ERRORS: ErrorBodies = ErrorBodies {
@@ -62,16 +61,23 @@ impl OpenAiApi {
         }
         headers
     }
+}
 
-    fn body(&self, request: &ChatRequest) -> Value {
-        let mut body = format::openai::request_body(request);
-        if self.completion_tokens.load(Ordering::Relaxed)
-            && let Some(map) = body.as_object_mut()
-            && let Some(n) = map.remove("max_tokens")
-        {
-            map.insert("max_completion_tokens".into(), n);
-        }
-        body
+impl OpenAiApi {
+    async fn post(
+        &self,
+        body: &Body,
+        progress: &(dyn Fn(usize) + Send + Sync),
+    ) -> Result<serde_json::Value, ProviderError> {
+        stream::post::<OpenAiStream>(
+            &self.http,
+            &self.url,
+            self.headers(),
+            body,
+            &ERRORS,
+            progress,
+        )
+        .await
     }
 }
 
@@ -86,38 +92,31 @@ impl ModelApi for OpenAiApi {
         self.url.clone()
     }
 
-    fn send<'a>(
-        &'a self,
-        request: &'a ChatRequest,
-    ) -> BoxFuture<'a, Result<Exchange, ProviderError>> {
+    fn wire(&self) -> Wire {
+        Wire::OpenAi {
+            completion_tokens: self.completion_tokens.load(Ordering::Relaxed),
+        }
+    }
+
+    fn send<'a>(&'a self, request: Outgoing<'a>) -> BoxFuture<'a, Result<Exchange, ProviderError>> {
         self.send_streaming(request, &|_| {})
     }
 
     fn send_streaming<'a>(
         &'a self,
-        request: &'a ChatRequest,
+        request: Outgoing<'a>,
         progress: &'a (dyn Fn(usize) + Send + Sync),
     ) -> BoxFuture<'a, Result<Exchange, ProviderError>> {
         Box::pin(async move {
-            let post = |mut body: Value| async move {
-                body["stream"] = Value::Bool(true);
-                body["stream_options"] = serde_json::json!({"include_usage": true});
-                stream::post::<OpenAiStream>(
-                    &self.http,
-                    &self.url,
-                    self.headers(),
-                    &body,
-                    &ERRORS,
-                    progress,
-                )
-                .await
-            };
-            let raw = match post(self.body(request)).await {
+            let raw = match self.post(request.body, progress).await {
+                // Learnt once: this request is written again with the other name, and every
+                // later one asks `wire()` and is written with it from the start.
                 Err(error)
                     if wants_completion_tokens(&error)
                         && !self.completion_tokens.swap(true, Ordering::Relaxed) =>
                 {
-                    post(self.body(request)).await?
+                    self.post(&Body::of(self.wire(), request.request), progress)
+                        .await?
                 }
                 other => other?,
             };

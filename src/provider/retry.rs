@@ -4,9 +4,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::api::{Exchange, ModelApi};
+use super::api::{Exchange, ModelApi, Outgoing};
 use super::error::ProviderError;
-use super::message::ChatRequest;
 
 #[derive(Debug, Clone, Copy)]
 pub struct RetryPolicy {
@@ -93,7 +92,7 @@ fn path_repeats(endpoint: &str) -> bool {
 /// Sends with retries per `policy`; `on_retry` hears about each retry before its wait.
 pub async fn send(
     api: &dyn ModelApi,
-    request: &ChatRequest,
+    request: Outgoing<'_>,
     policy: RetryPolicy,
     mut on_retry: impl FnMut(&RetryNote),
     progress: &(dyn Fn(usize) + Send + Sync),

@@ -55,7 +55,7 @@ pub async fn post<A: Assemble>(
     client: &reqwest::Client,
     url: &str,
     headers: reqwest::header::HeaderMap,
-    body: &Value,
+    body: &super::format::body::Body,
     errors: &super::http::ErrorBodies,
     progress: &(dyn Fn(usize) + Send + Sync),
 ) -> Result<Value, ProviderError> {

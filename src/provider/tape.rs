@@ -18,8 +18,9 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::error::ProviderError;
+use super::format::body::Wire;
 use super::message::{ChatRequest, ChatResponse};
-use super::{Exchange, ModelApi};
+use super::{Exchange, ModelApi, Outgoing};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Mode {
@@ -76,15 +77,19 @@ impl Tapes {
     }
 
     /// The API of one step (and its subagents), working in `roots`.
+    /// `wire` is the provider's, so a replayed request is written (and digested) as the
+    /// recorded one was.
     pub fn wrap(
         self: &Arc<Self>,
         inner: Option<Arc<dyn ModelApi>>,
+        wire: Wire,
         step: &str,
         roots: Vec<String>,
     ) -> Arc<dyn ModelApi> {
         Arc::new(Taped {
             tapes: self.clone(),
             inner,
+            wire,
             step: step.to_owned(),
             roots,
         })
@@ -99,6 +104,7 @@ struct Taped {
     tapes: Arc<Tapes>,
     /// The real API (none when replaying).
     inner: Option<Arc<dyn ModelApi>>,
+    wire: Wire,
     step: String,
     /// The step's directories, as they appear in requests.
     roots: Vec<String>,
@@ -291,12 +297,13 @@ impl ModelApi for Taped {
         }
     }
 
-    fn send<'a>(
-        &'a self,
-        request: &'a ChatRequest,
-    ) -> BoxFuture<'a, Result<Exchange, ProviderError>> {
+    fn wire(&self) -> Wire {
+        self.inner.as_ref().map_or(self.wire, |inner| inner.wire())
+    }
+
+    fn send<'a>(&'a self, request: Outgoing<'a>) -> BoxFuture<'a, Result<Exchange, ProviderError>> {
         Box::pin(async move {
-            let normalized = normalize(request, &self.roots, &self.tapes.run_id);
+            let normalized = normalize(request.request, &self.roots, &self.tapes.run_id);
             match (&self.tapes.mode, &self.inner) {
                 (Mode::Record, Some(inner)) => {
                     let exchange = inner.send_streaming(request, &|_| {}).await?;

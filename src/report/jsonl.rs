@@ -184,22 +184,25 @@ fn public(kind: &EventKind) -> Option<(&'static str, Value)> {
     })
 }
 
-/// Writes events to stdout (or any writer, for tests).
+/// Writes events to stdout (or any writer, for tests), a batch at a time.
 pub struct JsonlSink<W: Write + Send> {
     out: W,
+    /// Lines not written yet.
+    buffer: String,
 }
 
 impl JsonlSink<std::io::Stdout> {
     pub fn stdout() -> Self {
-        Self {
-            out: std::io::stdout(),
-        }
+        Self::new(std::io::stdout())
     }
 }
 
 impl<W: Write + Send> JsonlSink<W> {
     pub fn new(out: W) -> Self {
-        Self { out }
+        Self {
+            out,
+            buffer: String::new(),
+        }
     }
 }
 
@@ -215,14 +218,24 @@ impl<W: Write + Send> Sink for JsonlSink<W> {
             subagent: event.agent.as_deref(),
             fields,
         };
-        let mut text =
-            crate::secrets::redact_owned(serde_json::to_string(&line).unwrap_or_default());
-        text.push('\n');
+        let text = crate::secrets::redact_owned(serde_json::to_string(&line).unwrap_or_default());
+        self.buffer.push_str(&text);
+        self.buffer.push('\n');
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), String> {
+        if self.buffer.is_empty() {
+            return Ok(());
+        }
         // A consumer that went away is a failure to record: the run stops and says so.
-        self.out
-            .write_all(text.as_bytes())
+        let written = self
+            .out
+            .write_all(self.buffer.as_bytes())
             .and_then(|()| self.out.flush())
-            .map_err(|err| format!("cannot write events to stdout: {err}"))
+            .map_err(|err| format!("cannot write events to stdout: {err}"));
+        self.buffer.clear();
+        written
     }
 }
 
@@ -258,6 +271,7 @@ mod tests {
             }
             .into();
             sink.handle(&hidden).unwrap();
+            sink.flush().unwrap();
         }
         let text = String::from_utf8(out).unwrap();
         let lines: Vec<&str> = text.lines().collect();

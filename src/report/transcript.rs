@@ -1,5 +1,6 @@
 //! `steps/<id>/transcript.jsonl` as a sink: every event of a step, one JSON object a line,
-//! appended and flushed as it happens, so a crash or an interrupt keeps everything up to that
+//! appended as it happens and written out after each batch of events (every few milliseconds,
+//! see [`crate::event::pump`]), so a crash or an interrupt keeps everything up to about that
 //! moment. Requests are logged by what they add (see [`EventKind::TurnStarted`]), so a
 //! transcript grows with the conversation, not with its square. A subagent's events go to
 //! `steps/<id>/subagents/<agent_id>/transcript.jsonl`; its start and end are in the step's.
@@ -16,7 +17,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::io::{BufWriter, Write};
 
 use camino::{Utf8Path, Utf8PathBuf};
 
@@ -24,8 +25,8 @@ use crate::event::{Event, EventKind, Sink};
 
 pub struct TranscriptSink {
     run_dir: Utf8PathBuf,
-    /// Open files by step and subagent.
-    files: BTreeMap<(String, Option<String>), File>,
+    /// Open files by step and subagent, with their paths.
+    files: BTreeMap<(String, Option<String>), (BufWriter<File>, Utf8PathBuf)>,
     /// The outputs already written in `tool_finished` events, by step and subagent, then call
     /// id: a digest of each text.
     outputs: BTreeMap<(String, Option<String>), BTreeMap<String, [u8; 32]>>,
@@ -88,8 +89,7 @@ impl Sink for TranscriptSink {
         let key = (step.to_owned(), event.agent.clone());
         // A finished subagent writes no more (until resumed): do not keep its file open.
         if let EventKind::SubagentFinished { record, .. } = &event.kind {
-            self.files
-                .remove(&(step.to_owned(), Some(record.id.clone())));
+            self.close(&(step.to_owned(), Some(record.id.clone())))?;
         }
         if matches!(event.kind, EventKind::StepFinished { .. }) && !self.files.contains_key(&key) {
             return Ok(());
@@ -104,7 +104,10 @@ impl Sink for TranscriptSink {
                 .map_or(Ok(()), std::fs::create_dir_all)
                 .and_then(|()| OpenOptions::new().create(true).append(true).open(&path))
                 .map_err(|err| format!("cannot write `{path}`: {err}"))?;
-            self.files.insert(key.clone(), file);
+            self.files.insert(
+                key.clone(),
+                (BufWriter::with_capacity(64 << 10, file), path),
+            );
         }
         let text = match &event.kind {
             EventKind::ToolFinished { id, output, .. } => {
@@ -145,14 +148,13 @@ impl Sink for TranscriptSink {
         };
         let mut line = crate::secrets::redact_owned(text);
         line.push('\n');
-        let file = self.files.get_mut(&key).ok_or("transcript file missing")?;
+        let (file, path) = self.files.get_mut(&key).ok_or("transcript file missing")?;
         file.write_all(line.as_bytes())
-            .and_then(|()| file.flush())
             .map_err(|err| format!("cannot write `{path}`: {err}"))?;
         // A finished step writes no more: a run of a thousand fan-out instances must not hold a
         // thousand files open.
         if matches!(event.kind, EventKind::StepFinished { .. }) {
-            self.files.remove(&key);
+            self.close(&key)?;
             self.outputs.remove(&key);
         }
         if let EventKind::SubagentFinished { record, .. } = &event.kind {
@@ -161,9 +163,27 @@ impl Sink for TranscriptSink {
         }
         Ok(())
     }
+
+    fn flush(&mut self) -> Result<(), String> {
+        for (file, path) in self.files.values_mut() {
+            file.flush()
+                .map_err(|err| format!("cannot write `{path}`: {err}"))?;
+        }
+        Ok(())
+    }
 }
 
 impl TranscriptSink {
+    /// Writes out and closes a transcript that will get no more lines.
+    fn close(&mut self, key: &(String, Option<String>)) -> Result<(), String> {
+        match self.files.remove(key) {
+            Some((mut file, path)) => file
+                .flush()
+                .map_err(|err| format!("cannot write `{path}`: {err}")),
+            None => Ok(()),
+        }
+    }
+
     /// A request's line, each tool result already written in its `tool_finished` event left
     /// out and pointed at instead.
     fn turn_line(&self, key: &(String, Option<String>), event: &Event) -> String {

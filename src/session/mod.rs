@@ -10,12 +10,11 @@ pub mod subagent;
 use std::time::Instant;
 
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use crate::event::{Emitter, EventKind};
-use crate::provider::ModelApi;
 use crate::provider::message::{Block, ChatRequest, Message, Role, StopReason, Usage};
 use crate::provider::retry::{self, RetryPolicy};
+use crate::provider::{Encoder, ModelApi, Outgoing};
 use crate::tools::StepTools;
 
 /// Output tokens per model request when neither the step nor `[defaults]` sets `max_tokens`.
@@ -183,14 +182,10 @@ async fn call_tools(
     )
 }
 
-/// A digest of the neutral request, so a transcript can show which request a turn sent without
-/// repeating the conversation.
-fn digest(request: &ChatRequest) -> String {
-    let bytes = serde_json::to_vec(request).unwrap_or_default();
-    Sha256::digest(&bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// How a conversation ended, and what it was.
@@ -217,22 +212,39 @@ pub fn push_user_text(messages: &mut Vec<Message>, text: String) {
     }
 }
 
-pub async fn converse(session: Session<'_>) -> Conversation {
+pub async fn converse(mut session: Session<'_>) -> Conversation {
+    let definitions = session.tools.definitions();
+    session.events.emit(EventKind::SessionStarted {
+        step: session.events.step().to_owned(),
+        model: session.model.to_owned(),
+        system: session.system.clone(),
+        tools: definitions.clone(),
+        max_tokens: session.max_tokens,
+    });
+    let mut history = std::mem::take(&mut session.history);
+    push_user_text(&mut history, std::mem::take(&mut session.first_message));
+    // The one copy of the conversation: the loop adds to it, and it is what the caller gets.
+    let mut request = ChatRequest {
+        model: session.model.to_owned(),
+        system: std::mem::take(&mut session.system),
+        messages: history,
+        tools: definitions,
+        max_tokens: session.max_tokens,
+    };
     let mut turns = 0;
     let mut tool_calls = 0;
     let mut usage = Usage::default();
-    let mut messages = Vec::new();
     let outcome = turns_until_done(
         session,
         &mut turns,
         &mut tool_calls,
         &mut usage,
-        &mut messages,
+        &mut request,
     )
     .await;
     Conversation {
         outcome,
-        messages,
+        messages: request.messages,
         turns,
         tool_calls,
         usage,
@@ -244,28 +256,12 @@ async fn turns_until_done(
     turns: &mut u32,
     tool_calls: &mut u32,
     usage: &mut Usage,
-    messages: &mut Vec<Message>,
+    request: &mut ChatRequest,
 ) -> StepOutcome {
     let step = session.events.step().to_owned();
     let emit = |kind: EventKind| session.events.emit(kind);
-    let definitions = session.tools.definitions();
-    emit(EventKind::SessionStarted {
-        step: step.clone(),
-        model: session.model.to_owned(),
-        system: session.system.clone(),
-        tools: definitions.clone(),
-        max_tokens: session.max_tokens,
-    });
     let policy = RetryPolicy::new(session.retries);
-    let mut history = session.history.clone();
-    push_user_text(&mut history, session.first_message.clone());
-    let mut request = ChatRequest {
-        model: session.model.to_owned(),
-        system: session.system.clone(),
-        messages: history,
-        tools: definitions,
-        max_tokens: session.max_tokens,
-    };
+    let mut encoder: Option<Encoder> = None;
     // Messages already in an earlier TurnStarted event.
     let mut logged = 0;
     let mut fixes_left = if session.output_schema.is_some() {
@@ -284,11 +280,17 @@ async fn turns_until_done(
         }
         turn += 1;
         *turns = turn;
+        let wire = session.api.wire();
+        let encoder = match &mut encoder {
+            Some(encoder) if encoder.wire() == wire => encoder,
+            slot => slot.insert(Encoder::new(wire, request)),
+        };
+        let body = encoder.encode(request);
         emit(EventKind::TurnStarted {
             step: step.clone(),
             turn,
             messages: request.messages[logged..].to_vec(),
-            digest: digest(&request),
+            digest: body.digest().to_owned(),
         });
         logged = request.messages.len();
         let started = Instant::now();
@@ -307,7 +309,10 @@ async fn turns_until_done(
         };
         let sent = retry::send(
             session.api,
-            &request,
+            Outgoing {
+                request,
+                body: &body,
+            },
             policy,
             |note| {
                 emit(EventKind::Retrying {
@@ -321,6 +326,7 @@ async fn turns_until_done(
             &arriving,
         )
         .await;
+        drop(body);
         let exchange = match sent {
             Ok(exchange) => exchange,
             Err(failure) => {
@@ -351,19 +357,25 @@ async fn turns_until_done(
                 content: response.content.clone(),
             });
         }
-        messages.clone_from(&request.messages);
         if !calls.is_empty() {
             *tool_calls += calls.len() as u32;
-            // A forked subagent starts from the conversation as it stands.
-            if let Ok(mut current) = session.tools.context.conversation.lock() {
-                *current = Some(request.clone());
-            }
+            // A forked subagent starts from the conversation as it stands: it is lent to the
+            // tools while they run (moved, not copied) and taken back after.
+            let shared = &session.tools.context.conversation;
+            *lock(shared) = Some(std::mem::take(request));
             let (results, fatal) = call_tools(&session, &step, turn, calls).await;
+            let Some(back) = lock(shared).take() else {
+                // Nothing else takes it: the tools only read it while they run.
+                return StepOutcome::failed(
+                    FailureKind::Crashed,
+                    "the conversation was lost while its tools ran",
+                );
+            };
+            *request = back;
             request.messages.push(Message {
                 role: Role::User,
                 content: results,
             });
-            messages.clone_from(&request.messages);
             if let Some(message) = fatal {
                 return StepOutcome::failed(FailureKind::Tool, message);
             }

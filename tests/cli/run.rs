@@ -167,6 +167,20 @@ async fn anthropic_multi_turn_with_a_tool() {
         .join(".runner/runs")
         .join(run["run_id"].as_str().unwrap());
     assert_eq!(rebuilt_digests(&events, &run_dir), 2);
+    // ... and each digest is of the very bytes the server received, sent with their length.
+    let sent: Vec<String> = requests.iter().map(|r| sha256(&r.body)).collect();
+    let logged: Vec<&str> = events
+        .iter()
+        .filter(|e| e["event"] == "turn_started")
+        .map(|e| e["digest"].as_str().unwrap())
+        .collect();
+    assert_eq!(sent, logged);
+    for r in &requests {
+        assert_eq!(
+            r.headers.get("content-length").unwrap().to_str().unwrap(),
+            r.body.len().to_string()
+        );
+    }
     assert!(!log.contains(KEY), "the API key leaked into the transcript");
     assert!(!out.stdout.contains(KEY) && !out.stderr.contains(KEY));
     assert!(
@@ -176,11 +190,18 @@ async fn anthropic_multi_turn_with_a_tool() {
     );
 }
 
-/// Rebuilds each request of a transcript from its events (tool results put back from the
-/// `tool_finished` events they point at), checks it against the request's digest, and returns
-/// how many it checked.
-fn rebuilt_digests(events: &[Value], run_dir: &std::path::Path) -> usize {
+fn sha256(bytes: &[u8]) -> String {
     use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Rebuilds each request of a transcript from its events (tool results put back from the
+/// `tool_finished` events they point at), writes it as the API's body, checks that against the
+/// request's digest, and returns how many it checked.
+fn rebuilt_digests(events: &[Value], run_dir: &std::path::Path) -> usize {
     let started = events
         .iter()
         .find(|e| e["event"] == "session_started")
@@ -217,10 +238,9 @@ fn rebuilt_digests(events: &[Value], run_dir: &std::path::Path) -> usize {
             "max_tokens": started["max_tokens"],
         }))
         .unwrap();
-        let digest: String = sha2::Sha256::digest(serde_json::to_vec(&request).unwrap())
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let body = runner::provider::Body::of(runner::provider::Wire::Anthropic, &request);
+        let digest = sha256(&body.to_vec());
+        assert_eq!(body.digest(), digest);
         assert_eq!(
             turn["digest"].as_str().unwrap(),
             digest,

@@ -10,7 +10,7 @@ use runner::agent::AgentCatalog;
 use runner::event::Sinks;
 use runner::plan::{PlanOptions, build_plan};
 use runner::provider::message::{Block, ChatRequest, ChatResponse, StopReason, Usage};
-use runner::provider::{Exchange, ModelApi, ProviderError};
+use runner::provider::{Exchange, ModelApi, Outgoing, ProviderError};
 use runner::run::executor::ModelExecutor;
 use runner::run::{self, RunOptions, RunStatus};
 use runner::sandbox::Support;
@@ -50,11 +50,8 @@ impl ModelApi for Scripted {
     fn endpoint(&self) -> String {
         "scripted".into()
     }
-    fn send<'a>(
-        &'a self,
-        request: &'a ChatRequest,
-    ) -> BoxFuture<'a, Result<Exchange, ProviderError>> {
-        self.seen.lock().unwrap().push(request.clone());
+    fn send<'a>(&'a self, request: Outgoing<'a>) -> BoxFuture<'a, Result<Exchange, ProviderError>> {
+        self.seen.lock().unwrap().push(request.request.clone());
         let reply = self.replies.lock().unwrap().pop_front();
         Box::pin(async move {
             let response = reply.ok_or(ProviderError::InvalidResponse {

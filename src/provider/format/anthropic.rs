@@ -1,5 +1,6 @@
 //! Anthropic Messages API: request bodies and response parsing.
 
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::FormatError;
@@ -7,60 +8,140 @@ use crate::provider::message::{
     Block, ChatRequest, ChatResponse, Message, Role, StopReason, Usage,
 };
 
-const EPHEMERAL: &str = "ephemeral";
+/// A block as the wire has it, borrowed from the conversation.
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum WireBlock<'a> {
+    Text {
+        text: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cache_control: Option<Ephemeral>,
+    },
+    ToolUse {
+        id: &'a str,
+        name: &'a str,
+        input: &'a Value,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cache_control: Option<Ephemeral>,
+    },
+    ToolResult {
+        tool_use_id: &'a str,
+        content: &'a str,
+        is_error: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cache_control: Option<Ephemeral>,
+    },
+}
 
-fn block_json(block: &Block) -> Value {
-    match block {
-        Block::Text { text } => json!({"type": "text", "text": text}),
-        Block::ToolUse { id, name, input } => {
-            json!({"type": "tool_use", "id": id, "name": name, "input": input})
+/// `{"type": "ephemeral"}`: a cache breakpoint.
+#[derive(Serialize, Clone, Copy)]
+struct Ephemeral {
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+const EPHEMERAL: Ephemeral = Ephemeral { kind: "ephemeral" };
+
+impl<'a> WireBlock<'a> {
+    fn of(block: &'a Block, cache_control: Option<Ephemeral>) -> Self {
+        match block {
+            Block::Text { text } => WireBlock::Text {
+                text,
+                cache_control,
+            },
+            Block::ToolUse { id, name, input } => WireBlock::ToolUse {
+                id,
+                name,
+                input,
+                cache_control,
+            },
+            Block::ToolResult {
+                tool_use_id,
+                content,
+                is_error,
+            } => WireBlock::ToolResult {
+                tool_use_id,
+                content,
+                is_error: *is_error,
+                cache_control,
+            },
         }
-        Block::ToolResult {
-            tool_use_id,
-            content,
-            is_error,
-        } => json!({
-            "type": "tool_result",
-            "tool_use_id": tool_use_id,
-            "content": content,
-            "is_error": is_error,
-        }),
     }
 }
 
-fn message_json(message: &Message) -> Value {
-    let role = match message.role {
-        Role::User => "user",
-        Role::Assistant => "assistant",
-    };
-    json!({"role": role, "content": message.content.iter().map(block_json).collect::<Vec<_>>()})
+#[derive(Serialize)]
+struct WireTool<'a> {
+    name: &'a str,
+    description: &'a str,
+    input_schema: &'a Value,
 }
 
-/// The request body. Two cache breakpoints: one on the system prompt (caching tools and system,
-/// the stable prefix) and one on the newest message, so each turn reads what the last one wrote.
-pub fn request_body(req: &ChatRequest) -> Value {
-    let mut messages: Vec<Value> = req.messages.iter().map(message_json).collect();
-    if let Some(last) = messages.last_mut()
-        && let Some(Value::Object(block)) =
-            last["content"].as_array_mut().and_then(|c| c.last_mut())
-    {
-        block.insert("cache_control".into(), json!({"type": EPHEMERAL}));
+#[derive(Serialize)]
+struct SystemText<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    text: &'a str,
+    cache_control: Ephemeral,
+}
+
+/// Writes `value` as JSON; the types written here are plain data, which cannot fail to encode.
+pub(super) fn put(out: &mut Vec<u8>, value: &impl Serialize) {
+    let _ = serde_json::to_writer(&mut *out, value);
+}
+
+/// The body up to the `messages` array's `[`. Two cache breakpoints: one on the system prompt
+/// (caching tools and system, the stable prefix) and one on the newest message (see
+/// [`message`]), so each turn reads what the last one wrote.
+pub(super) fn head(req: &ChatRequest) -> Vec<u8> {
+    let mut out = Vec::with_capacity(req.system.len() + 4096);
+    out.extend_from_slice(b"{\"model\":");
+    put(&mut out, &req.model);
+    out.extend_from_slice(b",\"max_tokens\":");
+    put(&mut out, &req.max_tokens);
+    out.extend_from_slice(b",\"stream\":true,\"system\":");
+    put(
+        &mut out,
+        &[SystemText {
+            kind: "text",
+            text: &req.system,
+            cache_control: EPHEMERAL,
+        }],
+    );
+    if !req.tools.is_empty() {
+        out.extend_from_slice(b",\"tools\":");
+        let tools: Vec<WireTool> = req
+            .tools
+            .iter()
+            .map(|t| WireTool {
+                name: &t.name,
+                description: &t.description,
+                input_schema: &t.input_schema,
+            })
+            .collect();
+        put(&mut out, &tools);
     }
-    let tools: Vec<Value> = req
-        .tools
-        .iter()
-        .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.input_schema}))
-        .collect();
-    let mut body = json!({
-        "model": req.model,
-        "max_tokens": req.max_tokens,
-        "system": [{"type": "text", "text": req.system, "cache_control": {"type": EPHEMERAL}}],
-        "messages": messages,
+    out.extend_from_slice(b",\"messages\":[");
+    out
+}
+
+/// One message; the newest carries the cache breakpoint on its last block.
+pub(super) fn message(out: &mut Vec<u8>, message: &Message, first: bool, newest: bool) {
+    if !first {
+        out.push(b',');
+    }
+    out.extend_from_slice(match message.role {
+        Role::User => b"{\"role\":\"user\",\"content\":",
+        Role::Assistant => b"{\"role\":\"assistant\",\"content\":",
     });
-    if !tools.is_empty() {
-        body["tools"] = Value::Array(tools);
-    }
-    body
+    let last = message.content.len().saturating_sub(1);
+    let blocks: Vec<WireBlock> = message
+        .content
+        .iter()
+        .enumerate()
+        .map(|(i, b)| WireBlock::of(b, (newest && i == last).then_some(EPHEMERAL)))
+        .collect();
+    put(out, &blocks);
+    out.push(b'}');
 }
 
 fn count(usage: &Value, key: &str) -> u64 {
@@ -164,6 +245,11 @@ mod tests {
 
     fn request() -> ChatRequest {
         one_tool_round("read_file", json!({"path": "a"}), "no", true)
+    }
+
+    fn request_body(request: &ChatRequest) -> Value {
+        let body = super::super::body::Body::of(super::super::body::Wire::Anthropic, request);
+        serde_json::from_slice(&body.to_vec()).unwrap()
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Pure wire-format conversion, unit-tested without a network.
 
 pub mod anthropic;
+pub mod body;
 pub mod openai;
 
 /// A response body that could not be understood.

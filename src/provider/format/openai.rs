@@ -3,76 +3,193 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::FormatError;
+use super::anthropic::put;
 use crate::provider::message::{
-    Block, ChatRequest, ChatResponse, Role, StopReason, Usage, text_of,
+    Block, ChatRequest, ChatResponse, Message, Role, StopReason, Usage, text_of,
 };
 
 /// Ids for tool calls that came without one; unique within the process.
 static SYNTHETIC_IDS: AtomicU64 = AtomicU64::new(1);
 
-pub fn request_body(req: &ChatRequest) -> Value {
-    let mut messages = vec![json!({"role": "system", "content": req.system})];
-    for message in &req.messages {
-        match message.role {
-            Role::Assistant => {
-                let text = text_of(&message.content);
-                let calls: Vec<Value> = message
-                    .content
-                    .iter()
-                    .filter_map(|b| match b {
-                        Block::ToolUse { id, name, input } => Some(json!({
-                            "id": id,
-                            "type": "function",
-                            "function": {"name": name, "arguments": input.to_string()},
-                        })),
-                        _ => None,
-                    })
-                    .collect();
-                let mut m = json!({"role": "assistant", "content": if text.is_empty() { Value::Null } else { Value::String(text) }});
-                if !calls.is_empty() {
-                    m["tool_calls"] = Value::Array(calls);
-                }
-                messages.push(m);
-            }
-            Role::User => {
-                // Tool results become `tool` messages; any text follows as a user message.
-                let mut text = Vec::new();
-                for block in &message.content {
-                    match block {
-                        Block::ToolResult {
-                            tool_use_id,
-                            content,
-                            is_error,
-                        } => {
-                            let content = if *is_error {
-                                format!("Error: {content}")
+#[derive(Serialize)]
+struct WireTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct WireFunction<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+}
+
+#[derive(Serialize)]
+struct WireCall<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: CallFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct CallFunction<'a> {
+    name: &'a str,
+    /// The API wants the arguments as a JSON string.
+    arguments: String,
+}
+
+#[derive(Serialize)]
+struct Assistant<'a> {
+    role: &'static str,
+    content: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tool_calls: Vec<WireCall<'a>>,
+}
+
+#[derive(Serialize)]
+struct ToolMessage<'a> {
+    role: &'static str,
+    tool_call_id: &'a str,
+    content: std::borrow::Cow<'a, str>,
+}
+
+#[derive(Serialize)]
+struct Plain<'a> {
+    role: &'static str,
+    content: &'a str,
+}
+
+/// The body up to and with the system message, the first element of `messages`.
+pub(super) fn head(req: &ChatRequest, completion_tokens: bool) -> Vec<u8> {
+    let mut out = Vec::with_capacity(req.system.len() + 4096);
+    out.extend_from_slice(b"{\"model\":");
+    put(&mut out, &req.model);
+    out.extend_from_slice(if completion_tokens {
+        b",\"max_completion_tokens\":"
+    } else {
+        b",\"max_tokens\":"
+    });
+    put(&mut out, &req.max_tokens);
+    out.extend_from_slice(b",\"stream\":true,\"stream_options\":{\"include_usage\":true}");
+    if !req.tools.is_empty() {
+        out.extend_from_slice(b",\"tools\":");
+        let tools: Vec<WireTool> = req
+            .tools
+            .iter()
+            .map(|t| WireTool {
+                kind: "function",
+                function: WireFunction {
+                    name: &t.name,
+                    description: &t.description,
+                    parameters: &t.input_schema,
+                },
+            })
+            .collect();
+        put(&mut out, &tools);
+    }
+    out.extend_from_slice(b",\"messages\":[");
+    put(
+        &mut out,
+        &Plain {
+            role: "system",
+            content: &req.system,
+        },
+    );
+    out
+}
+
+/// One neutral message as Chat Completions messages: an assistant message with its tool calls;
+/// a user message's tool results as `tool` messages, any text after them as a user message.
+pub(super) fn message(out: &mut Vec<u8>, message: &Message, first: bool) {
+    let mut first = first;
+    let mut element = |out: &mut Vec<u8>, value: &dyn erased::Put| {
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        value.put(out);
+    };
+    match message.role {
+        Role::Assistant => {
+            let text = text_of(&message.content);
+            let tool_calls = message
+                .content
+                .iter()
+                .filter_map(|b| match b {
+                    Block::ToolUse { id, name, input } => Some(WireCall {
+                        id,
+                        kind: "function",
+                        function: CallFunction {
+                            name,
+                            arguments: input.to_string(),
+                        },
+                    }),
+                    _ => None,
+                })
+                .collect();
+            element(
+                out,
+                &Assistant {
+                    role: "assistant",
+                    content: (!text.is_empty()).then_some(text),
+                    tool_calls,
+                },
+            );
+        }
+        Role::User => {
+            let mut text = Vec::new();
+            for block in &message.content {
+                match block {
+                    Block::ToolResult {
+                        tool_use_id,
+                        content,
+                        is_error,
+                    } => element(
+                        out,
+                        &ToolMessage {
+                            role: "tool",
+                            tool_call_id: tool_use_id,
+                            content: if *is_error {
+                                format!("Error: {content}").into()
                             } else {
-                                content.clone()
-                            };
-                            messages.push(json!({"role": "tool", "tool_call_id": tool_use_id, "content": content}));
-                        }
-                        Block::Text { text: t } => text.push(t.as_str()),
-                        Block::ToolUse { .. } => {}
-                    }
+                                content.as_str().into()
+                            },
+                        },
+                    ),
+                    Block::Text { text: t } => text.push(t.as_str()),
+                    Block::ToolUse { .. } => {}
                 }
-                if !text.is_empty() {
-                    messages.push(json!({"role": "user", "content": text.join("\n")}));
-                }
+            }
+            if !text.is_empty() {
+                element(
+                    out,
+                    &Plain {
+                        role: "user",
+                        content: &text.join("\n"),
+                    },
+                );
             }
         }
     }
-    let mut body = json!({"model": req.model, "max_tokens": req.max_tokens, "messages": messages});
-    if !req.tools.is_empty() {
-        body["tools"] = req
-            .tools
-            .iter()
-            .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.input_schema}}))
-            .collect();
+}
+
+/// Writing any of the message shapes through one closure.
+mod erased {
+    pub trait Put {
+        fn put(&self, out: &mut Vec<u8>);
     }
-    body
+
+    impl<T: serde::Serialize> Put for T {
+        fn put(&self, out: &mut Vec<u8>) {
+            super::put(out, self);
+        }
+    }
 }
 
 /// Tool-call arguments: a JSON string as the API says, or an object as some servers send.
@@ -191,6 +308,14 @@ pub fn context_too_long(body: &Value) -> bool {
 mod tests {
     use super::*;
     use crate::provider::message::one_tool_round;
+
+    fn request_body(request: &ChatRequest) -> Value {
+        let wire = super::super::body::Wire::OpenAi {
+            completion_tokens: false,
+        };
+        let body = super::super::body::Body::of(wire, request);
+        serde_json::from_slice(&body.to_vec()).unwrap()
+    }
 
     #[test]
     fn request_maps_tool_calls_and_results() {

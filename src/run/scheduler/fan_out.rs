@@ -50,7 +50,6 @@ impl Scheduler<'_> {
                     env,
                 } => {
                     entry.fingerprint = fingerprint;
-                    self.instance_units.insert(id, unit);
                     self.prompts.insert(unit, (prompt, env));
                     self.to_start.insert(unit);
                 }
@@ -97,7 +96,6 @@ impl Scheduler<'_> {
         let last = fan_out.left == 0;
         if let Some(record) = fan_out.records.get(k).cloned() {
             let id = record.instance.clone().unwrap_or_default();
-            self.instance_units.remove(&id);
             self.emit(EventKind::StepFinished {
                 step: id,
                 record: Box::new(record),

@@ -4,10 +4,9 @@
 //! happens into events for the sinks. Steps themselves run in an [`Executor`].
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -19,9 +18,9 @@ use super::walker::Walker;
 use super::worktree::{Repo, Worktree};
 use super::{RunError, RunOptions};
 use crate::error::Problem;
-use crate::event::{Emitter, Event, EventKind, Sinks};
+use crate::event::pump::Pump;
+use crate::event::{Emitter, EventKind, Sinks, Tally};
 use crate::plan::{Plan, PlannedStep};
-use crate::provider::message::Usage;
 use crate::record::{RunRecord, StepRecord, StepStatus};
 use crate::report::record::RecordSink;
 use crate::report::transcript::TranscriptSink;
@@ -39,22 +38,9 @@ enum Ended {
     Cancelled,
 }
 
-/// What the scheduler counts of a running step, from its events: a step that times out or is
-/// cancelled still reports what it did.
-#[derive(Debug, Default)]
-struct Tally {
-    turns: u32,
-    tool_calls: u32,
-    /// The step's tokens and its subagents' (SPEC §6: the step's counts include them).
-    usage: Usage,
-    subagents: Vec<crate::record::SubagentRecord>,
-    /// USD of the replies with a known price.
-    cost_usd: Option<f64>,
-    checks: Vec<crate::record::CheckRecord>,
-}
-
 struct Running {
-    tally: Tally,
+    /// Counted by the step's emitter as its events are made.
+    tally: Arc<Mutex<Tally>>,
     started: Instant,
     worktree: Option<Worktree>,
 }
@@ -79,7 +65,8 @@ impl Unit {
 struct Scheduler<'a> {
     plan: &'a Plan,
     options: &'a RunOptions,
-    sinks: &'a mut Sinks,
+    /// The sinks, on their own thread.
+    pump: Pump,
     record: RunRecord,
     walker: Walker,
     ready: BTreeSet<usize>,
@@ -89,8 +76,6 @@ struct Scheduler<'a> {
     fan_outs: BTreeMap<usize, FanOut>,
     /// What finished steps left, as templates read it.
     results: super::decide::Results,
-    /// Instance ids (`X[0]`) of the fan-outs under way, for their events.
-    instance_units: std::collections::HashMap<String, Unit>,
     stopping: bool,
     cancel: CancellationToken,
     repo: Option<Repo>,
@@ -134,6 +119,7 @@ pub async fn execute(
     }
     sinks.add(RecordSink::new(&run_dir, record.clone()));
     sinks.add(TranscriptSink::new(&run_dir));
+    let pump = Pump::start(std::mem::take(sinks));
 
     let started = Instant::now();
     let needs: Vec<Vec<usize>> = (0..plan.steps().len())
@@ -144,7 +130,7 @@ pub async fn execute(
     let mut scheduler = Scheduler {
         plan,
         options,
-        sinks,
+        pump,
         record,
         walker,
         ready,
@@ -153,7 +139,6 @@ pub async fn execute(
         running: BTreeMap::new(),
         fan_outs: BTreeMap::new(),
         results: Default::default(),
-        instance_units: std::collections::HashMap::new(),
         stopping: false,
         cancel: CancellationToken::new(),
         repo,
@@ -168,21 +153,23 @@ pub async fn execute(
             .collect(),
     });
     let interrupted = scheduler.drive(executor, workdir).await;
+    scheduler.pump.flush().await;
     let mut record = scheduler.record;
-    record.storage_error = scheduler.sinks.failure().cloned();
+    record.storage_error = scheduler.pump.queue().failure();
     let elapsed = started.elapsed();
     record.finish(elapsed, interrupted, plan, &options.only);
     // The sinks get the record itself: `run.json` and every report show this one.
-    scheduler.sinks.emit(
-        &EventKind::RunFinished {
+    scheduler.pump.emit(
+        EventKind::RunFinished {
             record: Box::new(record.clone()),
             run_dir: run_dir.clone(),
         }
         .into(),
     );
+    *sinks = scheduler.pump.finish();
     // Only a final write that failed changes the record after the sinks saw it.
     if record.storage_error.is_none()
-        && let Some(error) = scheduler.sinks.failure()
+        && let Some(error) = sinks.failure()
     {
         record.storage_error = Some(error.clone());
         record.finish(elapsed, interrupted, plan, &options.only);
@@ -192,20 +179,19 @@ pub async fn execute(
 
 impl Scheduler<'_> {
     fn emit(&mut self, kind: EventKind) {
-        self.sinks.emit(&kind.into());
+        self.pump.emit(kind.into());
     }
 
     /// The main loop; returns whether the run was interrupted.
     async fn drive(&mut self, executor: Arc<dyn Executor>, workdir: camino::Utf8PathBuf) -> bool {
         let env = template::environment();
         let max_parallel = self.plan.max_parallel.max(1) as usize;
-        let (sender, mut events) = mpsc::unbounded_channel::<Event>();
         let mut tasks: JoinSet<(Unit, Ended)> = JoinSet::new();
         let mut task_units: BTreeMap<tokio::task::Id, Unit> = BTreeMap::new();
         let mut interrupted = false;
         loop {
             // A state directory that cannot be written loses the run's record: stop at once.
-            if self.sinks.failure().is_some() {
+            if self.pump.queue().failed().is_cancelled() {
                 self.stop();
             }
             self.decide_ready(&env);
@@ -222,7 +208,7 @@ impl Scheduler<'_> {
                 let Some(unit) = self.to_start.pop_first() else {
                     break;
                 };
-                if let Some(future) = self.start(unit, &executor, &workdir, &sender) {
+                if let Some(future) = self.start(unit, &executor, &workdir) {
                     let cancelled = self.cancel.clone();
                     let timeout = self.plan.steps()[unit.step].timeout;
                     let handle = tasks.spawn(async move {
@@ -246,12 +232,9 @@ impl Scheduler<'_> {
                 }
                 continue;
             }
-            let tick = self.sinks.deadline().map(tokio::time::Instant::from_std);
+            let failed = self.pump.queue().failed().clone();
             tokio::select! {
-                Some(event) = events.recv() => self.dispatch(event),
-                () = async { if let Some(at) = tick { tokio::time::sleep_until(at).await } }, if tick.is_some() => {
-                    self.sinks.tick();
-                }
+                () = failed.cancelled(), if !self.stopping => self.stop(),
                 joined = tasks.join_next() => {
                     let Some(joined) = joined else { continue };
                     let (unit, ended) = match joined {
@@ -262,10 +245,7 @@ impl Scheduler<'_> {
                             None => continue,
                         },
                     };
-                    // The step's own events come first: they were sent before it ended.
-                    while let Ok(event) = events.try_recv() {
-                        self.dispatch(event);
-                    }
+                    // The step's own events come first: they were queued before it ended.
                     let failed = self.finish_started(unit, ended);
                     let step = &self.plan.steps()[unit.step];
                     if failed && self.options.fail_fast && !step.continue_on_error {
@@ -278,9 +258,6 @@ impl Scheduler<'_> {
                 }
             }
         }
-        while let Ok(event) = events.try_recv() {
-            self.dispatch(event);
-        }
         interrupted
     }
 
@@ -289,44 +266,6 @@ impl Scheduler<'_> {
             self.stopping = true;
             self.cancel.cancel();
         }
-    }
-
-    /// The unit an event's step id names: a step of the plan, or an instance under way.
-    fn unit_of(&self, id: &str) -> Option<Unit> {
-        self.plan
-            .index_of(id)
-            .map(Unit::step)
-            .or_else(|| self.instance_units.get(id).copied())
-    }
-
-    /// Counts what a running step reports, then hands the event to the sinks.
-    fn dispatch(&mut self, event: Event) {
-        if let Some(unit) = event.kind.step().and_then(|id| self.unit_of(id))
-            && let Some(run) = self.running.get_mut(&unit)
-        {
-            // Turns and tool calls are the step's own; a subagent's show in its record.
-            let own = event.agent.is_none();
-            match &event.kind {
-                EventKind::TurnStarted { .. } if own => run.tally.turns += 1,
-                EventKind::ToolStarted { .. } if own => run.tally.tool_calls += 1,
-                EventKind::TurnFinished {
-                    usage, cost_usd, ..
-                } => {
-                    run.tally.usage.add(usage);
-                    if let Some(cost) = cost_usd {
-                        *run.tally.cost_usd.get_or_insert(0.0) += cost;
-                    }
-                }
-                EventKind::SubagentFinished { record, .. } => {
-                    run.tally.subagents.push((**record).clone());
-                }
-                EventKind::CheckFinished { record, .. } if own => {
-                    run.tally.checks.push(record.clone());
-                }
-                _ => {}
-            }
-        }
-        self.sinks.emit(&event);
     }
 
     /// Decides every ready step: skip, reuse, fan out, or queue to start.
@@ -424,7 +363,6 @@ impl Scheduler<'_> {
         unit: Unit,
         executor: &Arc<dyn Executor>,
         workdir: &camino::Utf8Path,
-        sender: &mpsc::UnboundedSender<Event>,
     ) -> Option<futures_util::future::BoxFuture<'static, crate::session::StepOutcome>> {
         let mut planned = self.plan.steps()[unit.step].clone();
         let id = self.unit_id(unit);
@@ -454,10 +392,11 @@ impl Scheduler<'_> {
             agent: step.agent.clone(),
             model: step.model_label(),
         });
+        let tally = Arc::new(Mutex::new(Tally::default()));
         self.running.insert(
             unit,
             Running {
-                tally: Tally::default(),
+                tally: tally.clone(),
                 started: Instant::now(),
                 worktree: tree,
             },
@@ -467,7 +406,7 @@ impl Scheduler<'_> {
             prompt,
             rendered_env,
             root,
-            events: Emitter::new(&id, sender.clone()),
+            events: Emitter::queued(&id, self.pump.queue().clone(), tally),
             step,
         }))
     }
@@ -495,16 +434,17 @@ impl Scheduler<'_> {
         };
         let id = self.unit_id(unit);
         let repo = self.repo.take();
+        let tally = std::mem::take(&mut *run.tally.lock().unwrap_or_else(PoisonError::into_inner));
         let entry = self.entry(unit);
-        entry.turns = run.tally.turns;
-        entry.tool_calls = run.tally.tool_calls;
-        entry.input_tokens = run.tally.usage.input_tokens;
-        entry.output_tokens = run.tally.usage.output_tokens;
-        entry.cache_creation_input_tokens = run.tally.usage.cache_creation_input_tokens;
-        entry.cache_read_input_tokens = run.tally.usage.cache_read_input_tokens;
-        entry.subagents = run.tally.subagents;
-        entry.cost_usd = run.tally.cost_usd;
-        entry.checks = run.tally.checks;
+        entry.turns = tally.turns;
+        entry.tool_calls = tally.tool_calls;
+        entry.input_tokens = tally.usage.input_tokens;
+        entry.output_tokens = tally.usage.output_tokens;
+        entry.cache_creation_input_tokens = tally.usage.cache_creation_input_tokens;
+        entry.cache_read_input_tokens = tally.usage.cache_read_input_tokens;
+        entry.subagents = tally.subagents;
+        entry.cost_usd = tally.cost_usd;
+        entry.checks = tally.checks;
         entry.duration_ms = run.started.elapsed().as_millis() as u64;
         let cancelled = matches!(ended, Ended::Cancelled);
         let outcome = match ended {

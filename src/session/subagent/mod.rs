@@ -217,12 +217,12 @@ impl Delegation {
         let (history, first_message) = match saved {
             Some(saved) => (saved.messages, format!("{}{files}", input.prompt)),
             None if agent.fork_context => {
-                let parent = ctx
+                let history = ctx
                     .conversation
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
-                    .clone();
-                let history = parent.map_or_else(Vec::new, |p| fork(&p, &tools));
+                    .as_ref()
+                    .map_or_else(Vec::new, |p| fork(p, &tools));
                 let first = format!(
                     "--- The conversation above is the one you were started from. You are now the subagent `{}`: do only the task below, and end with its result. ---\n\n{}{files}",
                     agent.name, input.prompt

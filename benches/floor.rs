@@ -1,0 +1,593 @@
+//! Runner against its floor: the same request bytes sent by a minimal client to the same server.
+//!
+//! One small HTTP/1.1 server in this process speaks Anthropic's streamed Messages API from
+//! prebuilt replies (it does no JSON work, so it is not what is measured). Each case first runs
+//! the release binary once with the server keeping every body it receives; those bodies are the
+//! floor client's requests. The floor client is this benchmark's own executable started again as
+//! a separate process: it loads the bodies, then writes each one with its headers to a kept-alive
+//! connection and reads the reply to its last byte, nothing more. Both are timed as whole
+//! processes, medians, side by side in one run; the floor's time leaves out its loading the
+//! bodies from disk, which runner does not do.
+//!
+//! 1. Turns: one step, each turn a `read_file` of a 2 kB file, at 30, 100 and 300 turns. Time per
+//!    turn is the slope from a one-turn run (process start and planning are the same at every
+//!    length), for both; also microseconds per kB sent, which stays flat when the time is linear
+//!    in the bytes sent. Budget: runner within 1.3x of the floor per turn.
+//! 2. Memory: 50 turns, each reading four 256 kB files (1 MB a turn). Runner's peak RSS (from
+//!    `wait4`) against the final request's size, budget 2.5x; transcript bytes per turn, budget
+//!    1.2 MB.
+//! 3. Wide: 1,000 one-turn steps, 100 at once, every reply after 400 ms (critical path 4.0 s).
+//!    Makespan of runner against the floor client doing the same 1,000 requests over 100
+//!    connections, budget 1.15x; runner's peak RSS, budget 60 MB.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// What the server answers and keeps, set by the benchmark before each run.
+#[derive(Default)]
+struct Script {
+    /// Replies still to give as tool calls before the final answer; the final answer resets it
+    /// to `turns - 1` for the next conversation.
+    tool_replies_left: usize,
+    turns: usize,
+    /// `read_file` paths each tool reply asks for.
+    paths: Vec<String>,
+    delay: Duration,
+    /// Keep each body received (the capture run).
+    keep: bool,
+}
+
+#[derive(Default)]
+struct Server {
+    script: Mutex<Script>,
+    kept: Mutex<Vec<Vec<u8>>>,
+    bytes: AtomicUsize,
+    requests: AtomicUsize,
+    last_len: AtomicUsize,
+    replies: AtomicUsize,
+}
+
+impl Server {
+    fn set(&self, turns: usize, paths: &[&str], delay: Duration, keep: bool) {
+        *self.script.lock().unwrap() = Script {
+            tool_replies_left: turns - 1,
+            turns,
+            paths: paths.iter().map(|p| p.to_string()).collect(),
+            delay,
+            keep,
+        };
+        self.kept.lock().unwrap().clear();
+        self.bytes.store(0, Ordering::SeqCst);
+        self.requests.store(0, Ordering::SeqCst);
+    }
+
+    /// The next reply, as a whole HTTP response, and how long to wait before it.
+    fn reply(&self) -> (Vec<u8>, Duration) {
+        let n = self.replies.fetch_add(1, Ordering::Relaxed);
+        let mut script = self.script.lock().unwrap();
+        let events = if script.tool_replies_left > 0 {
+            script.tool_replies_left -= 1;
+            tool_reply(n, &script.paths)
+        } else {
+            script.tool_replies_left = script.turns.saturating_sub(1);
+            text_reply()
+        };
+        let head = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n",
+            events.len()
+        );
+        let mut out = head.into_bytes();
+        out.extend_from_slice(events.as_bytes());
+        (out, script.delay)
+    }
+}
+
+fn event(out: &mut String, kind: &str, data: &str) {
+    out.push_str("event: ");
+    out.push_str(kind);
+    out.push_str("\ndata: ");
+    out.push_str(data);
+    out.push_str("\n\n");
+}
+
+const START: &str = r#"{"type":"message_start","message":{"id":"m","type":"message","role":"assistant","model":"bench","content":[],"stop_reason":null,"usage":{"input_tokens":10,"output_tokens":1}}}"#;
+
+fn tool_reply(n: usize, paths: &[String]) -> String {
+    let mut out = String::new();
+    event(&mut out, "message_start", START);
+    for (i, path) in paths.iter().enumerate() {
+        event(
+            &mut out,
+            "content_block_start",
+            &format!(
+                r#"{{"type":"content_block_start","index":{i},"content_block":{{"type":"tool_use","id":"tu_{n}_{i}","name":"read_file","input":{{}}}}}}"#
+            ),
+        );
+        event(
+            &mut out,
+            "content_block_delta",
+            &format!(
+                r#"{{"type":"content_block_delta","index":{i},"delta":{{"type":"input_json_delta","partial_json":"{{\"path\":\"{path}\"}}"}}}}"#
+            ),
+        );
+        event(
+            &mut out,
+            "content_block_stop",
+            &format!(r#"{{"type":"content_block_stop","index":{i}}}"#),
+        );
+    }
+    event(
+        &mut out,
+        "message_delta",
+        r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":20}}"#,
+    );
+    event(&mut out, "message_stop", r#"{"type":"message_stop"}"#);
+    out
+}
+
+fn text_reply() -> String {
+    let mut out = String::new();
+    event(&mut out, "message_start", START);
+    event(
+        &mut out,
+        "content_block_start",
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+    );
+    event(
+        &mut out,
+        "content_block_delta",
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Done."}}"#,
+    );
+    event(
+        &mut out,
+        "content_block_stop",
+        r#"{"type":"content_block_stop","index":0}"#,
+    );
+    event(
+        &mut out,
+        "message_delta",
+        r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":2}}"#,
+    );
+    event(&mut out, "message_stop", r#"{"type":"message_stop"}"#);
+    out
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// `content-length` of a header block, whatever its case.
+fn content_length(head: &[u8]) -> usize {
+    String::from_utf8_lossy(head)
+        .lines()
+        .find_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse().ok())?
+        })
+        .unwrap_or(0)
+}
+
+async fn connection(mut socket: tokio::net::TcpStream, server: Arc<Server>) {
+    let _ = socket.set_nodelay(true);
+    let mut buf: Vec<u8> = Vec::with_capacity(1 << 16);
+    loop {
+        let end = loop {
+            if let Some(at) = find(&buf, b"\r\n\r\n") {
+                break at + 4;
+            }
+            match socket.read_buf(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        };
+        let len = content_length(&buf[..end]);
+        while buf.len() < end + len {
+            buf.reserve(end + len - buf.len());
+            match socket.read_buf(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+        server.bytes.fetch_add(len, Ordering::Relaxed);
+        server.requests.fetch_add(1, Ordering::Relaxed);
+        server.last_len.store(len, Ordering::Relaxed);
+        let keep = server.script.lock().unwrap().keep;
+        if keep {
+            server
+                .kept
+                .lock()
+                .unwrap()
+                .push(buf[end..end + len].to_vec());
+        }
+        buf.drain(..end + len);
+        let (reply, delay) = server.reply();
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        if socket.write_all(&reply).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The server on its own thread and runtime; its address.
+fn start_server(server: Arc<Server>) -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("address");
+    listener.set_nonblocking(true).expect("nonblocking");
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
+            loop {
+                if let Ok((socket, _)) = listener.accept().await {
+                    tokio::spawn(connection(socket, server.clone()));
+                }
+            }
+        });
+    });
+    addr
+}
+
+/// A finished process: wall time and peak RSS.
+struct Measured {
+    wall: Duration,
+    max_rss_kb: u64,
+    stdout: String,
+}
+
+/// Runs `command` to its end, timing it and reading its peak RSS from `wait4` (which reaps it:
+/// std's `wait` cannot give the peak).
+#[allow(clippy::zombie_processes)]
+fn measure(command: &mut Command) -> Measured {
+    let started = Instant::now();
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut stdout = String::new();
+    let mut stderr = String::new();
+    // Both pipes are read to their end before waiting, so a full pipe cannot stall the child.
+    let mut err_pipe = child.stderr.take().expect("stderr");
+    let reader = std::thread::spawn(move || {
+        let _ = err_pipe.read_to_string(&mut stderr);
+        stderr
+    });
+    child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_string(&mut stdout)
+        .expect("read stdout");
+    let stderr = reader.join().expect("stderr reader");
+    let mut status = 0;
+    // SAFETY: a plain FFI call on our own child, with valid pointers to locals.
+    let (pid, usage) = unsafe {
+        let mut usage: nix::libc::rusage = std::mem::zeroed();
+        let pid = nix::libc::wait4(child.id() as i32, &mut status, 0, &mut usage);
+        (pid, usage)
+    };
+    let wall = started.elapsed();
+    assert!(pid > 0, "wait4 failed");
+    assert!(
+        nix::libc::WIFEXITED(status) && nix::libc::WEXITSTATUS(status) == 0,
+        "{command:?} failed: {stderr}"
+    );
+    Measured {
+        wall,
+        max_rss_kb: usage.ru_maxrss as u64,
+        stdout,
+    }
+}
+
+fn median(mut values: Vec<Duration>) -> Duration {
+    values.sort();
+    values[values.len() / 2]
+}
+
+fn runner(dir: &Path, addr: SocketAddr) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_runner"));
+    command
+        .args(["run", "w.toml", "--no-progress"])
+        .current_dir(dir)
+        .env("ANTHROPIC_BASE_URL", format!("http://{addr}"))
+        .env("ANTHROPIC_API_KEY", "bench");
+    command
+}
+
+/// Writes what the server kept to `dir` as the floor client's requests.
+fn keep_bodies(server: &Server, dir: &Path) -> usize {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).expect("bodies dir");
+    let kept = server.kept.lock().unwrap();
+    for (i, body) in kept.iter().enumerate() {
+        std::fs::write(dir.join(format!("{i:06}.json")), body).expect("write body");
+    }
+    kept.len()
+}
+
+fn floor(bodies: &Path, addr: SocketAddr, connections: usize) -> Measured {
+    let mut measured = measure(
+        Command::new(std::env::current_exe().expect("own executable"))
+            .env("RUNNER_FLOOR_CLIENT", bodies)
+            .env("RUNNER_FLOOR_ADDR", addr.to_string())
+            .env("RUNNER_FLOOR_CONNECTIONS", connections.to_string()),
+    );
+    let loading: u64 = measured.stdout.trim().parse().expect("load time");
+    measured.wall = measured.wall.saturating_sub(Duration::from_micros(loading));
+    measured
+}
+
+/// The floor client: every body, in order, over `connections` kept-alive connections.
+fn floor_client(bodies: &str) {
+    let started = Instant::now();
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(bodies)
+        .expect("bodies")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    paths.sort();
+    let bodies: Vec<Vec<u8>> = paths
+        .iter()
+        .map(|p| std::fs::read(p).expect("body"))
+        .collect();
+    let loading = started.elapsed();
+    let addr: SocketAddr = std::env::var("RUNNER_FLOOR_ADDR")
+        .expect("address")
+        .parse()
+        .expect("address");
+    let connections: usize = std::env::var("RUNNER_FLOOR_CONNECTIONS")
+        .expect("connections")
+        .parse()
+        .expect("connections");
+    let bodies = Arc::new(bodies);
+    let next = Arc::new(AtomicUsize::new(0));
+    let workers: Vec<_> = (0..connections)
+        .map(|_| {
+            let bodies = bodies.clone();
+            let next = next.clone();
+            std::thread::spawn(move || {
+                let mut socket = TcpStream::connect(addr).expect("connect");
+                socket.set_nodelay(true).expect("nodelay");
+                let mut buf = Vec::with_capacity(1 << 16);
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(body) = bodies.get(i) else { break };
+                    let head = format!(
+                        "POST /v1/messages HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\nx-api-key: bench\r\nanthropic-version: 2023-06-01\r\ncontent-length: {}\r\n\r\n",
+                        body.len()
+                    );
+                    socket.write_all(head.as_bytes()).expect("write");
+                    socket.write_all(body).expect("write");
+                    buf.clear();
+                    let mut chunk = [0u8; 16384];
+                    let end = loop {
+                        if let Some(at) = find(&buf, b"\r\n\r\n") {
+                            break at + 4;
+                        }
+                        let n = socket.read(&mut chunk).expect("read");
+                        assert!(n > 0, "the server closed");
+                        buf.extend_from_slice(&chunk[..n]);
+                    };
+                    let len = content_length(&buf[..end]);
+                    while buf.len() < end + len {
+                        let n = socket.read(&mut chunk).expect("read");
+                        assert!(n > 0, "the server closed");
+                        buf.extend_from_slice(&chunk[..n]);
+                    }
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.join().expect("worker");
+    }
+    println!("{}", loading.as_micros());
+}
+
+fn turns(server: &Arc<Server>, addr: SocketAddr) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let line = "The signing key rotates every 90 days; see docs/keys.md for the procedure.\n";
+    std::fs::write(dir.path().join("notes.txt"), line.repeat(2048 / line.len())).expect("write");
+    std::fs::write(
+        dir.path().join("w.toml"),
+        "name = \"turns\"\n[models]\ndefault = \"anthropic/bench\"\n[steps.s]\nagent = \"explore\"\nprompt = \"Read notes.txt again and again.\"\nmax_turns = 400\n",
+    )
+    .expect("write");
+    println!(
+        "per turn: one step, a read_file of a 2 kB file each turn; runner against the floor client"
+    );
+    println!(
+        "  turns | runner (median)  | floor (median)   | per turn runner / floor   | ratio | us per kB sent runner / floor"
+    );
+    let mut base: Option<(Duration, Duration, usize)> = None;
+    for n in [1usize, 30, 100, 300] {
+        let bodies = dir.path().join(format!("bodies-{n}"));
+        server.set(n, &["notes.txt"], Duration::ZERO, true);
+        measure(&mut runner(dir.path(), addr));
+        assert_eq!(keep_bodies(server, &bodies), n, "one request a turn");
+        let sent = server.bytes.load(Ordering::SeqCst);
+        let runs = if n >= 300 { 5 } else { 7 };
+        let mut ours = Vec::new();
+        let mut theirs = Vec::new();
+        for _ in 0..runs {
+            server.set(n, &["notes.txt"], Duration::ZERO, false);
+            ours.push(measure(&mut runner(dir.path(), addr)).wall);
+            server.set(n, &["notes.txt"], Duration::ZERO, false);
+            theirs.push(floor(&bodies, addr, 1).wall);
+        }
+        let (ours, theirs) = (median(ours), median(theirs));
+        match base {
+            None => {
+                println!(
+                    "  {n:>5} | {:>10.2} ms    | {:>10.2} ms    | (process start, planning: the base)",
+                    ms(ours),
+                    ms(theirs)
+                );
+                base = Some((ours, theirs, sent));
+            }
+            Some((ours1, theirs1, sent1)) => {
+                let per = |t: Duration, t1: Duration| ms(t.saturating_sub(t1)) / (n - 1) as f64;
+                let kb = (sent - sent1) as f64 / 1024.0;
+                let per_kb = |t: Duration, t1: Duration| ms(t.saturating_sub(t1)) * 1e3 / kb;
+                println!(
+                    "  {n:>5} | {:>10.2} ms    | {:>10.2} ms    | {:>7.3} / {:>7.3} ms     | {:>5.2} | {:>6.2} / {:>6.2} ({:.1} MB sent)",
+                    ms(ours),
+                    ms(theirs),
+                    per(ours, ours1),
+                    per(theirs, theirs1),
+                    per(ours, ours1) / per(theirs, theirs1),
+                    per_kb(ours, ours1),
+                    per_kb(theirs, theirs1),
+                    sent as f64 / 1e6
+                );
+            }
+        }
+    }
+}
+
+fn memory(server: &Arc<Server>, addr: SocketAddr) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let names = ["a.txt", "b.txt", "c.txt", "d.txt"];
+    for (i, name) in names.iter().enumerate() {
+        // 2,000 lines of 128 bytes: read_file's default window, 256 kB.
+        let line = format!("{i} {}\n", "x".repeat(125));
+        std::fs::write(dir.path().join(name), line.repeat(2000)).expect("write");
+    }
+    std::fs::write(
+        dir.path().join("w.toml"),
+        "name = \"memory\"\n[models]\ndefault = \"anthropic/bench\"\n[steps.s]\nagent = \"explore\"\nprompt = \"Read the four files again and again.\"\nmax_turns = 60\n",
+    )
+    .expect("write");
+    let turns = 50;
+    let mut peaks = Vec::new();
+    let mut last = 0;
+    for _ in 0..3 {
+        server.set(turns, &names, Duration::ZERO, false);
+        let run = measure(&mut runner(dir.path(), addr));
+        peaks.push(run.max_rss_kb);
+        last = server.last_len.load(Ordering::SeqCst);
+        assert_eq!(server.requests.load(Ordering::SeqCst), turns);
+    }
+    peaks.sort();
+    let peak = peaks[1] as f64 * 1024.0;
+    let transcript = transcript_bytes(dir.path());
+    println!("memory: {turns} turns, four 256 kB read_file results a turn (1 MB)");
+    println!(
+        "  final request {:.1} MB; runner peak RSS, median of 3: {:.1} MB = {:.2}x the final request (budget 2.5x)",
+        last as f64 / 1e6,
+        peak / 1e6,
+        peak / last as f64
+    );
+    println!(
+        "  transcript {:.1} MB for 3 runs: {:.2} MB a turn (budget 1.2)",
+        transcript as f64 / 1e6,
+        transcript as f64 / 1e6 / (3 * turns) as f64
+    );
+}
+
+/// Bytes of every transcript and shared session file under `.runner/runs`.
+fn transcript_bytes(dir: &Path) -> u64 {
+    fn walk(path: &Path, total: &mut u64) {
+        let Ok(entries) = std::fs::read_dir(path) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, total);
+            } else if path.extension().is_some_and(|e| e == "jsonl")
+                || path.parent().is_some_and(|p| p.ends_with("sessions"))
+            {
+                *total += entry.metadata().map(|m| m.len()).unwrap_or(0);
+            }
+        }
+    }
+    let mut total = 0;
+    walk(&dir.join(".runner/runs"), &mut total);
+    total
+}
+
+fn wide(server: &Arc<Server>, addr: SocketAddr) {
+    let (steps, parallel, latency) = (1000usize, 100usize, Duration::from_millis(400));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut text = format!(
+        "name = \"wide\"\nmax_parallel = {parallel}\n[models]\ndefault = \"anthropic/bench\"\n"
+    );
+    for i in 0..steps {
+        text.push_str(&format!(
+            "[steps.s{i}]\nagent = \"explore\"\nprompt = \"Look at part {i}.\"\n"
+        ));
+    }
+    std::fs::write(dir.path().join("w.toml"), text).expect("write");
+    let bodies = dir.path().join("bodies");
+    server.set(1, &[], Duration::ZERO, true);
+    measure(&mut runner(dir.path(), addr));
+    assert_eq!(keep_bodies(server, &bodies), steps);
+    let mut ours = Vec::new();
+    let mut rss = Vec::new();
+    let mut theirs = Vec::new();
+    for _ in 0..3 {
+        server.set(1, &[], latency, false);
+        let run = measure(&mut runner(dir.path(), addr));
+        ours.push(run.wall);
+        rss.push(run.max_rss_kb);
+        server.set(1, &[], latency, false);
+        theirs.push(floor(&bodies, addr, parallel).wall);
+    }
+    rss.sort();
+    let critical = latency * (steps / parallel) as u32;
+    let (ours, theirs) = (median(ours), median(theirs));
+    println!(
+        "wide: {steps} one-turn steps, {parallel} at once, {} ms a reply (critical path {:.1} s)",
+        latency.as_millis(),
+        critical.as_secs_f64()
+    );
+    println!(
+        "  runner {:.3} s ({:.3}x the critical path), floor client {:.3} s ({:.3}x): ratio {:.3} (budget 1.15)",
+        ours.as_secs_f64(),
+        ours.as_secs_f64() / critical.as_secs_f64(),
+        theirs.as_secs_f64(),
+        theirs.as_secs_f64() / critical.as_secs_f64(),
+        ours.as_secs_f64() / theirs.as_secs_f64()
+    );
+    println!(
+        "  runner peak RSS, median of 3: {:.1} MB (budget 60)",
+        rss[1] as f64 / 1024.0
+    );
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn main() {
+    if let Ok(bodies) = std::env::var("RUNNER_FLOOR_CLIENT") {
+        floor_client(&bodies);
+        return;
+    }
+    let only = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let server = Arc::new(Server::default());
+    let addr = start_server(server.clone());
+    let wanted = |name: &str| only.as_deref().is_none_or(|o| name.contains(o));
+    if wanted("turns") {
+        turns(&server, addr);
+    }
+    if wanted("memory") {
+        memory(&server, addr);
+    }
+    if wanted("wide") {
+        wide(&server, addr);
+    }
+}

@@ -1,0 +1,332 @@
+//! A request body written once per turn. A conversation only grows: every message but the newest
+//! is written in the API's wire format once, the turn it stops being the newest, and kept as
+//! shared bytes; each turn writes only the newest message (which carries Anthropic's cache
+//! breakpoint, and which the loop may still add text to) and the closing brackets. The body goes
+//! out as those pieces, without being copied into one buffer, and its digest is a SHA-256 over
+//! the same bytes, carried forward from turn to turn. So a turn costs what it adds, not the
+//! whole conversation again (README, "Performance").
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::{Bytes, BytesMut};
+use http_body::{Frame, SizeHint};
+use sha2::{Digest, Sha256};
+
+use super::{anthropic, openai};
+use crate::provider::message::{ChatRequest, Message};
+
+/// The wire format of an API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wire {
+    Anthropic,
+    /// Chat Completions; `completion_tokens` names the output limit `max_completion_tokens`
+    /// (OpenAI's reasoning models refuse `max_tokens`).
+    OpenAi {
+        completion_tokens: bool,
+    },
+}
+
+impl Wire {
+    /// The opening of the body, up to and with the `messages` array's `[` (and, for Chat
+    /// Completions, its system message).
+    fn head(self, request: &ChatRequest) -> Vec<u8> {
+        match self {
+            Wire::Anthropic => anthropic::head(request),
+            Wire::OpenAi { completion_tokens } => openai::head(request, completion_tokens),
+        }
+    }
+
+    /// One message as the wire's array elements, each preceded by a comma unless `first`.
+    fn message(self, out: &mut Vec<u8>, message: &Message, first: bool, newest: bool) {
+        match self {
+            Wire::Anthropic => anthropic::message(out, message, first, newest),
+            Wire::OpenAi { .. } => openai::message(out, message, first),
+        }
+    }
+
+    /// Whether the wire's head already holds a first element of `messages` (the system message).
+    fn head_holds_a_message(self) -> bool {
+        matches!(self, Wire::OpenAi { .. })
+    }
+}
+
+/// Bytes of settled messages gathered before they become one shared piece: big enough that a
+/// long conversation is few pieces, small enough that copying the gathering one each turn is
+/// cheap.
+const PIECE: usize = 256 * 1024;
+
+/// Writes one conversation's requests, turn after turn. It belongs to one conversation: its
+/// model, system prompt and tools stay as they were at the first turn, and its messages are only
+/// added to (the newest may still change).
+pub struct Encoder {
+    wire: Wire,
+    head: Bytes,
+    /// Settled messages: shared pieces, then the piece still gathering.
+    pieces: Vec<Bytes>,
+    gathering: BytesMut,
+    settled: usize,
+    /// The digest of the head and the settled messages so far.
+    hasher: Sha256,
+    bytes: usize,
+}
+
+impl Encoder {
+    pub fn new(wire: Wire, request: &ChatRequest) -> Self {
+        let head = Bytes::from(wire.head(request));
+        let mut hasher = Sha256::new();
+        hasher.update(&head);
+        Self {
+            wire,
+            bytes: head.len(),
+            head,
+            pieces: Vec::new(),
+            gathering: BytesMut::new(),
+            settled: 0,
+            hasher,
+        }
+    }
+
+    pub fn wire(&self) -> Wire {
+        self.wire
+    }
+
+    /// The body of `request`, which must be this encoder's conversation, grown since the last
+    /// call (the request with fewer messages than were settled starts the encoder over).
+    pub fn encode(&mut self, request: &ChatRequest) -> Body {
+        let count = request.messages.len();
+        if count < self.settled {
+            *self = Encoder::new(self.wire, request);
+        }
+        let mut scratch = Vec::new();
+        for message in &request.messages[self.settled..count.saturating_sub(1)] {
+            scratch.clear();
+            let first = self.settled == 0 && !self.wire.head_holds_a_message();
+            self.wire.message(&mut scratch, message, first, false);
+            self.hasher.update(&scratch);
+            self.bytes += scratch.len();
+            self.gathering.extend_from_slice(&scratch);
+            self.settled += 1;
+            if self.gathering.len() >= PIECE {
+                self.pieces.push(self.gathering.split().freeze());
+            }
+        }
+        let mut tail = Vec::new();
+        if let Some(newest) = request.messages.last()
+            && count > self.settled
+        {
+            let first = self.settled == 0 && !self.wire.head_holds_a_message();
+            self.wire.message(&mut tail, newest, first, true);
+        }
+        tail.extend_from_slice(b"]}");
+        let mut hasher = self.hasher.clone();
+        hasher.update(&tail);
+        let mut chunks = Vec::with_capacity(self.pieces.len() + 3);
+        chunks.push(self.head.clone());
+        chunks.extend(self.pieces.iter().cloned());
+        if !self.gathering.is_empty() {
+            chunks.push(Bytes::copy_from_slice(&self.gathering));
+        }
+        let len = self.bytes + tail.len();
+        chunks.push(Bytes::from(tail));
+        Body {
+            chunks,
+            len,
+            digest: hex(&hasher.finalize()),
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
+
+/// One request's body: its pieces in order, how long it is, and the SHA-256 of its bytes.
+#[derive(Debug, Clone)]
+pub struct Body {
+    chunks: Vec<Bytes>,
+    len: usize,
+    digest: String,
+}
+
+impl Body {
+    /// The whole body written at once, for a request sent a single time.
+    pub fn of(wire: Wire, request: &ChatRequest) -> Body {
+        Encoder::new(wire, request).encode(request)
+    }
+
+    /// Lowercase hex.
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The body in one buffer (tests and error paths; sending never needs it).
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.len);
+        for chunk in &self.chunks {
+            out.extend_from_slice(chunk);
+        }
+        out
+    }
+
+    /// The pieces as an HTTP body of known length (sent with `Content-Length`).
+    pub fn http(&self) -> reqwest::Body {
+        reqwest::Body::wrap(Pieces {
+            chunks: self.chunks.iter().cloned().collect(),
+            left: self.len as u64,
+        })
+    }
+}
+
+struct Pieces {
+    chunks: VecDeque<Bytes>,
+    left: u64,
+}
+
+impl http_body::Body for Pieces {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let next = self.chunks.pop_front();
+        if let Some(chunk) = &next {
+            self.left -= chunk.len() as u64;
+        }
+        Poll::Ready(next.map(|chunk| Ok(Frame::data(chunk))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.chunks.is_empty()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.left)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::message::{Block, Role, one_tool_round};
+    use serde_json::{Value, json};
+
+    fn parse(body: &Body) -> Value {
+        serde_json::from_slice(&body.to_vec()).expect("the body is JSON")
+    }
+
+    /// Every turn's body equals the body written whole, byte for byte, and so does its digest:
+    /// what the encoder carries forward is exactly what writing it again would give.
+    #[test]
+    fn growing_a_conversation_writes_what_writing_it_whole_would() {
+        for wire in [
+            Wire::Anthropic,
+            Wire::OpenAi {
+                completion_tokens: false,
+            },
+        ] {
+            let mut request = one_tool_round("read_file", json!({"path": "a"}), "x", false);
+            request.messages.truncate(1);
+            let mut encoder = Encoder::new(wire, &request);
+            for turn in 0..200usize {
+                let body = encoder.encode(&request);
+                // Written whole now and then (every time would be slow in a debug build); the
+                // encoder itself runs every turn, so what it carries is checked all the same.
+                if turn.is_multiple_of(9) || turn == 199 {
+                    let whole = Body::of(wire, &request).to_vec();
+                    assert_eq!(body.to_vec(), whole, "{wire:?} turn {turn}");
+                    assert_eq!(body.len(), whole.len());
+                    assert_eq!(
+                        body.digest(),
+                        hex(&Sha256::digest(&whole)),
+                        "{wire:?} turn {turn}"
+                    );
+                    parse(&body);
+                }
+                grow(&mut request, turn);
+            }
+        }
+    }
+
+    /// A tool round, and now and then text added to the newest message (as the loop does).
+    fn grow(request: &mut ChatRequest, turn: usize) {
+        let id = format!("t{turn}");
+        request.messages.push(Message {
+            role: Role::Assistant,
+            content: vec![Block::ToolUse {
+                id: id.clone(),
+                name: "read_file".into(),
+                input: json!({"path": "a"}),
+            }],
+        });
+        request.messages.push(Message {
+            role: Role::User,
+            content: vec![Block::ToolResult {
+                tool_use_id: id,
+                content: "line\n".repeat(400),
+                is_error: turn.is_multiple_of(3),
+            }],
+        });
+        if turn.is_multiple_of(5) {
+            crate::session::push_user_text(&mut request.messages, "again".into());
+        }
+    }
+
+    #[test]
+    fn only_the_newest_message_has_a_cache_breakpoint() {
+        let mut request = one_tool_round("read_file", json!({"path": "a"}), "no", true);
+        let mut encoder = Encoder::new(Wire::Anthropic, &request);
+        encoder.encode(&request);
+        request.messages.push(Message::user_text("more"));
+        // (Two user messages in a row would not be sent; the encoder does not care.)
+        let body = parse(&encoder.encode(&request));
+        let marked: Vec<usize> = body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| {
+                m["content"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|b| b.get("cache_control").is_some())
+            })
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(marked, vec![3]);
+        assert_eq!(body["system"][0]["cache_control"]["type"], "ephemeral");
+        assert_eq!(body["stream"], true);
+    }
+
+    #[test]
+    fn a_shorter_conversation_starts_over() {
+        let mut request = one_tool_round("glob", json!({"pattern": "*"}), "a.rs", false);
+        let wire = Wire::OpenAi {
+            completion_tokens: true,
+        };
+        let mut encoder = Encoder::new(wire, &request);
+        encoder.encode(&request);
+        request.messages.truncate(1);
+        let body = encoder.encode(&request);
+        assert_eq!(body.to_vec(), Body::of(wire, &request).to_vec());
+        assert_eq!(parse(&body)["max_completion_tokens"], 100);
+    }
+}
