@@ -8,5 +8,22 @@ fn main() -> std::process::ExitCode {
         return std::process::ExitCode::from(u8::try_from(code).unwrap_or(u8::MAX));
     }
     runner::sandbox::close_inherited_fds();
+    return_large_blocks();
     std::process::ExitCode::from(runner::main().code())
+}
+
+/// Large blocks (tool outputs, request tails: hundreds of kB each, made and dropped every turn)
+/// go straight back to the system when freed. glibc would otherwise raise its thresholds as
+/// they come and go and keep them in per-thread free lists, which a long step with big tool
+/// outputs pays for in peak memory (README, "Performance").
+fn return_large_blocks() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        const THRESHOLD: nix::libc::c_int = 128 * 1024;
+        // SAFETY: mallopt only sets allocator parameters; called before any other thread.
+        unsafe {
+            nix::libc::mallopt(nix::libc::M_MMAP_THRESHOLD, THRESHOLD);
+            nix::libc::mallopt(nix::libc::M_TRIM_THRESHOLD, THRESHOLD);
+        }
+    }
 }

@@ -130,7 +130,9 @@ async fn call_tools(
             input: input.clone(),
         });
         let started = Instant::now();
-        let output = session.tools.call(&name, &input).await;
+        let mut output = session.tools.call(&name, &input).await;
+        // The conversation keeps this text for the rest of the step: no spare capacity with it.
+        output.text.shrink_to_fit();
         session.events.emit(EventKind::ToolFinished {
             step: step.to_owned(),
             turn,

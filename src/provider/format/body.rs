@@ -11,7 +11,7 @@ use std::convert::Infallible;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http_body::{Frame, SizeHint};
 use sha2::{Digest, Sha256};
 
@@ -53,10 +53,11 @@ impl Wire {
     }
 }
 
-/// Bytes of settled messages gathered before they become one shared piece: big enough that a
-/// long conversation is few pieces, small enough that copying the gathering one each turn is
-/// cheap.
-const PIECE: usize = 256 * 1024;
+/// Settled messages smaller than this are gathered into pieces of about this size: a long
+/// conversation is few pieces, and copying the one still gathering each turn is cheap. Larger
+/// messages are pieces of their own. Every piece is an allocation of exactly its size, so what a
+/// long conversation keeps is its bytes and no spare capacity.
+const PIECE: usize = 64 * 1024;
 
 /// Writes one conversation's requests, turn after turn. It belongs to one conversation: its
 /// model, system prompt and tools stay as they were at the first turn, and its messages are only
@@ -66,7 +67,9 @@ pub struct Encoder {
     head: Bytes,
     /// Settled messages: shared pieces, then the piece still gathering.
     pieces: Vec<Bytes>,
-    gathering: BytesMut,
+    gathering: Vec<u8>,
+    /// Where each message is written first (kept, so its capacity is reused).
+    scratch: Vec<u8>,
     settled: usize,
     /// The digest of the head and the settled messages so far.
     hasher: Sha256,
@@ -83,7 +86,8 @@ impl Encoder {
             bytes: head.len(),
             head,
             pieces: Vec::new(),
-            gathering: BytesMut::new(),
+            gathering: Vec::new(),
+            scratch: Vec::new(),
             settled: 0,
             hasher,
         }
@@ -100,27 +104,36 @@ impl Encoder {
         if count < self.settled {
             *self = Encoder::new(self.wire, request);
         }
-        let mut scratch = Vec::new();
         for message in &request.messages[self.settled..count.saturating_sub(1)] {
-            scratch.clear();
+            self.scratch.clear();
             let first = self.settled == 0 && !self.wire.head_holds_a_message();
-            self.wire.message(&mut scratch, message, first, false);
-            self.hasher.update(&scratch);
-            self.bytes += scratch.len();
-            self.gathering.extend_from_slice(&scratch);
+            self.wire.message(&mut self.scratch, message, first, false);
+            self.hasher.update(&self.scratch);
+            self.bytes += self.scratch.len();
             self.settled += 1;
-            if self.gathering.len() >= PIECE {
-                self.pieces.push(self.gathering.split().freeze());
+            if self.scratch.len() >= PIECE {
+                self.settle_gathered();
+                self.pieces.push(Bytes::copy_from_slice(&self.scratch));
+            } else {
+                self.gathering.extend_from_slice(&self.scratch);
+                if self.gathering.len() >= PIECE {
+                    self.settle_gathered();
+                }
             }
         }
-        let mut tail = Vec::new();
+        self.scratch.clear();
         if let Some(newest) = request.messages.last()
             && count > self.settled
         {
             let first = self.settled == 0 && !self.wire.head_holds_a_message();
-            self.wire.message(&mut tail, newest, first, true);
+            self.wire.message(&mut self.scratch, newest, first, true);
         }
-        tail.extend_from_slice(b"]}");
+        self.scratch.extend_from_slice(b"]}");
+        let tail = Bytes::copy_from_slice(&self.scratch);
+        // A huge newest message leaves no huge buffer behind.
+        if self.scratch.capacity() > 4 * PIECE {
+            self.scratch = Vec::new();
+        }
         let mut hasher = self.hasher.clone();
         hasher.update(&tail);
         let mut chunks = Vec::with_capacity(self.pieces.len() + 3);
@@ -130,11 +143,20 @@ impl Encoder {
             chunks.push(Bytes::copy_from_slice(&self.gathering));
         }
         let len = self.bytes + tail.len();
-        chunks.push(Bytes::from(tail));
+        chunks.push(tail);
         Body {
             chunks,
             len,
             digest: hex(&hasher.finalize()),
+        }
+    }
+}
+
+impl Encoder {
+    fn settle_gathered(&mut self) {
+        if !self.gathering.is_empty() {
+            self.pieces.push(Bytes::copy_from_slice(&self.gathering));
+            self.gathering.clear();
         }
     }
 }
@@ -280,7 +302,12 @@ mod tests {
             role: Role::User,
             content: vec![Block::ToolResult {
                 tool_use_id: id,
-                content: "line\n".repeat(400),
+                // Now and then one big enough to be a piece of its own.
+                content: if turn % 50 == 7 {
+                    "x".repeat(70_000)
+                } else {
+                    "line\n".repeat(400)
+                },
                 is_error: turn.is_multiple_of(3),
             }],
         });

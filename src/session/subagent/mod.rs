@@ -367,6 +367,29 @@ impl Delegation {
     }
 }
 
+/// Aborts a spawned subagent when the call waiting for it is dropped.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl Delegation {
+    /// The same delegation, owned, for a subagent on a task of its own.
+    fn detached(&self) -> Delegation {
+        Delegation {
+            scope: self.scope.clone(),
+            depth: self.depth,
+            model: self.model.clone(),
+            tools: self.tools.clone(),
+            events: self.events.clone(),
+            hold: Mutex::default(),
+        }
+    }
+}
+
 /// The concrete delegation behind a tool context's delegate, when it is ours.
 fn delegation_of(delegate: &Arc<dyn Delegate>) -> Option<&Delegation> {
     delegate.as_any().downcast_ref::<Delegation>()
@@ -412,21 +435,33 @@ impl Delegate for Delegation {
                 Err(error) => return ToolOutput::error(error),
             };
             if !input.run_in_background {
-                let output = self.waiting(self.run(job, input.description, false)).await;
+                // Each on a task of its own, so the subagents of one turn run on every worker
+                // thread; the call still waits for it, and a step that stops (a timeout drops
+                // this call) stops it too.
+                let delegation = self.detached();
+                let cancel = self.scope.cancel.clone();
+                let description = input.description.clone();
+                let task = tokio::spawn(async move {
+                    tokio::select! {
+                        output = delegation.run(job, description, false) => output,
+                        () = cancel.cancelled() => ToolOutput::error("cancelled with its step"),
+                    }
+                });
+                let _stop = AbortOnDrop(task.abort_handle());
+                let output = self
+                    .waiting(async move {
+                        task.await.unwrap_or_else(|err| {
+                            ToolOutput::error(format!("the subagent crashed: {err}"))
+                        })
+                    })
+                    .await;
                 drop(unfinished);
                 return output;
             }
             let id = job.id.clone();
             let (sender, receiver) = watch::channel(None);
             self.scope.state().background.insert(id.clone(), receiver);
-            let delegation = Delegation {
-                scope: self.scope.clone(),
-                depth: self.depth,
-                model: self.model.clone(),
-                tools: self.tools.clone(),
-                events: self.events.clone(),
-                hold: Mutex::default(),
-            };
+            let delegation = self.detached();
             let cancel = self.scope.cancel.clone();
             let description = input.description.clone();
             tokio::spawn(async move {
