@@ -1,6 +1,7 @@
 //! What happens in a run, as one stream of events. The scheduler and the agent loop emit them;
 //! everything that shows or records a run (live progress, plain lines, `run.json`, transcripts,
-//! JUnit) is a [`Sink`] of the stream, so a new display or record is one new sink.
+//! JUnit) is a [`Sink`] of the stream, so a new display or record is one new sink. The sinks run
+//! on a thread of their own ([`pump`]): emitting an event queues it and goes on.
 
 pub mod pump;
 

@@ -13,8 +13,8 @@ fn main() -> std::process::ExitCode {
 }
 
 /// Large blocks (tool outputs, request tails: hundreds of kB each, made and dropped every turn)
-/// go straight back to the system when freed. glibc would otherwise raise its thresholds as
-/// they come and go and keep them in per-thread free lists, which a long step with big tool
+/// go back to the system when freed. glibc would otherwise raise its trim threshold as they
+/// come and go and keep them in per-thread free lists, which a long step with big tool
 /// outputs pays for in peak memory (README, "Performance").
 fn return_large_blocks() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -22,7 +22,6 @@ fn return_large_blocks() {
         const THRESHOLD: nix::libc::c_int = 128 * 1024;
         // SAFETY: mallopt only sets allocator parameters; called before any other thread.
         unsafe {
-            nix::libc::mallopt(nix::libc::M_MMAP_THRESHOLD, THRESHOLD);
             nix::libc::mallopt(nix::libc::M_TRIM_THRESHOLD, THRESHOLD);
         }
     }
