@@ -149,6 +149,16 @@ impl ProviderSpec {
         url
     }
 
+    /// The wire format its requests are written in (before anything is learnt from replies).
+    pub fn wire(&self) -> Wire {
+        match self.kind {
+            ProviderKind::Anthropic => Wire::Anthropic,
+            ProviderKind::Openai => Wire::OpenAi {
+                completion_tokens: false,
+            },
+        }
+    }
+
     fn raw_base_url(&self) -> String {
         match &self.base_url {
             BaseUrl::Fixed(url) => url.clone(),

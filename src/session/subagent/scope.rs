@@ -68,12 +68,10 @@ impl Team {
         step: &str,
         roots: Vec<String>,
     ) -> Result<Arc<dyn ModelApi>, String> {
-        let wire = match self.providers.get(provider).map(|p| p.kind) {
-            Some(crate::workflow::ProviderKind::Openai) => crate::provider::Wire::OpenAi {
-                completion_tokens: false,
-            },
-            _ => crate::provider::Wire::Anthropic,
-        };
+        let wire = self
+            .providers
+            .get(provider)
+            .map_or(crate::provider::Wire::Anthropic, |p| p.wire());
         match &self.tapes {
             Some(tapes) if tapes.replaying() => Ok(tapes.wrap(None, wire, step, roots)),
             Some(tapes) => Ok(tapes.wrap(Some(self.api(provider)?), wire, step, roots)),
