@@ -1,6 +1,7 @@
 //! The reading file tools: `read_file` and `list_dir`. Each takes the model's JSON input and
 //! answers with text; failures are error results the model can act on, never panics.
 
+use std::fmt::Write as _;
 use std::io::{BufRead, BufReader, Read};
 
 use futures_util::future::BoxFuture;
@@ -40,7 +41,22 @@ impl Tool for ReadFile {
         }, "required": ["path"]})
     }
     fn call<'a>(&'a self, input: &'a Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
-        blocking(ctx, input, read_file)
+        // Opening is a few system calls (never a wait: the file is opened non-blocking and only a
+        // regular file goes on), and a file no longer than one tool output is read where it was
+        // opened; a hand-over to the blocking pool and back would cost more than the read.
+        // Longer files, whose line count may take a 64 MB scan, are read on the pool.
+        let opened = open_for_read(&ctx.workspace, input);
+        Box::pin(async move {
+            match opened {
+                Err(out) => out,
+                Ok(opened) if opened.len <= MAX_OUTPUT_BYTES as u64 => opened.read(),
+                Ok(opened) => tokio::task::spawn_blocking(move || opened.read())
+                    .await
+                    .unwrap_or_else(|err| {
+                        ToolOutput::error(format!("the tool failed unexpectedly: {err}"))
+                    }),
+            }
+        })
     }
 }
 
@@ -112,40 +128,64 @@ fn next_line(
 /// A file's lines, numbered from 1, from `offset` (a line number) for `limit` lines. Only
 /// regular files are read, streamed: a huge file costs no more memory than the lines shown.
 pub fn read_file(ws: &Workspace, input: &Value) -> ToolOutput {
-    let input: ReadInput = match parse_input("read_file", input) {
-        Ok(input) => input,
-        Err(err) => return err,
-    };
-    let (file, _) = match ws.open_read(&input.path) {
-        Ok(opened) => opened,
-        Err(err) => return ToolOutput::error(err.to_string()),
-    };
-    let meta = match file.metadata() {
-        Ok(meta) => meta,
-        Err(err) => return ToolOutput::error(format!("cannot read `{}`: {err}", input.path)),
-    };
+    match open_for_read(ws, input) {
+        Ok(opened) => opened.read(),
+        Err(out) => out,
+    }
+}
+
+/// A regular file `read_file` has opened and may read.
+struct OpenedFile {
+    input: ReadInput,
+    file: std::fs::File,
+    len: u64,
+}
+
+/// The input checked and its file opened; an error result when it cannot be read.
+fn open_for_read(ws: &Workspace, input: &Value) -> Result<OpenedFile, ToolOutput> {
+    let input: ReadInput = parse_input("read_file", input)?;
+    let (file, _) = ws
+        .open_read(&input.path)
+        .map_err(|err| ToolOutput::error(err.to_string()))?;
+    let meta = file
+        .metadata()
+        .map_err(|err| ToolOutput::error(format!("cannot read `{}`: {err}", input.path)))?;
     if meta.is_dir() {
-        return ToolOutput::error(format!("`{}` is a directory; use list_dir", input.path));
+        return Err(ToolOutput::error(format!(
+            "`{}` is a directory; use list_dir",
+            input.path
+        )));
     }
     if !meta.is_file() {
-        return ToolOutput::error(format!(
+        return Err(ToolOutput::error(format!(
             "`{}` is not a regular file (a FIFO, socket or device) and is not read",
             input.path
-        ));
+        )));
     }
+    Ok(OpenedFile {
+        input,
+        file,
+        len: meta.len(),
+    })
+}
+
+impl OpenedFile {
+    fn read(self) -> ToolOutput {
+        let OpenedFile { input, file, len } = self;
+        read_lines(&input, file, len)
+    }
+}
+
+fn read_lines(input: &ReadInput, file: std::fs::File, len: u64) -> ToolOutput {
     let mut reader = BufReader::with_capacity(64 << 10, file.take(MAX_SCAN_BYTES));
     match reader.fill_buf() {
         Ok(head) if head[..head.len().min(BINARY_PROBE)].contains(&0) => {
-            return ToolOutput::error(format!(
-                "`{}` is a binary file ({} bytes)",
-                input.path,
-                meta.len()
-            ));
+            return ToolOutput::error(format!("`{}` is a binary file ({len} bytes)", input.path));
         }
         Ok(_) => {}
         Err(err) => return ToolOutput::error(format!("cannot read `{}`: {err}", input.path)),
     }
-    if meta.len() == 0 {
+    if len == 0 {
         return ToolOutput::ok(format!("`{}` is empty", input.path));
     }
     let start = input.offset.unwrap_or(1).max(1);
@@ -170,18 +210,28 @@ pub fn read_file(ws: &Workspace, input: &Value) -> ToolOutput {
         }
         let text = String::from_utf8_lossy(&line);
         let text = text.trim_end_matches('\r');
-        let shown: String = text.chars().take(MAX_LINE_CHARS).collect();
-        let row = if shown.len() < text.len() || line.len() >= keep {
-            cut_lines = true;
-            format!("{total:>6}\t{shown} [line cut at {MAX_LINE_CHARS} characters]\n")
+        // A line of at most MAX_LINE_CHARS bytes has at most that many characters: no count.
+        let shown = if text.len() <= MAX_LINE_CHARS {
+            text
         } else {
-            format!("{total:>6}\t{text}\n")
+            text.char_indices()
+                .nth(MAX_LINE_CHARS)
+                .map_or(text, |(end, _)| &text[..end])
         };
-        if out.len() + row.len() > MAX_OUTPUT_BYTES {
+        let cut = shown.len() < text.len() || line.len() >= keep;
+        let note = if cut {
+            format!(" [line cut at {MAX_LINE_CHARS} characters]")
+        } else {
+            String::new()
+        };
+        cut_lines |= cut;
+        // Six columns of line number (wider when needed), a tab, the text, the note, a newline.
+        let width = total.checked_ilog10().unwrap_or(0) as usize + 1;
+        if out.len() + width.max(6) + shown.len() + note.len() + 2 > MAX_OUTPUT_BYTES {
             full = true;
             continue;
         }
-        out.push_str(&row);
+        let _ = writeln!(out, "{total:>6}\t{shown}{note}");
         last = total;
     }
     // The scan stopped at MAX_SCAN_BYTES: there are more lines than counted.
@@ -312,6 +362,54 @@ mod tests {
             out.text
                 .ends_with("[showing lines 1-2000 of 5000; read more with offset=2001]\n")
         );
+    }
+
+    #[test]
+    fn lines_are_cut_by_characters_not_bytes() {
+        let (_d, ws) = workspace();
+        // 1,500 two-byte characters: 3,000 bytes, under the 2,000-character cut.
+        std::fs::write(ws.root().join("wide"), "é".repeat(1500)).unwrap();
+        let out = read_file(&ws, &json!({"path": "wide"}));
+        assert_eq!(out.text, format!("     1\t{}\n", "é".repeat(1500)));
+        std::fs::write(ws.root().join("wider"), "é".repeat(2001)).unwrap();
+        let out = read_file(&ws, &json!({"path": "wider"}));
+        assert_eq!(
+            out.text,
+            format!(
+                "     1\t{} [line cut at 2000 characters]\n[some long lines were cut]\n",
+                "é".repeat(2000)
+            )
+        );
+    }
+
+    /// The tool reads a short file where it opened it and a long one on the blocking pool; both
+    /// answer as the plain function does.
+    #[tokio::test]
+    async fn the_tool_reads_short_and_long_files_alike() {
+        let (_d, ws) = workspace();
+        let long: String = (0..40_000).map(|i| format!("line {i}\n")).collect();
+        assert!(long.len() as u64 > MAX_OUTPUT_BYTES as u64);
+        std::fs::write(ws.root().join("long"), &long).unwrap();
+        let ctx = ToolContext::new(
+            std::sync::Arc::new(ws),
+            std::sync::Arc::new(crate::tools::bash::BashEnv::new(
+                crate::sandbox::Mode::ReadOnly,
+                false,
+            )),
+        );
+        for input in [
+            json!({"path": "src/lib.rs"}),
+            json!({"path": "long", "offset": 39_000}),
+            json!({"path": "missing"}),
+            json!({"path": "src"}),
+        ] {
+            let through_tool = ReadFile.call(&input, &ctx).await;
+            assert_eq!(through_tool, read_file(&ctx.workspace, &input), "{input}");
+        }
+        let tail = ReadFile
+            .call(&json!({"path": "long", "offset": 40_000}), &ctx)
+            .await;
+        assert_eq!(tail.text, " 40000\tline 39999\n");
     }
 
     #[test]
