@@ -51,9 +51,7 @@ pub async fn post_events(
     errors: &ErrorBodies,
     on_event: &mut (dyn FnMut(&str, &str) -> Result<(), ProviderError> + Send),
 ) -> Result<Option<Value>, ProviderError> {
-    use eventsource_stream::Eventsource;
-    use futures_util::StreamExt;
-    let response = post_checked(client, url, headers, body, errors).await?;
+    let mut response = post_checked(client, url, headers, body, errors).await?;
     let streamed = response
         .headers()
         .get(reqwest::header::CONTENT_TYPE)
@@ -62,22 +60,26 @@ pub async fn post_events(
     if !streamed {
         return json_body(response).await.map(Some);
     }
-    let mut seen = 0usize;
-    let mut events = response.bytes_stream().eventsource();
-    while let Some(event) = events.next().await {
-        let event = event.map_err(|err| ProviderError::Transport {
+    let mut events = super::sse::Events::new(MAX_RESPONSE_BYTES);
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|err| ProviderError::Transport {
             message: format!("the stream broke: {err}"),
-        })?;
-        seen += event.data.len() + event.event.len();
-        if seen > MAX_RESPONSE_BYTES {
-            return Err(ProviderError::InvalidResponse {
-                message: format!(
-                    "the response stream is larger than {}",
-                    crate::limits::bytes(MAX_RESPONSE_BYTES as u64)
-                ),
-            });
+        })?
+    {
+        match events.feed(&chunk, on_event) {
+            Ok(()) => {}
+            Err(Ok(err)) => return Err(err),
+            Err(Err(super::sse::SseError::TooLarge)) => {
+                return Err(ProviderError::InvalidResponse {
+                    message: format!(
+                        "the response stream is larger than {}",
+                        crate::limits::bytes(MAX_RESPONSE_BYTES as u64)
+                    ),
+                });
+            }
         }
-        on_event(&event.event, &event.data)?;
     }
     Ok(None)
 }

@@ -9,6 +9,7 @@ mod http;
 pub mod message;
 pub mod openai;
 pub mod retry;
+mod sse;
 pub mod stream;
 pub mod tape;
 

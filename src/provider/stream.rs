@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::error::ProviderError;
@@ -76,8 +77,58 @@ pub async fn post<A: Assemble>(
 pub struct AnthropicStream {
     message: Map<String, Value>,
     blocks: BTreeMap<u64, Value>,
+    /// Text of each block from its deltas, joined into the block when it closes (joining at
+    /// every delta would copy the text so far each time).
+    texts: BTreeMap<u64, String>,
     partial_json: BTreeMap<u64, String>,
     chars: usize,
+}
+
+/// One event of Anthropic's stream, read into its parts rather than into a JSON tree: most are
+/// deltas of a few characters.
+#[derive(Deserialize)]
+struct AnthropicEvent {
+    #[serde(rename = "type", default)]
+    kind: String,
+    #[serde(default)]
+    index: u64,
+    #[serde(default)]
+    message: Option<Map<String, Value>>,
+    #[serde(default)]
+    content_block: Option<Value>,
+    #[serde(default)]
+    delta: Option<AnthropicDelta>,
+    #[serde(default)]
+    usage: Option<Map<String, Value>>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+/// A content block's delta, or the message's (which carries the stop reason).
+#[derive(Deserialize)]
+struct AnthropicDelta {
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
+    #[serde(default)]
+    text: Option<String>,
+    #[serde(default)]
+    partial_json: Option<String>,
+    #[serde(default)]
+    stop_reason: Option<Value>,
+}
+
+impl AnthropicStream {
+    /// A block's streamed text joined onto the text it opened with.
+    fn settle_text(&mut self, index: u64) {
+        if let Some(text) = self.texts.remove(&index) {
+            let block = self.blocks.entry(index).or_insert_with(|| json!({}));
+            let joined = match block.get("text").and_then(Value::as_str) {
+                Some(opening) if !opening.is_empty() => format!("{opening}{text}"),
+                _ => text,
+            };
+            block["text"] = Value::String(joined);
+        }
+    }
 }
 
 impl Assemble for AnthropicStream {
@@ -86,47 +137,46 @@ impl Assemble for AnthropicStream {
     }
 
     fn event(&mut self, _kind: &str, data: &str) -> Result<(), ProviderError> {
-        let data = parse(data)?;
-        let index = data.get("index").and_then(Value::as_u64).unwrap_or(0);
-        match data.get("type").and_then(Value::as_str).unwrap_or_default() {
+        let event: AnthropicEvent =
+            serde_json::from_str(data).map_err(|err| ProviderError::InvalidResponse {
+                message: format!("a stream event cannot be read ({err})"),
+            })?;
+        let index = event.index;
+        match event.kind.as_str() {
             "message_start" => {
-                if let Some(Value::Object(message)) = data.get("message") {
-                    self.message = message.clone();
+                if let Some(message) = event.message {
+                    self.message = message;
                 }
             }
             "content_block_start" => {
-                let mut block = data.get("content_block").cloned().unwrap_or(json!({}));
+                let mut block = event.content_block.unwrap_or_else(|| json!({}));
                 if block.get("type").and_then(Value::as_str) == Some("tool_use") {
                     block["input"] = json!({});
                 }
                 self.blocks.insert(index, block);
             }
             "content_block_delta" => {
-                let delta = data.get("delta").cloned().unwrap_or_default();
-                let block = self.blocks.entry(index).or_insert_with(|| json!({}));
-                match delta.get("type").and_then(Value::as_str) {
+                let Some(delta) = event.delta else {
+                    return Ok(());
+                };
+                self.blocks.entry(index).or_insert_with(|| json!({}));
+                match delta.kind.as_deref() {
                     Some("text_delta") => {
-                        let text = delta.get("text").and_then(Value::as_str).unwrap_or("");
+                        let text = delta.text.unwrap_or_default();
                         self.chars += text.len();
-                        let joined = format!(
-                            "{}{text}",
-                            block.get("text").and_then(Value::as_str).unwrap_or("")
-                        );
-                        block["text"] = Value::String(joined);
+                        self.texts.entry(index).or_default().push_str(&text);
                     }
                     Some("input_json_delta") => {
-                        let part = delta
-                            .get("partial_json")
-                            .and_then(Value::as_str)
-                            .unwrap_or("");
+                        let part = delta.partial_json.unwrap_or_default();
                         self.chars += part.len();
-                        self.partial_json.entry(index).or_default().push_str(part);
+                        self.partial_json.entry(index).or_default().push_str(&part);
                     }
                     // Thinking and signatures carry nothing the loop acts on.
                     _ => {}
                 }
             }
             "content_block_stop" => {
+                self.settle_text(index);
                 if let Some(json) = self.partial_json.remove(&index)
                     && !json.trim().is_empty()
                 {
@@ -141,25 +191,23 @@ impl Assemble for AnthropicStream {
                 }
             }
             "message_delta" => {
-                if let Some(reason) = data.pointer("/delta/stop_reason") {
-                    self.message.insert("stop_reason".into(), reason.clone());
+                if let Some(reason) = event.delta.and_then(|d| d.stop_reason) {
+                    self.message.insert("stop_reason".into(), reason);
                 }
-                if let Some(Value::Object(usage)) = data.get("usage") {
+                if let Some(usage) = event.usage {
                     let entry = self.message.entry("usage").or_insert_with(|| json!({}));
                     for (key, value) in usage {
                         if !value.is_null() {
-                            entry[key] = value.clone();
+                            entry[key] = value;
                         }
                     }
                 }
             }
             "error" => {
-                let kind = data
-                    .pointer("/error/type")
-                    .and_then(Value::as_str)
-                    .unwrap_or("error");
-                let message = data
-                    .pointer("/error/message")
+                let error = event.error.unwrap_or_default();
+                let kind = error.get("type").and_then(Value::as_str).unwrap_or("error");
+                let message = error
+                    .get("message")
                     .and_then(Value::as_str)
                     .unwrap_or("an error event in the stream");
                 return Err(stream_error(
@@ -173,6 +221,10 @@ impl Assemble for AnthropicStream {
     }
 
     fn finish(mut self) -> Value {
+        let unsettled: Vec<u64> = self.texts.keys().copied().collect();
+        for index in unsettled {
+            self.settle_text(index);
+        }
         self.message.insert(
             "content".into(),
             Value::Array(self.blocks.into_values().collect()),
@@ -284,6 +336,29 @@ impl Assemble for OpenAiStream {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn anthropic_text_keeps_its_opening_and_survives_an_unclosed_block() {
+        let mut stream = AnthropicStream::default();
+        for data in [
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":"A"}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"b\"c"}}"#,
+            r#"{"type":"content_block_stop","index":0}"#,
+            r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"x"}}"#,
+            r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"y"}}"#,
+        ] {
+            stream.event("", data).unwrap();
+        }
+        assert_eq!(stream.chars(), 5);
+        let body = stream.finish();
+        assert_eq!(body["content"][0]["text"], "Ab\"c");
+        assert_eq!(body["content"][1]["text"], "xy");
+        let err = AnthropicStream::default().event("", "{").unwrap_err();
+        assert!(
+            err.to_string().contains("a stream event cannot be read"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn anthropic_events_assemble_text_and_tool_input() {

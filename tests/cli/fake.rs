@@ -298,9 +298,10 @@ impl Fake {
     }
 }
 
-/// A server on 127.0.0.1 that answers every connection with a 200 whose chunked body never
-/// ends, until the client goes away. Returns its base URL.
-pub fn endless_body_server() -> String {
+/// A server on 127.0.0.1 that answers every connection with a 200 of `content_type` whose
+/// chunked body is `opening` and then spaces that never end, until the client goes away.
+/// Returns its base URL.
+pub fn endless_body_server(content_type: &'static str, opening: &'static str) -> String {
     use std::io::{Read, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -310,7 +311,10 @@ pub fn endless_body_server() -> String {
             std::thread::spawn(move || {
                 let mut request = [0u8; 65536];
                 let _ = stream.read(&mut request);
-                let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n";
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: {content_type}\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{opening}\r\n",
+                    opening.len()
+                );
                 if stream.write_all(head.as_bytes()).is_err() {
                     return;
                 }

@@ -303,19 +303,33 @@ async fn hostile_replies_fail_the_step_cleanly() {
     assert_eq!(out.status, 0, "{}", out.transcript());
     assert_eq!(run_json(&out)["steps"]["s"]["summary"], "fine");
 
-    // A body that never ends stops at the limit.
-    let url = endless_body_server();
-    let test = Test::new().file("w.toml", &one_step("explore", ""));
-    let (out, _) = run(test, &url, &["run", "w.toml", "--format", "json"]).await;
-    assert_eq!(out.status, 1, "{}", out.transcript());
-    assert!(
-        run_json(&out)["steps"]["s"]["error"]
-            .as_str()
-            .unwrap()
-            .contains("the response body is larger than 32 MiB"),
-        "{}",
-        out.stdout
-    );
+    // A body that never ends stops at the limit; so does an event stream whose line never
+    // ends (no event is ever complete, so only the bytes received can stop it).
+    for (content_type, opening, error) in [
+        (
+            "application/json",
+            "{",
+            "the response body is larger than 32 MiB",
+        ),
+        (
+            "text/event-stream",
+            "event: message_start\ndata: {",
+            "the response stream is larger than 32 MiB",
+        ),
+    ] {
+        let url = endless_body_server(content_type, opening);
+        let test = Test::new().file("w.toml", &one_step("explore", ""));
+        let (out, _) = run(test, &url, &["run", "w.toml", "--format", "json"]).await;
+        assert_eq!(out.status, 1, "{}", out.transcript());
+        assert!(
+            run_json(&out)["steps"]["s"]["error"]
+                .as_str()
+                .unwrap()
+                .contains(error),
+            "{}",
+            out.stdout
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

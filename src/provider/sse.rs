@@ -1,0 +1,202 @@
+//! Server-sent events read from a response body as its chunks arrive (the WHATWG rules: lines
+//! end in LF, CR or CRLF; `event:` names the event, `data:` lines are joined with LF, a line
+//! starting with `:` is a comment, a blank line ends an event; an event left unfinished when
+//! the body ends is dropped). Every byte received counts against one cap, so a server that
+//! never ends a line cannot grow memory: a line is held only until it ends or the cap is hit.
+
+/// What went wrong reading the events.
+#[derive(Debug, PartialEq, Eq)]
+pub enum SseError {
+    /// More than `cap` bytes arrived.
+    TooLarge,
+}
+
+/// The reader's state between chunks.
+pub struct Events {
+    /// The part of the current line received so far.
+    line: Vec<u8>,
+    /// The last chunk ended in CR: an LF opening the next one belongs to that line end.
+    after_cr: bool,
+    event: String,
+    data: String,
+    /// Whether any `data:` line came (an event with none is not dispatched).
+    has_data: bool,
+    received: usize,
+    cap: usize,
+}
+
+impl Events {
+    pub fn new(cap: usize) -> Self {
+        Self {
+            line: Vec::new(),
+            after_cr: false,
+            event: String::new(),
+            data: String::new(),
+            has_data: false,
+            received: 0,
+            cap,
+        }
+    }
+
+    /// Reads one chunk, handing each event it completes (its type, `message` when it names
+    /// none, and its data) to `on_event`. The first error `on_event` returns stops the reading.
+    pub fn feed<E>(
+        &mut self,
+        chunk: &[u8],
+        on_event: &mut dyn FnMut(&str, &str) -> Result<(), E>,
+    ) -> Result<(), Result<E, SseError>> {
+        self.received = self.received.saturating_add(chunk.len());
+        if self.received > self.cap {
+            return Err(Err(SseError::TooLarge));
+        }
+        let mut rest = chunk;
+        if self.after_cr && !rest.is_empty() {
+            self.after_cr = false;
+            if let Some(tail) = rest.strip_prefix(b"\n") {
+                rest = tail;
+            }
+        }
+        while let Some(end) = rest.iter().position(|&b| b == b'\n' || b == b'\r') {
+            let ending = rest[end];
+            if self.line.is_empty() {
+                self.line_done(&rest[..end], on_event)?;
+            } else {
+                self.line.extend_from_slice(&rest[..end]);
+                let line = std::mem::take(&mut self.line);
+                self.line_done(&line, on_event)?;
+                self.line = line;
+                self.line.clear();
+            }
+            rest = &rest[end + 1..];
+            if ending == b'\r' {
+                match rest.first() {
+                    Some(b'\n') => rest = &rest[1..],
+                    None => self.after_cr = true,
+                    Some(_) => {}
+                }
+            }
+        }
+        self.line.extend_from_slice(rest);
+        Ok(())
+    }
+
+    fn line_done<E>(
+        &mut self,
+        line: &[u8],
+        on_event: &mut dyn FnMut(&str, &str) -> Result<(), E>,
+    ) -> Result<(), Result<E, SseError>> {
+        if line.is_empty() {
+            if self.has_data {
+                let kind = if self.event.is_empty() {
+                    "message"
+                } else {
+                    &self.event
+                };
+                on_event(kind, &self.data).map_err(Ok)?;
+            }
+            self.event.clear();
+            self.data.clear();
+            self.has_data = false;
+            return Ok(());
+        }
+        let text = String::from_utf8_lossy(line);
+        let (field, value) = match text.split_once(':') {
+            Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
+            None => (&*text, ""),
+        };
+        match field {
+            // A comment (a line starting with `:`, such as a keep-alive).
+            "" => {}
+            "event" => {
+                self.event.clear();
+                self.event.push_str(value);
+            }
+            "data" => {
+                if self.has_data {
+                    self.data.push('\n');
+                }
+                self.data.push_str(value);
+                self.has_data = true;
+            }
+            // `id` and `retry` steer reconnecting, which a model reply never does.
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(chunks: &[&[u8]]) -> Vec<(String, String)> {
+        let mut events = Events::new(1 << 20);
+        let mut seen = Vec::new();
+        for chunk in chunks {
+            events
+                .feed::<()>(chunk, &mut |kind, data| {
+                    seen.push((kind.to_owned(), data.to_owned()));
+                    Ok(())
+                })
+                .unwrap();
+        }
+        seen
+    }
+
+    fn pair(kind: &str, data: &str) -> (String, String) {
+        (kind.to_owned(), data.to_owned())
+    }
+
+    #[test]
+    fn events_split_anywhere_read_the_same() {
+        let stream = b": keep-alive\r\nevent: ping\r\ndata: {}\r\n\r\nevent: delta\rdata:one\rdata:  two\r\rid: 7\nretry: 10\ndata\n\ndata: last";
+        let whole = read(&[stream]);
+        assert_eq!(
+            whole,
+            vec![
+                pair("ping", "{}"),
+                pair("delta", "one\n two"),
+                pair("message", "")
+            ]
+        );
+        for at in 0..=stream.len() {
+            let (a, b) = stream.split_at(at);
+            assert_eq!(read(&[a, b]), whole, "split at {at}");
+        }
+        // One byte at a time, with empty chunks between (a CR's LF may come two chunks later).
+        let bytes: Vec<&[u8]> = stream.chunks(1).flat_map(|b| [b, &b""[..]]).collect();
+        assert_eq!(read(&bytes), whole);
+    }
+
+    #[test]
+    fn an_event_without_data_is_not_dispatched_and_invalid_utf8_is_replaced() {
+        assert_eq!(read(&[b"event: x\n\n"]), vec![]);
+        assert_eq!(
+            read(&[b"data: caf\xc3", b"\xa9 \xff\n\n"]),
+            vec![pair("message", "caf\u{e9} \u{fffd}")]
+        );
+    }
+
+    #[test]
+    fn the_cap_counts_every_byte_even_of_an_unended_line() {
+        let mut events = Events::new(10);
+        let mut none = |_: &str, _: &str| Ok::<(), ()>(());
+        assert_eq!(events.feed(b"data: abc", &mut none), Ok(()));
+        assert_eq!(
+            events.feed(b"defg", &mut none),
+            Err(Err(SseError::TooLarge))
+        );
+    }
+
+    #[test]
+    fn an_error_from_the_handler_stops_the_reading() {
+        let mut events = Events::new(1 << 10);
+        let mut calls = 0;
+        let result = events.feed(b"data: 1\n\ndata: 2\n\n", &mut |_, data| {
+            calls += 1;
+            Err(data.to_owned())
+        });
+        assert_eq!(result, Err(Ok("1".to_owned())));
+        assert_eq!(calls, 1);
+    }
+}
