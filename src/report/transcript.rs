@@ -191,25 +191,30 @@ impl TranscriptSink {
             return serde_json::to_string(event).unwrap_or_default();
         };
         let written = self.outputs.get(key);
-        let known = |id: &str, content: &str| {
-            written
-                .and_then(|w| w.get(id))
-                .is_some_and(|d| *d == text_digest(content))
-        };
-        let any = messages.iter().flat_map(|m| &m.content).any(|b| {
-            matches!(b, crate::provider::message::Block::ToolResult { tool_use_id, content, .. } if known(tool_use_id, content))
-        });
-        if !any {
+        // Each result is hashed once; the flags follow the blocks in order, as the tree made
+        // of the event below holds them (ids alone could repeat: they are the model's).
+        let known: Vec<bool> = messages
+            .iter()
+            .flat_map(|m| &m.content)
+            .map(|b| match b {
+                crate::provider::message::Block::ToolResult {
+                    tool_use_id,
+                    content,
+                    ..
+                } => written
+                    .and_then(|w| w.get(tool_use_id))
+                    .is_some_and(|d| *d == text_digest(content)),
+                _ => false,
+            })
+            .collect();
+        if !known.contains(&true) {
             return serde_json::to_string(event).unwrap_or_default();
         }
         let mut value = serde_json::to_value(event).unwrap_or_default();
+        let mut flags = known.into_iter();
         for message in value["messages"].as_array_mut().into_iter().flatten() {
             for block in message["content"].as_array_mut().into_iter().flatten() {
-                let is_known = block["type"] == "tool_result"
-                    && known(
-                        block["tool_use_id"].as_str().unwrap_or_default(),
-                        block["content"].as_str().unwrap_or_default(),
-                    );
+                let is_known = flags.next().unwrap_or(false) && block["type"] == "tool_result";
                 if is_known && let Some(map) = block.as_object_mut() {
                     map.remove("content");
                     map.insert("content_in".into(), "tool_finished".into());

@@ -1,7 +1,6 @@
 //! The reading file tools: `read_file` and `list_dir`. Each takes the model's JSON input and
 //! answers with text; failures are error results the model can act on, never panics.
 
-use std::fmt::Write as _;
 use std::io::{BufRead, BufReader, Read};
 
 use futures_util::future::BoxFuture;
@@ -208,7 +207,11 @@ fn read_lines(input: &ReadInput, file: std::fs::File, len: u64) -> ToolOutput {
         if total < start || full || total >= start + limit {
             continue;
         }
-        let text = String::from_utf8_lossy(&line);
+        // Valid UTF-8 (nearly every line) is checked by the fast path and borrowed.
+        let text = match std::str::from_utf8(&line) {
+            Ok(text) => std::borrow::Cow::Borrowed(text),
+            Err(_) => String::from_utf8_lossy(&line),
+        };
         let text = text.trim_end_matches('\r');
         // A line of at most MAX_LINE_CHARS bytes has at most that many characters: no count.
         let shown = if text.len() <= MAX_LINE_CHARS {
@@ -231,7 +234,11 @@ fn read_lines(input: &ReadInput, file: std::fs::File, len: u64) -> ToolOutput {
             full = true;
             continue;
         }
-        let _ = writeln!(out, "{total:>6}\t{shown}{note}");
+        push_line_number(&mut out, total);
+        out.push('\t');
+        out.push_str(shown);
+        out.push_str(&note);
+        out.push('\n');
         last = total;
     }
     // The scan stopped at MAX_SCAN_BYTES: there are more lines than counted.
@@ -256,6 +263,26 @@ fn read_lines(input: &ReadInput, file: std::fs::File, len: u64) -> ToolOutput {
         out.push_str("[some long lines were cut]\n");
     }
     ToolOutput::ok(out)
+}
+
+/// `n` right-aligned in six columns (wider when it needs more), as `{n:>6}` writes it, without
+/// the formatting machinery a line would otherwise cost.
+fn push_line_number(out: &mut String, n: usize) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = n;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    for _ in digits.len() - at..6 {
+        out.push(' ');
+    }
+    out.extend(digits[at..].iter().map(|&d| d as char));
 }
 
 #[derive(Deserialize)]
@@ -362,6 +389,15 @@ mod tests {
             out.text
                 .ends_with("[showing lines 1-2000 of 5000; read more with offset=2001]\n")
         );
+    }
+
+    #[test]
+    fn line_numbers_are_right_aligned_in_six_columns() {
+        for n in [0, 1, 9, 10, 99_999, 999_999, 1_000_000, usize::MAX] {
+            let mut out = String::new();
+            push_line_number(&mut out, n);
+            assert_eq!(out, format!("{n:>6}"));
+        }
     }
 
     #[test]

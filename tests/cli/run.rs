@@ -190,6 +190,46 @@ async fn anthropic_multi_turn_with_a_tool() {
     );
 }
 
+/// A model may give two tool calls one id: each result is still written so that the events
+/// rebuild the request (only the result matching the id's last output points at it).
+#[tokio::test(flavor = "multi_thread")]
+async fn tool_calls_sharing_an_id_still_rebuild_their_request() {
+    let fake = Fake::anthropic(vec![
+        crate::fake::anthropic_tools(&[
+            ("dup", "read_file", json!({"path": "src/auth.rs"})),
+            ("dup", "read_file", json!({"path": "README.md"})),
+        ]),
+        anthropic_text("done"),
+    ])
+    .await;
+    let (out, test) = run_anthropic(project(&one_step("explore", "Read", "")), &fake).await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let run = run_json(&out);
+    let events: Vec<Value> = transcript(&test, &run, "s")
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let second = events
+        .iter()
+        .filter(|e| e["event"] == "turn_started")
+        .nth(1)
+        .unwrap();
+    let results = second["messages"][1]["content"].as_array().unwrap();
+    assert_eq!(results.len(), 2);
+    // Whichever finished last is the id's output; the other is written where it is.
+    let pointed = results
+        .iter()
+        .filter(|r| r["content_in"] == "tool_finished")
+        .count();
+    let inline = results.iter().filter(|r| r["content"].is_string()).count();
+    assert_eq!((pointed, inline), (1, 1), "{results:?}");
+    let run_dir = test
+        .path()
+        .join(".runner/runs")
+        .join(run["run_id"].as_str().unwrap());
+    assert_eq!(rebuilt_digests(&events, &run_dir), 2);
+}
+
 fn sha256(bytes: &[u8]) -> String {
     use sha2::Digest;
     sha2::Sha256::digest(bytes)
