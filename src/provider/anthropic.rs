@@ -26,10 +26,11 @@ impl AnthropicApi {
     pub fn new(base_url: &str, key: Option<Secret>) -> Self {
         let base = base_url.trim_end_matches('/');
         let base = base.strip_suffix("/v1").unwrap_or(base);
+        let url = format!("{base}/v1/messages");
         Self {
-            url: format!("{base}/v1/messages"),
+            http: http::client_for(&url),
+            url,
             key,
-            http: http::client(),
         }
     }
 

@@ -23,13 +23,46 @@ pub fn client() -> reqwest::Client {
     // TLS through rustls with ring (far quicker to build than aws-lc). Installing twice is
     // harmless: the second call reports the first provider and changes nothing.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(30))
-        .timeout(Duration::from_secs(600))
+    builder()
         .build()
         // Building fails only when the TLS backend cannot initialise; a default client is the
         // best that can be done then, and its requests will report the problem.
         .unwrap_or_default()
+}
+
+fn builder() -> reqwest::ClientBuilder {
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(30))
+        .timeout(Duration::from_secs(600))
+}
+
+/// The client for one endpoint. A plain `http://` endpoint (a local model server, a proxy on
+/// this machine) never needs the system's certificate authorities, whose loading is most of
+/// runner's start (a few milliseconds of reading and decoding every certificate on the
+/// machine): its client trusts none, so a redirect to `https://` fails its check rather than
+/// connecting unverified.
+pub fn client_for(url: &str) -> reqwest::Client {
+    let plain = url
+        .get(..7)
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("http://"));
+    if !plain {
+        return client();
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let trusting_none = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map(|config| {
+            config
+                .with_root_certificates(rustls::RootCertStore::empty())
+                .with_no_client_auth()
+        });
+    match trusting_none {
+        Ok(config) => builder()
+            .tls_backend_preconfigured(config)
+            .build()
+            .unwrap_or_else(|_| client()),
+        Err(_) => client(),
+    }
 }
 
 async fn json_body(response: reqwest::Response) -> Result<Value, ProviderError> {

@@ -42,9 +42,9 @@ impl OpenAiApi {
             format!("{base}/v1/chat/completions")
         };
         Self {
+            http: http::client_for(&url),
             url,
             key,
-            http: http::client(),
             completion_tokens: AtomicBool::new(false),
         }
     }
