@@ -103,8 +103,8 @@ pub async fn post_events(
     {
         match events.feed(&chunk, on_event) {
             Ok(()) => {}
-            Err(Ok(err)) => return Err(err),
-            Err(Err(super::sse::SseError::TooLarge)) => {
+            Err(super::sse::Stop::Handler(err)) => return Err(err),
+            Err(super::sse::Stop::TooLarge) => {
                 return Err(ProviderError::InvalidResponse {
                     message: format!(
                         "the response stream is larger than {}",

@@ -4,10 +4,12 @@
 //! the body ends is dropped). Every byte received counts against one cap, so a server that
 //! never ends a line cannot grow memory: a line is held only until it ends or the cap is hit.
 
-/// What went wrong reading the events.
+/// Why reading the events stopped.
 #[derive(Debug, PartialEq, Eq)]
-pub enum SseError {
-    /// More than `cap` bytes arrived.
+pub enum Stop<E> {
+    /// The handler refused an event.
+    Handler(E),
+    /// More than the cap's bytes arrived.
     TooLarge,
 }
 
@@ -44,10 +46,10 @@ impl Events {
         &mut self,
         chunk: &[u8],
         on_event: &mut dyn FnMut(&str, &str) -> Result<(), E>,
-    ) -> Result<(), Result<E, SseError>> {
+    ) -> Result<(), Stop<E>> {
         self.received = self.received.saturating_add(chunk.len());
         if self.received > self.cap {
-            return Err(Err(SseError::TooLarge));
+            return Err(Stop::TooLarge);
         }
         let mut rest = chunk;
         if self.after_cr && !rest.is_empty() {
@@ -84,7 +86,7 @@ impl Events {
         &mut self,
         line: &[u8],
         on_event: &mut dyn FnMut(&str, &str) -> Result<(), E>,
-    ) -> Result<(), Result<E, SseError>> {
+    ) -> Result<(), Stop<E>> {
         if line.is_empty() {
             if self.has_data {
                 let kind = if self.event.is_empty() {
@@ -92,7 +94,7 @@ impl Events {
                 } else {
                     &self.event
                 };
-                on_event(kind, &self.data).map_err(Ok)?;
+                on_event(kind, &self.data).map_err(Stop::Handler)?;
             }
             self.event.clear();
             self.data.clear();
@@ -182,10 +184,7 @@ mod tests {
         let mut events = Events::new(10);
         let mut none = |_: &str, _: &str| Ok::<(), ()>(());
         assert_eq!(events.feed(b"data: abc", &mut none), Ok(()));
-        assert_eq!(
-            events.feed(b"defg", &mut none),
-            Err(Err(SseError::TooLarge))
-        );
+        assert_eq!(events.feed(b"defg", &mut none), Err(Stop::TooLarge));
     }
 
     #[test]
@@ -196,7 +195,7 @@ mod tests {
             calls += 1;
             Err(data.to_owned())
         });
-        assert_eq!(result, Err(Ok("1".to_owned())));
+        assert_eq!(result, Err(Stop::Handler("1".to_owned())));
         assert_eq!(calls, 1);
     }
 }
