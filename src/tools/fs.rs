@@ -169,100 +169,102 @@ fn open_for_read(ws: &Workspace, input: &Value) -> Result<OpenedFile, ToolOutput
 }
 
 impl OpenedFile {
+    /// Its lines, numbered, as `read_file` answers.
     fn read(self) -> ToolOutput {
         let OpenedFile { input, file, len } = self;
-        read_lines(&input, file, len)
-    }
-}
-
-fn read_lines(input: &ReadInput, file: std::fs::File, len: u64) -> ToolOutput {
-    let mut reader = BufReader::with_capacity(64 << 10, file.take(MAX_SCAN_BYTES));
-    match reader.fill_buf() {
-        Ok(head) if head[..head.len().min(BINARY_PROBE)].contains(&0) => {
-            return ToolOutput::error(format!("`{}` is a binary file ({len} bytes)", input.path));
-        }
-        Ok(_) => {}
-        Err(err) => return ToolOutput::error(format!("cannot read `{}`: {err}", input.path)),
-    }
-    if len == 0 {
-        return ToolOutput::ok(format!("`{}` is empty", input.path));
-    }
-    let start = input.offset.unwrap_or(1).max(1);
-    let limit = input.limit.unwrap_or(READ_DEFAULT_LINES).max(1);
-    // Four bytes a character at most: enough to show MAX_LINE_CHARS of any line.
-    let keep = MAX_LINE_CHARS * 4 + 4;
-    let mut out = String::new();
-    let mut line = Vec::new();
-    let mut total = 0usize;
-    let mut last = start - 1;
-    let mut cut_lines = false;
-    let mut full = false;
-    loop {
-        match next_line(&mut reader, keep, &mut line) {
-            Ok(Some(())) => {}
-            Ok(None) => break,
+        let mut reader = BufReader::with_capacity(64 << 10, file.take(MAX_SCAN_BYTES));
+        match reader.fill_buf() {
+            Ok(head) if head[..head.len().min(BINARY_PROBE)].contains(&0) => {
+                return ToolOutput::error(format!(
+                    "`{}` is a binary file ({len} bytes)",
+                    input.path
+                ));
+            }
+            Ok(_) => {}
             Err(err) => return ToolOutput::error(format!("cannot read `{}`: {err}", input.path)),
         }
-        total += 1;
-        if total < start || full || total >= start + limit {
-            continue;
+        if len == 0 {
+            return ToolOutput::ok(format!("`{}` is empty", input.path));
         }
-        // Valid UTF-8 (nearly every line) is checked by the fast path and borrowed.
-        let text = match std::str::from_utf8(&line) {
-            Ok(text) => std::borrow::Cow::Borrowed(text),
-            Err(_) => String::from_utf8_lossy(&line),
-        };
-        let text = text.trim_end_matches('\r');
-        // A line of at most MAX_LINE_CHARS bytes has at most that many characters: no count.
-        let shown = if text.len() <= MAX_LINE_CHARS {
-            text
-        } else {
-            text.char_indices()
-                .nth(MAX_LINE_CHARS)
-                .map_or(text, |(end, _)| &text[..end])
-        };
-        let cut = shown.len() < text.len() || line.len() >= keep;
-        let note = if cut {
-            format!(" [line cut at {MAX_LINE_CHARS} characters]")
-        } else {
-            String::new()
-        };
-        cut_lines |= cut;
-        // Six columns of line number (wider when needed), a tab, the text, the note, a newline.
-        let width = total.checked_ilog10().unwrap_or(0) as usize + 1;
-        if out.len() + width.max(6) + shown.len() + note.len() + 2 > MAX_OUTPUT_BYTES {
-            full = true;
-            continue;
+        let start = input.offset.unwrap_or(1).max(1);
+        let limit = input.limit.unwrap_or(READ_DEFAULT_LINES).max(1);
+        // Four bytes a character at most: enough to show MAX_LINE_CHARS of any line.
+        let keep = MAX_LINE_CHARS * 4 + 4;
+        let mut out = String::new();
+        let mut line = Vec::new();
+        let mut total = 0usize;
+        let mut last = start - 1;
+        let mut cut_lines = false;
+        let mut full = false;
+        loop {
+            match next_line(&mut reader, keep, &mut line) {
+                Ok(Some(())) => {}
+                Ok(None) => break,
+                Err(err) => {
+                    return ToolOutput::error(format!("cannot read `{}`: {err}", input.path));
+                }
+            }
+            total += 1;
+            if total < start || full || total >= start + limit {
+                continue;
+            }
+            // Valid UTF-8 (nearly every line) is checked by the fast path and borrowed.
+            let text = match std::str::from_utf8(&line) {
+                Ok(text) => std::borrow::Cow::Borrowed(text),
+                Err(_) => String::from_utf8_lossy(&line),
+            };
+            let text = text.trim_end_matches('\r');
+            // A line of at most MAX_LINE_CHARS bytes has at most that many characters: no count.
+            let shown = if text.len() <= MAX_LINE_CHARS {
+                text
+            } else {
+                text.char_indices()
+                    .nth(MAX_LINE_CHARS)
+                    .map_or(text, |(end, _)| &text[..end])
+            };
+            let cut = shown.len() < text.len() || line.len() >= keep;
+            let note = if cut {
+                format!(" [line cut at {MAX_LINE_CHARS} characters]")
+            } else {
+                String::new()
+            };
+            cut_lines |= cut;
+            // Six columns of line number (wider when needed), a tab, the text, the note, a newline.
+            let width = total.checked_ilog10().unwrap_or(0) as usize + 1;
+            if out.len() + width.max(6) + shown.len() + note.len() + 2 > MAX_OUTPUT_BYTES {
+                full = true;
+                continue;
+            }
+            push_line_number(&mut out, total);
+            out.push('\t');
+            out.push_str(shown);
+            out.push_str(&note);
+            out.push('\n');
+            last = total;
         }
-        push_line_number(&mut out, total);
-        out.push('\t');
-        out.push_str(shown);
-        out.push_str(&note);
-        out.push('\n');
-        last = total;
+        // The scan stopped at MAX_SCAN_BYTES: there are more lines than counted.
+        let scanned_all = reader.into_inner().limit() > 0;
+        let of = if scanned_all {
+            total.to_string()
+        } else {
+            format!("more than {total}")
+        };
+        if start > total {
+            return ToolOutput::error(format!(
+                "`{}` has {of} lines; offset {start} is past the end",
+                input.path
+            ));
+        }
+        if last < total || !scanned_all {
+            out.push_str(&format!(
+                "[showing lines {start}-{last} of {of}; read more with offset={}]\n",
+                last + 1
+            ));
+        } else if cut_lines {
+            out.push_str("[some long lines were cut]\n");
+        }
+        ToolOutput::ok(out)
     }
-    // The scan stopped at MAX_SCAN_BYTES: there are more lines than counted.
-    let scanned_all = reader.into_inner().limit() > 0;
-    let of = if scanned_all {
-        total.to_string()
-    } else {
-        format!("more than {total}")
-    };
-    if start > total {
-        return ToolOutput::error(format!(
-            "`{}` has {of} lines; offset {start} is past the end",
-            input.path
-        ));
-    }
-    if last < total || !scanned_all {
-        out.push_str(&format!(
-            "[showing lines {start}-{last} of {of}; read more with offset={}]\n",
-            last + 1
-        ));
-    } else if cut_lines {
-        out.push_str("[some long lines were cut]\n");
-    }
-    ToolOutput::ok(out)
 }
 
 /// `n` right-aligned in six columns (wider when it needs more), as `{n:>6}` writes it, without
