@@ -1,7 +1,7 @@
 //! Server-sent events read from a response body as its chunks arrive (the WHATWG rules: lines
 //! end in LF, CR or CRLF; `event:` names the event, `data:` lines are joined with LF, a line
-//! starting with `:` is a comment, a blank line ends an event; an event left unfinished when
-//! the body ends is dropped). Every byte received counts against one cap, so a server that
+//! starting with `:` is a comment, a blank line ends an event; a byte order mark opening the
+//! stream is skipped; an event left unfinished when the body ends is dropped). Every byte received counts against one cap, so a server that
 //! never ends a line cannot grow memory: a line is held only until it ends or the cap is hit.
 
 /// Why reading the events stopped.
@@ -13,6 +13,8 @@ pub enum Stop<E> {
     TooLarge,
 }
 
+const BOM: &[u8] = b"\xEF\xBB\xBF";
+
 /// The reader's state between chunks.
 pub struct Events {
     /// The part of the current line received so far.
@@ -23,6 +25,8 @@ pub struct Events {
     data: String,
     /// Whether any `data:` line came (an event with none is not dispatched).
     has_data: bool,
+    /// No line has ended yet: the first may open with a byte order mark, which is not part of it.
+    first_line: bool,
     received: usize,
     cap: usize,
 }
@@ -35,6 +39,7 @@ impl Events {
             event: String::new(),
             data: String::new(),
             has_data: false,
+            first_line: true,
             received: 0,
             cap,
         }
@@ -87,6 +92,11 @@ impl Events {
         line: &[u8],
         on_event: &mut dyn FnMut(&str, &str) -> Result<(), E>,
     ) -> Result<(), Stop<E>> {
+        let line = if std::mem::take(&mut self.first_line) {
+            line.strip_prefix(BOM).unwrap_or(line)
+        } else {
+            line
+        };
         if line.is_empty() {
             if self.has_data {
                 let kind = if self.event.is_empty() {
@@ -168,6 +178,17 @@ mod tests {
         // One byte at a time, with empty chunks between (a CR's LF may come two chunks later).
         let bytes: Vec<&[u8]> = stream.chunks(1).flat_map(|b| [b, &b""[..]]).collect();
         assert_eq!(read(&bytes), whole);
+    }
+
+    #[test]
+    fn a_byte_order_mark_opening_the_stream_is_skipped_even_split() {
+        let stream = b"\xEF\xBB\xBFdata: x\n\n\xEF\xBB\xBFdata: y\n\n";
+        let expected = vec![pair("message", "x")];
+        for at in 0..=stream.len() {
+            let (a, b) = stream.split_at(at);
+            // The second mark is not at the start: it makes an unknown field, ignored.
+            assert_eq!(read(&[a, b]), expected, "split at {at}");
+        }
     }
 
     #[test]
