@@ -151,7 +151,8 @@ pub(crate) fn parse_input<T: for<'de> Deserialize<'de>>(
     tool: &str,
     input: &Value,
 ) -> Result<T, ToolOutput> {
-    serde_json::from_value(input.clone())
+    // Read from the borrowed tree: a tool's input is not copied to be read.
+    T::deserialize(input)
         .map_err(|err| ToolOutput::error(format!("invalid input for `{tool}`: {err}")))
 }
 
