@@ -144,6 +144,22 @@ pub(super) fn message(out: &mut Vec<u8>, message: &Message, first: bool, newest:
     out.push(b'}');
 }
 
+/// The breakpoint as [`message`] writes it on the newest message's last block, with the `}]}`
+/// that then closes the block, the content and the message.
+const MARKED_END: &[u8] = br#","cache_control":{"type":"ephemeral"}}]}"#;
+
+/// A message's newest form made from its settled form, as [`message`] would write it: the
+/// breakpoint is the last field of the last block. False (and nothing written) when the bytes
+/// do not end in a block (a message without blocks): the caller writes it then.
+pub(super) fn mark_newest(settled: &[u8], out: &mut Vec<u8>) -> bool {
+    let Some(body) = settled.strip_suffix(b"}]}") else {
+        return false;
+    };
+    out.extend_from_slice(body);
+    out.extend_from_slice(MARKED_END);
+    true
+}
+
 fn count(usage: &Value, key: &str) -> u64 {
     usage.get(key).and_then(Value::as_u64).unwrap_or(0)
 }
@@ -245,6 +261,62 @@ mod tests {
 
     fn request() -> ChatRequest {
         one_tool_round("read_file", json!({"path": "a"}), "no", true)
+    }
+
+    /// The newest form made from the settled one is, byte for byte, what writing the message
+    /// as the newest gives, for every kind of block, several blocks, escapes and no blocks.
+    #[test]
+    fn the_newest_form_made_from_the_settled_one_is_the_written_one() {
+        let blocks = vec![
+            Block::Text {
+                text: "plain \"quoted\"\n\u{1F600} \\ end}]}".into(),
+            },
+            Block::ToolUse {
+                id: "t1".into(),
+                name: "grep".into(),
+                input: json!({"pattern": "}]}", "nested": {"a": [1, 2]}}),
+            },
+            Block::ToolResult {
+                tool_use_id: "t1".into(),
+                content: "a:1:x\n".repeat(50),
+                is_error: true,
+            },
+        ];
+        let mut messages: Vec<Message> = Vec::new();
+        for role in [Role::User, Role::Assistant] {
+            for block in &blocks {
+                messages.push(Message {
+                    role,
+                    content: vec![block.clone()],
+                });
+            }
+            messages.push(Message {
+                role,
+                content: blocks.clone(),
+            });
+        }
+        for message in &messages {
+            for first in [true, false] {
+                let mut settled = Vec::new();
+                super::message(&mut settled, message, first, false);
+                let mut direct = Vec::new();
+                super::message(&mut direct, message, first, true);
+                let mut made = Vec::new();
+                assert!(mark_newest(&settled, &mut made));
+                assert_eq!(
+                    String::from_utf8(made).unwrap(),
+                    String::from_utf8(direct).unwrap()
+                );
+            }
+        }
+        let empty = Message {
+            role: Role::User,
+            content: Vec::new(),
+        };
+        let mut settled = Vec::new();
+        super::message(&mut settled, &empty, true, false);
+        let mut made = Vec::new();
+        assert!(!mark_newest(&settled, &mut made) && made.is_empty());
     }
 
     fn request_body(request: &ChatRequest) -> Value {

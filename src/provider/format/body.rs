@@ -47,6 +47,18 @@ impl Wire {
         }
     }
 
+    /// A message's newest form from its settled form; false when this one cannot be made so.
+    fn mark_newest(self, settled: &[u8], out: &mut Vec<u8>) -> bool {
+        match self {
+            Wire::Anthropic => anthropic::mark_newest(settled, out),
+            // No breakpoints: the newest is written as it settles.
+            Wire::OpenAi { .. } => {
+                out.extend_from_slice(settled);
+                true
+            }
+        }
+    }
+
     /// Whether the wire's head already holds a first element of `messages` (the system message).
     fn head_holds_a_message(self) -> bool {
         matches!(self, Wire::OpenAi { .. })
@@ -74,6 +86,16 @@ pub struct Encoder {
     /// The digest of the head and the settled messages so far.
     hasher: Sha256,
     bytes: usize,
+    /// The newest message of the last turn, written in its settled form: when the message there
+    /// is still the same at the next turn (as it nearly always is), it settles from these bytes
+    /// instead of being written again.
+    newest: Option<Newest>,
+}
+
+struct Newest {
+    index: usize,
+    message: Message,
+    settled: Vec<u8>,
 }
 
 impl Encoder {
@@ -90,6 +112,7 @@ impl Encoder {
             scratch: Vec::new(),
             settled: 0,
             hasher,
+            newest: None,
         }
     }
 
@@ -104,10 +127,20 @@ impl Encoder {
         if count < self.settled {
             *self = Encoder::new(self.wire, request);
         }
-        for message in &request.messages[self.settled..count.saturating_sub(1)] {
-            self.scratch.clear();
-            let first = self.settled == 0 && !self.wire.head_holds_a_message();
-            self.wire.message(&mut self.scratch, message, first, false);
+        for index in self.settled..count.saturating_sub(1) {
+            let message = &request.messages[index];
+            let kept = self
+                .newest
+                .take()
+                .filter(|n| n.index == index && n.message == *message);
+            match kept {
+                Some(kept) => self.scratch = kept.settled,
+                None => {
+                    self.scratch.clear();
+                    let first = self.settled == 0 && !self.wire.head_holds_a_message();
+                    self.wire.message(&mut self.scratch, message, first, false);
+                }
+            }
             self.hasher.update(&self.scratch);
             self.bytes += self.scratch.len();
             self.settled += 1;
@@ -122,11 +155,22 @@ impl Encoder {
             }
         }
         self.scratch.clear();
+        self.newest = None;
         if let Some(newest) = request.messages.last()
             && count > self.settled
         {
             let first = self.settled == 0 && !self.wire.head_holds_a_message();
-            self.wire.message(&mut self.scratch, newest, first, true);
+            let mut settled = Vec::new();
+            self.wire.message(&mut settled, newest, first, false);
+            if !self.wire.mark_newest(&settled, &mut self.scratch) {
+                self.wire.message(&mut self.scratch, newest, first, true);
+            }
+            settled.shrink_to_fit();
+            self.newest = Some(Newest {
+                index: count - 1,
+                message: newest.clone(),
+                settled,
+            });
         }
         self.scratch.extend_from_slice(b"]}");
         let tail = Bytes::copy_from_slice(&self.scratch);
