@@ -146,7 +146,13 @@ impl Encoder {
             self.settled += 1;
             if self.scratch.len() >= PIECE {
                 self.settle_gathered();
-                self.pieces.push(Bytes::copy_from_slice(&self.scratch));
+                // Bytes kept from the turn before are already exactly their size: no copy.
+                let piece = if self.scratch.len() == self.scratch.capacity() {
+                    Bytes::from(std::mem::take(&mut self.scratch))
+                } else {
+                    Bytes::copy_from_slice(&self.scratch)
+                };
+                self.pieces.push(piece);
             } else {
                 self.gathering.extend_from_slice(&self.scratch);
                 if self.gathering.len() >= PIECE {
