@@ -229,17 +229,18 @@ impl OpenedFile {
                 String::new()
             };
             cut_lines |= cut;
-            // Six columns of line number (wider when needed), a tab, the text, the note, a newline.
-            let width = total.checked_ilog10().unwrap_or(0) as usize + 1;
-            if out.len() + width.max(6) + shown.len() + note.len() + 2 > MAX_OUTPUT_BYTES {
-                full = true;
-                continue;
-            }
+            // A row that would pass the output cap is taken back out: the cap holds whole rows.
+            let row_start = out.len();
             push_line_number(&mut out, total);
             out.push('\t');
             out.push_str(shown);
             out.push_str(&note);
             out.push('\n');
+            if out.len() > MAX_OUTPUT_BYTES {
+                out.truncate(row_start);
+                full = true;
+                continue;
+            }
             last = total;
         }
         // The scan stopped at MAX_SCAN_BYTES: there are more lines than counted.
