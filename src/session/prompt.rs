@@ -19,11 +19,29 @@ pub fn system_prompt(agent_prompt: &str, output_schema: Option<&Value>) -> Strin
 
 /// The step's first message: where it runs, then its rendered prompt.
 pub fn first_message(workdir: &str, prompt: &str) -> String {
-    let date = jiff::ZonedDateTime::now().date();
+    let date = local_zone().to_datetime(jiff::Timestamp::now()).date();
     format!(
         "<environment>\nWorking directory: {workdir}\nPlatform: {}\nToday's date: {date}\nAll paths you use must be inside the working directory.\n</environment>\n\n{prompt}",
         std::env::consts::OS
     )
+}
+
+/// The machine's time zone. Without `TZ`, `/etc/localtime` is read as the zone itself: the date
+/// needs no zone name, and looking the name up lists the whole zone database first (about a
+/// millisecond at every start). `TZ`, or no readable `/etc/localtime`, goes jiff's full way.
+/// A zone file is a few kB; more than 256 kB is not one.
+fn local_zone() -> jiff::tz::TimeZone {
+    use std::io::Read as _;
+    let mut data = Vec::new();
+    if std::env::var_os("TZ").is_none()
+        && let Ok(file) = std::fs::File::open("/etc/localtime")
+        && file.take(256 * 1024 + 1).read_to_end(&mut data).is_ok()
+        && data.len() <= 256 * 1024
+        && let Ok(zone) = jiff::tz::TimeZone::tzif("localtime", &data)
+    {
+        return zone;
+    }
+    jiff::tz::TimeZone::system()
 }
 
 #[cfg(test)]
@@ -37,5 +55,18 @@ mod tests {
         let first = first_message("/tmp/w", "Find login");
         assert!(first.contains("Working directory: /tmp/w"));
         assert!(first.ends_with("\n\nFind login"));
+    }
+
+    /// The zone read straight from `/etc/localtime` gives the offsets jiff's own lookup gives,
+    /// through a year of days (daylight saving included).
+    #[test]
+    fn the_local_zone_read_directly_agrees_with_jiff() {
+        let ours = local_zone();
+        let theirs = jiff::tz::TimeZone::system();
+        let start = jiff::Timestamp::from_second(1_767_225_600).expect("2026-01-01");
+        for day in 0..366 {
+            let at = start + jiff::SignedDuration::from_hours(24 * day + 7);
+            assert_eq!(ours.to_offset(at), theirs.to_offset(at), "{at}");
+        }
     }
 }
