@@ -30,17 +30,22 @@ pub fn client() -> reqwest::Client {
         .unwrap_or_default()
 }
 
+/// Redirects are not followed, as the providers' own SDKs do not follow them: a followed
+/// redirect would carry the API key header (which reqwest does not count as sensitive) to
+/// wherever the endpoint points, and a POST turned into a GET is never what was meant. The
+/// answer says where the endpoint points instead (README, "Models and providers").
 fn builder() -> reqwest::ClientBuilder {
     reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(30))
         .timeout(Duration::from_secs(600))
+        .redirect(reqwest::redirect::Policy::none())
 }
 
 /// The client for one endpoint. A plain `http://` endpoint (a local model server, a proxy on
 /// this machine) never needs the system's certificate authorities, whose loading is most of
 /// runner's start (a few milliseconds of reading and decoding every certificate on the
-/// machine): its client trusts none, so a redirect to `https://` fails its check rather than
-/// connecting unverified.
+/// machine): its client trusts none, so should anything lead it to `https://`, the check fails
+/// rather than connecting unverified.
 pub fn client_for(url: &str) -> reqwest::Client {
     let plain = url
         .get(..7)
@@ -140,6 +145,18 @@ async fn post_checked(
         return Ok(response);
     }
     let headers = response.headers().clone();
+    if status.is_redirection() {
+        let to = headers
+            .get(reqwest::header::LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .map_or_else(|| "(no Location)".to_owned(), snippet);
+        return Err(ProviderError::BadRequest {
+            status: status.as_u16(),
+            message: format!(
+                "the endpoint redirects to {to}; runner does not follow redirects: set the base URL to where it should go"
+            ),
+        });
+    }
     let text = read_body(response).await?;
     let parsed: Result<Value, _> = serde_json::from_str(&text);
     let message = parsed

@@ -124,6 +124,38 @@ async fn a_key_echoed_by_the_server_is_hidden_everywhere() {
     );
 }
 
+/// An endpoint that redirects (each kind a server may send) is not followed: the other
+/// server never sees a request, so never the key, and the step's error says where the
+/// endpoint points.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_redirecting_endpoint_is_not_followed() {
+    let elsewhere = wiremock::MockServer::start().await;
+    for code in [301u16, 302, 303, 307, 308] {
+        let to = format!("{}/v1/messages?from={code}", elsewhere.uri());
+        let fake = Fake::anthropic(vec![
+            ResponseTemplate::new(code).insert_header("location", to.as_str()),
+        ])
+        .await;
+        let test = Test::new().file("w.toml", &one_step("explore", ""));
+        let (out, test) = run(test, &fake.uri(), &["run", "w.toml", "--format", "json"]).await;
+        assert_eq!(out.status, 1, "{code}: {}", out.transcript());
+        let run = run_json(&out);
+        let error = run["steps"]["s"]["error"].as_str().unwrap();
+        assert!(
+            error.contains(&format!("redirects to {to}")) && error.contains(&code.to_string()),
+            "{code}: {error}"
+        );
+        assert_eq!(
+            fake.requests().await.len(),
+            1,
+            "{code}: asked once, not retried"
+        );
+        assert_no_key(&out, &test, &[]);
+    }
+    let seen = elsewhere.received_requests().await.unwrap_or_default();
+    assert!(seen.is_empty(), "the redirect was followed: {seen:?}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn tools_cannot_plant_commands_in_git() {
     let fake = Fake::anthropic_routed(vec![
