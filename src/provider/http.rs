@@ -18,32 +18,51 @@ pub struct ErrorBodies {
     pub context_too_long: fn(&Value) -> bool,
 }
 
-/// The HTTP client every API uses: long generations take minutes, connecting should not.
+/// The HTTP client for MCP servers. It follows a redirect only to the same origin (scheme, host
+/// and port), at most 10: a server's configured headers (a key in `X-API-Key`, say) would go
+/// along to any other host, and reqwest drops only `Authorization` and cookies there.
 pub fn client() -> reqwest::Client {
+    build(
+        builder().redirect(reqwest::redirect::Policy::custom(|attempt| {
+            let same_origin = attempt
+                .previous()
+                .last()
+                .is_some_and(|from| from.origin() == attempt.url().origin());
+            if same_origin && attempt.previous().len() <= 10 {
+                attempt.follow()
+            } else {
+                attempt.stop()
+            }
+        })),
+    )
+}
+
+/// A built client; building fails only when the TLS backend cannot initialise, and a default
+/// client is the best that can be done then: its requests will report the problem.
+fn build(builder: reqwest::ClientBuilder) -> reqwest::Client {
     // TLS through rustls with ring (far quicker to build than aws-lc). Installing twice is
     // harmless: the second call reports the first provider and changes nothing.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    builder()
-        .build()
-        // Building fails only when the TLS backend cannot initialise; a default client is the
-        // best that can be done then, and its requests will report the problem.
-        .unwrap_or_default()
+    builder.build().unwrap_or_default()
 }
 
-/// Redirects are not followed, as the providers' own SDKs do not follow them: a followed
-/// redirect would carry the API key header (which reqwest does not count as sensitive) to
-/// wherever the endpoint points, and a POST turned into a GET is never what was meant. The
-/// answer says where the endpoint points instead (README, "Models and providers").
 fn builder() -> reqwest::ClientBuilder {
     reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(30))
         .timeout(Duration::from_secs(600))
-        .redirect(reqwest::redirect::Policy::none())
 }
 
-/// The client for one endpoint. A plain `http://` endpoint (a local model server, a proxy on
-/// this machine) never needs the system's certificate authorities, whose loading is most of
-/// runner's start (a few milliseconds of reading and decoding every certificate on the
+/// A model API's client does not follow redirects, as the providers' own SDKs do not: a
+/// followed redirect would carry the API key header (which reqwest does not count as
+/// sensitive) to wherever the endpoint points, and a POST turned into a GET is never what was
+/// meant. The answer says where the endpoint points instead (README, "Models and providers").
+fn model_builder() -> reqwest::ClientBuilder {
+    builder().redirect(reqwest::redirect::Policy::none())
+}
+
+/// The client for one model endpoint. A plain `http://` endpoint (a local model server, a
+/// proxy on this machine) never needs the system's certificate authorities, whose loading is
+/// most of runner's start (a few milliseconds of reading and decoding every certificate on the
 /// machine): its client trusts none, so should anything lead it to `https://`, the check fails
 /// rather than connecting unverified.
 pub fn client_for(url: &str) -> reqwest::Client {
@@ -51,7 +70,7 @@ pub fn client_for(url: &str) -> reqwest::Client {
         .get(..7)
         .is_some_and(|scheme| scheme.eq_ignore_ascii_case("http://"));
     if !plain {
-        return client();
+        return build(model_builder());
     }
     let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
     let trusting_none = rustls::ClientConfig::builder_with_provider(provider)
@@ -62,11 +81,11 @@ pub fn client_for(url: &str) -> reqwest::Client {
                 .with_no_client_auth()
         });
     match trusting_none {
-        Ok(config) => builder()
+        Ok(config) => model_builder()
             .tls_backend_preconfigured(config)
             .build()
-            .unwrap_or_else(|_| client()),
-        Err(_) => client(),
+            .unwrap_or_else(|_| build(model_builder())),
+        Err(_) => build(model_builder()),
     }
 }
 

@@ -455,6 +455,59 @@ async fn tools_with_hostile_names_are_left_out() {
     assert!(out.stderr.contains("3 tools left out"), "{}", out.stderr);
 }
 
+/// An MCP server's redirect is followed within its origin only: the headers configured for it
+/// (a key, say) never go to another host.
+#[tokio::test(flavor = "multi_thread")]
+async fn mcp_redirects_are_followed_only_within_the_origin() {
+    let mcp = fixture().await;
+    wiremock::Mock::given(wiremock::matchers::path("/old"))
+        .respond_with(wiremock::ResponseTemplate::new(307).insert_header("location", "/mcp"))
+        .mount(&mcp)
+        .await;
+    let list = |url: String| async move {
+        let workflow = format!(
+            "name = \"m\"\n[models]\ndefault = \"anthropic/m\"\n[mcp_servers.fix]\nurl = \"{url}\"\nheaders = {{ X-Api-Key = \"header-secret\" }}\n[steps.s]\nagent = \"explore\"\ntools = [\"mcp__fix\"]\nprompt = \"x\"\n"
+        );
+        let (out, _test) = Test::new()
+            .file("w.toml", &workflow)
+            .args(&["mcp", "list", "w.toml"])
+            .run_async()
+            .await;
+        out
+    };
+    let out = list(format!("{}/old", mcp.uri())).await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    assert!(out.stdout.starts_with("fix (3 tools)\n"), "{}", out.stdout);
+
+    let elsewhere = wiremock::MockServer::start().await;
+    wiremock::Mock::given(wiremock::matchers::path("/mcp"))
+        .respond_with(
+            wiremock::ResponseTemplate::new(307)
+                .insert_header("location", format!("{}/mcp", mcp.uri()).as_str()),
+        )
+        .mount(&elsewhere)
+        .await;
+    let before = mcp.received_requests().await.unwrap_or_default().len();
+    let out = list(format!("{}/mcp", elsewhere.uri())).await;
+    assert!(
+        !out.stdout.contains("fix (3 tools)"),
+        "{}",
+        out.transcript()
+    );
+    assert!(
+        !elsewhere
+            .received_requests()
+            .await
+            .unwrap_or_default()
+            .is_empty()
+    );
+    assert_eq!(
+        mcp.received_requests().await.unwrap_or_default().len(),
+        before,
+        "the redirect to another origin was followed"
+    );
+}
+
 /// A stdio server, in Python, whose one tool answers with a single 17 MB line.
 const HUGE_SERVER: &str = r#"
 import json, sys
