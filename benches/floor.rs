@@ -12,7 +12,10 @@
 //! 1. Turns: one step, each turn a `read_file` of a 2 kB file, at 30, 100 and 300 turns. Time per
 //!    turn is the slope from a one-turn run (process start and planning are the same at every
 //!    length), for both; also microseconds per kB sent, which stays flat when the time is linear
-//!    in the bytes sent. Budget: runner within 1.3x of the floor per turn.
+//!    in the bytes sent. Budget: runner within 1.3x of the floor per turn. A third client, the
+//!    floor that also reads the 2 kB file after each reply asking for it (open, read, close:
+//!    what any `read_file` must do, and none of the rest of a turn's work), shows how much of
+//!    that budget the turn's own tool call takes.
 //! 2. Memory: 50 turns, each reading four 256 kB files (1 MB a turn). Runner's peak RSS (from
 //!    `wait4`, read by a small measuring process that starts runner; see `measure`) against the
 //!    final request's size, budget 2.5x; transcript bytes per turn, budget 1.2 MB.
@@ -368,12 +371,26 @@ fn keep_bodies(server: &Server, dir: &Path) -> usize {
 }
 
 fn floor(bodies: &Path, addr: SocketAddr, connections: usize) -> Measured {
-    let mut measured = measure(
-        Command::new(std::env::current_exe().expect("own executable"))
-            .env("RUNNER_FLOOR_CLIENT", bodies)
-            .env("RUNNER_FLOOR_ADDR", addr.to_string())
-            .env("RUNNER_FLOOR_CONNECTIONS", connections.to_string()),
-    );
+    floor_reading(bodies, addr, connections, None)
+}
+
+/// The floor client; with `read`, it also reads that file after every reply that asks for a
+/// tool, as the turn's `read_file` must (open, read, close; nothing else of the tool's work).
+fn floor_reading(
+    bodies: &Path,
+    addr: SocketAddr,
+    connections: usize,
+    read: Option<&Path>,
+) -> Measured {
+    let mut command = Command::new(std::env::current_exe().expect("own executable"));
+    command
+        .env("RUNNER_FLOOR_CLIENT", bodies)
+        .env("RUNNER_FLOOR_ADDR", addr.to_string())
+        .env("RUNNER_FLOOR_CONNECTIONS", connections.to_string());
+    if let Some(read) = read {
+        command.env("RUNNER_FLOOR_READ", read);
+    }
+    let mut measured = measure(&mut command);
     let loading: u64 = measured.stdout.trim().parse().expect("load time");
     measured.wall = measured.wall.saturating_sub(Duration::from_micros(loading));
     measured
@@ -400,12 +417,14 @@ fn floor_client(bodies: &str) {
         .expect("connections")
         .parse()
         .expect("connections");
+    let read = std::env::var_os("RUNNER_FLOOR_READ").map(PathBuf::from);
     let bodies = Arc::new(bodies);
     let next = Arc::new(AtomicUsize::new(0));
     let workers: Vec<_> = (0..connections)
         .map(|_| {
             let bodies = bodies.clone();
             let next = next.clone();
+            let read = read.clone();
             std::thread::spawn(move || {
                 let mut socket = TcpStream::connect(addr).expect("connect");
                 socket.set_nodelay(true).expect("nodelay");
@@ -435,6 +454,11 @@ fn floor_client(bodies: &str) {
                         assert!(n > 0, "the server closed");
                         buf.extend_from_slice(&chunk[..n]);
                     }
+                    if let Some(read) = &read
+                        && find(&buf[end..], b"\"tool_use\"").is_some()
+                    {
+                        std::hint::black_box(std::fs::read(read).expect("the file to read"));
+                    }
                 }
             })
         })
@@ -455,12 +479,13 @@ fn turns(server: &Arc<Server>, addr: SocketAddr) {
     )
     .expect("write");
     println!(
-        "per turn: one step, a read_file of a 2 kB file each turn; runner against the floor client"
+        "per turn: one step, a read_file of a 2 kB file each turn; runner against the floor client, and against the floor client that also reads the file each turn"
     );
     println!(
-        "  turns | runner (median)  | floor (median)   | per turn runner / floor   | ratio | us per kB sent runner / floor"
+        "  turns | runner (median) | floor (median) | +read (median) | per turn runner / floor / +read | ratio | to +read | us per kB sent runner / floor"
     );
-    let mut base: Option<(Duration, Duration, usize)> = None;
+    let notes = dir.path().join("notes.txt");
+    let mut base: Option<([Duration; 3], usize)> = None;
     for n in [1usize, 30, 100, 300] {
         let bodies = dir.path().join(format!("bodies-{n}"));
         server.set(n, &["notes.txt"], Duration::ZERO, true);
@@ -468,35 +493,42 @@ fn turns(server: &Arc<Server>, addr: SocketAddr) {
         assert_eq!(keep_bodies(server, &bodies), n, "one request a turn");
         let sent = server.bytes.load(Ordering::SeqCst);
         let runs = if n >= 300 { 5 } else { 7 };
-        let mut ours = Vec::new();
-        let mut theirs = Vec::new();
+        let mut times: [Vec<Duration>; 3] = Default::default();
         for _ in 0..runs {
             server.set(n, &["notes.txt"], Duration::ZERO, false);
-            ours.push(measure(&mut runner(dir.path(), addr)).wall);
+            times[0].push(measure(&mut runner(dir.path(), addr)).wall);
             server.set(n, &["notes.txt"], Duration::ZERO, false);
-            theirs.push(floor(&bodies, addr, 1).wall);
+            times[1].push(floor(&bodies, addr, 1).wall);
+            server.set(n, &["notes.txt"], Duration::ZERO, false);
+            times[2].push(floor_reading(&bodies, addr, 1, Some(&notes)).wall);
         }
-        let (ours, theirs) = (median(ours), median(theirs));
+        let [ours, theirs, reading] = times.map(median);
         match base {
             None => {
                 println!(
-                    "  {n:>5} | {:>10.2} ms    | {:>10.2} ms    | (process start, planning: the base)",
+                    "  {n:>5} | {:>9.2} ms    | {:>8.2} ms    | {:>8.2} ms    | (process start, planning: the base)",
                     ms(ours),
-                    ms(theirs)
+                    ms(theirs),
+                    ms(reading)
                 );
-                base = Some((ours, theirs, sent));
+                base = Some(([ours, theirs, reading], sent));
             }
-            Some((ours1, theirs1, sent1)) => {
+            Some(([ours1, theirs1, reading1], sent1)) => {
                 let per = |t: Duration, t1: Duration| ms(t.saturating_sub(t1)) / (n - 1) as f64;
                 let kb = (sent - sent1) as f64 / 1024.0;
                 let per_kb = |t: Duration, t1: Duration| ms(t.saturating_sub(t1)) * 1e3 / kb;
-                println!(
-                    "  {n:>5} | {:>10.2} ms    | {:>10.2} ms    | {:>7.3} / {:>7.3} ms     | {:>5.2} | {:>6.2} / {:>6.2} ({:.1} MB sent)",
-                    ms(ours),
-                    ms(theirs),
+                let (a, b, c) = (
                     per(ours, ours1),
                     per(theirs, theirs1),
-                    per(ours, ours1) / per(theirs, theirs1),
+                    per(reading, reading1),
+                );
+                println!(
+                    "  {n:>5} | {:>9.2} ms    | {:>8.2} ms    | {:>8.2} ms    | {a:>7.3} / {b:>7.3} / {c:>7.3} ms   | {:>5.2} | {:>8.2} | {:>6.2} / {:>6.2} ({:.1} MB sent)",
+                    ms(ours),
+                    ms(theirs),
+                    ms(reading),
+                    a / b,
+                    a / c,
                     per_kb(ours, ours1),
                     per_kb(theirs, theirs1),
                     sent as f64 / 1e6
