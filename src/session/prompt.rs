@@ -19,7 +19,9 @@ pub fn system_prompt(agent_prompt: &str, output_schema: Option<&Value>) -> Strin
 
 /// The step's first message: where it runs, then its rendered prompt.
 pub fn first_message(workdir: &str, prompt: &str) -> String {
-    let date = local_zone().to_datetime(jiff::Timestamp::now()).date();
+    // Read once per run: every step's first message needs it.
+    static ZONE: std::sync::LazyLock<jiff::tz::TimeZone> = std::sync::LazyLock::new(local_zone);
+    let date = ZONE.to_datetime(jiff::Timestamp::now()).date();
     format!(
         "<environment>\nWorking directory: {workdir}\nPlatform: {}\nToday's date: {date}\nAll paths you use must be inside the working directory.\n</environment>\n\n{prompt}",
         std::env::consts::OS
