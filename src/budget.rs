@@ -1,8 +1,8 @@
-//! Budgets (SPEC §9): a step's `max_tokens_total` and the run's `[budget]`, checked before every
-//! model request (a step's and its subagents'), so a ceiling is passed by at most the replies
+//! Budgets (README "Budgets"): a step's `max_tokens_total` and the run's `[budget]`, checked before
+//! every model request (a step's and its subagents'), so a ceiling is passed by at most the replies
 //! already on their way. Costs come from `[prices]`; under a cost ceiling a model without a price
-//! is refused (the plan for a step's model, the request for a subagent's), since its replies
-//! could not be counted.
+//! is refused (the plan for a step's model, the request for a subagent's), since its replies could
+//! not be counted.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

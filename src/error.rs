@@ -17,7 +17,7 @@ use miette::{
 use crate::terminal::{clean, mask};
 use crate::workflow::source::SourceFile;
 
-/// How a command ended, by class; [`Exit::code`] maps it to SPEC §5's exit codes.
+/// How a command ended, by class; [`Exit::code`] maps it to the exit codes of README "Commands".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
     Success,

@@ -280,7 +280,7 @@ impl Sinks {
 pub struct Tally {
     pub turns: u32,
     pub tool_calls: u32,
-    /// The step's tokens and its subagents' (SPEC §6: the step's counts include them).
+    /// The step's tokens and its subagents' (README "Delegation": the step's counts include them).
     pub usage: Usage,
     pub subagents: Vec<SubagentRecord>,
     /// USD of the replies with a known price.

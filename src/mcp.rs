@@ -1,6 +1,6 @@
-//! MCP servers (SPEC §7) through the `rmcp` crate, behind the tool seam: each tool of a server is
-//! a [`Tool`] named `mcp__<server>__<tool>`, registered into the step's registry, so allowlists,
-//! `task` intersection and transcripts treat it like any other.
+//! MCP servers (README "MCP servers") through the `rmcp` crate, behind the tool seam: each tool of
+//! a server is a [`Tool`] named `mcp__<server>__<tool>`, registered into the step's registry, so
+//! allowlists, `task` intersection and transcripts treat it like any other.
 //!
 //! A server starts once per run, when the first step that needs it starts, and is shared by the
 //! steps after; [`Hub::shutdown`] stops them all when the run ends. A stdio server gets a clean

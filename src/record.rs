@@ -282,7 +282,7 @@ impl StepRecord {
     }
 }
 
-/// One subagent of a step (SPEC §6).
+/// One subagent of a step (README "Delegation").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SubagentRecord {
     /// `explore#2`.

@@ -1,6 +1,6 @@
-//! Every agent a workflow can see, and the lookup order of SPEC §2: each `--agents-dir`, the
-//! `agents/` folder beside the workflow's folder, `.claude/agents/`, then the built-ins; and the
-//! trust boundary between the user's agent files and those the working directory brings.
+//! Every agent a workflow can see, and the lookup order of README "Agents": each `--agents-dir`,
+//! the `agents/` folder beside the workflow's folder, `.claude/agents/`, then the built-ins; and
+//! the trust boundary between the user's agent files and those the working directory brings.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -10,7 +10,7 @@ use super::{Agent, AgentSource, builtin, load_agent_file};
 use crate::error::Problem;
 use crate::tools::{Registry, ToolSet};
 
-/// Every agent a workflow can use, highest priority first (SPEC §2).
+/// Every agent a workflow can use, highest priority first (README "Agents").
 #[derive(Debug, Default)]
 pub struct AgentCatalog {
     agents: BTreeMap<String, Agent>,
@@ -150,9 +150,10 @@ impl DirTrust {
     }
 }
 
-/// The lookup directories of SPEC §2, highest priority first: each `--agents-dir`, the `agents/`
-/// folder beside the workflow's folder, `.claude/agents/` under the working directory (trusted
-/// only as `trust` says). A folder met twice keeps its first, higher-priority place and trust.
+/// The lookup directories of README "Agents", highest priority first: each `--agents-dir`, the
+/// `agents/` folder beside the workflow's folder, `.claude/agents/` under the working directory
+/// (trusted only as `trust` says). A folder met twice keeps its first, higher-priority place and
+/// trust.
 pub fn lookup_dirs(
     agents_dirs: &[Utf8PathBuf],
     workflow: Option<&Utf8Path>,

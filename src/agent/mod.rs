@@ -1,5 +1,5 @@
 //! Agent definitions: the built-ins, user agents in Claude Code's Markdown format (or TOML/YAML),
-//! and the lookup order of SPEC §2.
+//! and the lookup order of README "Agents".
 
 pub mod builtin;
 mod catalog;

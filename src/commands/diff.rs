@@ -1,6 +1,7 @@
-//! `runner diff RUN_A RUN_B` (SPEC §9): two runs compared step by step. A step is `added`,
-//! `removed`, `changed` (its status, summary or output differ) or `same`; for steps in both, the
-//! counts (tool calls, tokens, cost, time) are shown side by side. Summaries are diffed by line.
+//! `runner diff RUN_A RUN_B` (README "Comparing runs"): two runs compared step by step. A step is
+//! `added`, `removed`, `changed` (its status, summary or output differ) or `same`; for steps in
+//! both, the counts (tool calls, tokens, cost, time) are shown side by side. Summaries are diffed
+//! by line.
 
 use std::fmt::Write as _;
 

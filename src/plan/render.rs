@@ -1,4 +1,4 @@
-//! Plans as people and programs read them: text, JSON (SPEC §5 "Plan output"), Mermaid, DOT.
+//! Plans as people and programs read them: text, JSON (README "Commands"), Mermaid, DOT.
 
 use std::fmt::Write as _;
 

@@ -315,8 +315,8 @@ impl Builder<'_> {
         None
     }
 
-    /// SPEC §4: the step's model, else the agent's, else the agent's alias; `small` and `plan`
-    /// fall back to `default`; nothing is made up.
+    /// README "Models and providers": the step's model, else the agent's, else the agent's alias;
+    /// `small` and `plan` fall back to `default`; nothing is made up.
     pub(super) fn resolve_model(
         &mut self,
         id: &str,

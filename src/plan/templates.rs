@@ -116,7 +116,8 @@ impl Builder<'_> {
         }
     }
 
-    /// SPEC §1: `inputs.<declared>`, `workflow.name`, and `steps.<ancestor>.<field>`.
+    /// README "Workflow files": `inputs.<declared>`, `workflow.name`, and
+    /// `steps.<ancestor>.<field>`.
     pub(super) fn check_names(&mut self, ctx: &StepCtx<'_>, at: &[Seg], names: &BTreeSet<String>) {
         let id = ctx.id;
         for name in names {

@@ -1,5 +1,5 @@
-//! Model providers: the built-in endpoints of SPEC §4 and those a workflow adds, the neutral
-//! conversation types, wire formats and the HTTP transport.
+//! Model providers: the built-in endpoints of README "Models and providers" and those a workflow
+//! adds, the neutral conversation types, wire formats and the HTTP transport.
 
 pub mod anthropic;
 pub mod api;

@@ -16,7 +16,8 @@ pub struct RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// `retries` retries after the first attempt (SPEC §1: `retries = 4` is 5 attempts).
+    /// `retries` retries after the first attempt (README "Workflow files": `retries = 4` is 5
+    /// attempts).
     pub fn new(retries: u32) -> Self {
         Self {
             attempts: retries.saturating_add(1),

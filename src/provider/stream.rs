@@ -1,7 +1,7 @@
-//! Streamed replies (SPEC §4): the server-sent events of both APIs put back together into the
-//! body the API would have sent unstreamed, so one parser reads either. An error event in the
-//! middle of a stream becomes the error it means (overloaded and server errors are retried like
-//! a failed request; nothing of the partial reply is kept).
+//! Streamed replies (README "Models and providers"): the server-sent events of both APIs put back
+//! together into the body the API would have sent unstreamed, so one parser reads either. An error
+//! event in the middle of a stream becomes the error it means (overloaded and server errors are
+//! retried like a failed request; nothing of the partial reply is kept).
 
 use std::collections::BTreeMap;
 

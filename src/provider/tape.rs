@@ -1,8 +1,8 @@
-//! Record and replay (SPEC §9) as [`ModelApi`] wrappers. `--record DIR` keeps every exchange of
-//! a run as cassettes, `DIR/<step>/<hash>.json`, keyed by the step and a hash of the request;
-//! `--replay DIR` answers from them with no network and no key. A cassette is plain, pretty JSON:
-//! the request (as hashed) and the replies, in the order they came, for a reviewer to read and
-//! diff.
+//! Record and replay (README "Record and replay") as [`ModelApi`] wrappers. `--record DIR` keeps
+//! every exchange of a run as cassettes, `DIR/<step>/<hash>.json`, keyed by the step and a hash of
+//! the request; `--replay DIR` answers from them with no network and no key. A cassette is plain,
+//! pretty JSON: the request (as hashed) and the replies, in the order they came, for a reviewer to
+//! read and diff.
 //!
 //! What changes between two runs of the same pipeline without changing what is asked is taken
 //! out before hashing: the step's directory (a worktree's path holds the run id), today's date,

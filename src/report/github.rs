@@ -1,8 +1,8 @@
-//! GitHub Actions (SPEC §9), on when `GITHUB_ACTIONS=true`: each step's log lines in a
-//! `::group::` (printed whole when the step ends, so steps running at once do not interleave),
-//! `::error`/`::warning` annotations for failed and skipped steps, and a Markdown table appended
-//! to `$GITHUB_STEP_SUMMARY`. Workflow commands go to stderr, which GitHub reads as it reads
-//! stdout, so `--format json` output stays clean.
+//! GitHub Actions (README "GitHub Actions and the event stream"), on when `GITHUB_ACTIONS=true`:
+//! each step's log lines in a `::group::` (printed whole when the step ends, so steps running at
+//! once do not interleave), `::error`/`::warning` annotations for failed and skipped steps, and a
+//! Markdown table appended to `$GITHUB_STEP_SUMMARY`. Workflow commands go to stderr, which GitHub
+//! reads as it reads stdout, so `--format json` output stays clean.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -195,8 +195,9 @@ pub fn render_env(
     Ok(vars)
 }
 
-/// Whether a step runs (SPEC §5): a failed need skips it (unless that need has
-/// `continue_on_error`); a skipped need skips it unless it has its own `if`, which then decides.
+/// Whether a step runs (README "Scheduling and failures"): a failed need skips it (unless that need
+/// has `continue_on_error`); a skipped need skips it unless it has its own `if`, which then
+/// decides.
 fn decide(
     step: &PlannedStep,
     record: &RunRecord,

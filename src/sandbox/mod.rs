@@ -38,8 +38,8 @@ pub enum Mode {
 }
 
 impl Mode {
-    /// What an agent's bash may write, from whether it has a write tool (SPEC §8), unless the
-    /// sandbox is off for the run.
+    /// What an agent's bash may write, from whether it has a write tool (README "Security"), unless
+    /// the sandbox is off for the run.
     pub fn for_tools(sandbox_off: bool, writes: bool) -> Self {
         match (sandbox_off, writes) {
             (true, _) => Mode::Off,

@@ -230,8 +230,8 @@ impl ToolSet {
     }
 }
 
-/// SPEC §3: start from the agent's tools, a step's `tools` replaces them, `disallowed_tools`
-/// (the agent's and the step's) are removed last.
+/// README "Tools and resolution": start from the agent's tools, a step's `tools` replaces them,
+/// `disallowed_tools` (the agent's and the step's) are removed last.
 pub fn resolve<'a>(
     registry: &Registry,
     agent_tools: &ToolSet,

@@ -22,7 +22,7 @@ impl std::fmt::Debug for Registry {
 }
 
 impl Registry {
-    /// runner's own tools (SPEC §3).
+    /// runner's own tools (README "Tools and resolution").
     pub fn builtin() -> Self {
         let mut registry = Self::default();
         registry

@@ -1,7 +1,8 @@
 //! `task` and `task_output`: an agent hands a focused sub-task to a subagent with a clean
-//! conversation (SPEC §6). The tools only read their input; the subagents themselves are run by
-//! whatever [`Delegate`] the step was given (the agent loop's, in [`crate::session::subagent`]),
-//! because running a conversation is the session's business, not a tool's.
+//! conversation (README "Delegation"). The tools only read their input; the subagents themselves
+//! are run by whatever [`Delegate`] the step was given (the agent loop's, in
+//! [`crate::session::subagent`]), because running a conversation is the session's business, not a
+//! tool's.
 
 use futures_util::future::BoxFuture;
 use serde::Deserialize;

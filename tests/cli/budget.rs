@@ -1,4 +1,5 @@
-//! Budgets (SPEC §9): a step's `max_tokens_total` and the run's `[budget]`, through the binary.
+//! Budgets (README "Budgets"): a step's `max_tokens_total` and the run's `[budget]`, through the
+//! binary.
 
 use serde_json::{Value, json};
 

@@ -1,5 +1,5 @@
-//! What CI gets (SPEC §9): the JSONL event stream and the GitHub Actions summary, annotations
-//! and groups, through the binary.
+//! What CI gets (README "Running in CI"): the JSONL event stream and the GitHub Actions summary,
+//! annotations and groups, through the binary.
 
 use serde_json::{Value, json};
 

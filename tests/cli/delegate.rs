@@ -1,5 +1,5 @@
-//! Delegation through the `task` tool (SPEC §6), through the binary against fake model APIs:
-//! what a subagent sees, which tools it gets, how several run, and what is recorded.
+//! Delegation through the `task` tool (README "Delegation"), through the binary against fake model
+//! APIs: what a subagent sees, which tools it gets, how several run, and what is recorded.
 
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -1,5 +1,5 @@
-//! `runner export github-actions` (SPEC §9): every example workflow exports to a GitHub Actions
-//! workflow that actionlint accepts and whose jobs mirror the steps.
+//! `runner export github-actions` (README "Exporting to other engines"): every example workflow
+//! exports to a GitHub Actions workflow that actionlint accepts and whose jobs mirror the steps.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

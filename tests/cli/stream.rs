@@ -1,5 +1,5 @@
-//! Streamed replies (SPEC §4) through the binary: the fake APIs answer with server-sent events,
-//! in pieces, as the real ones do.
+//! Streamed replies (README "Models and providers") through the binary: the fake APIs answer with
+//! server-sent events, in pieces, as the real ones do.
 
 use serde_json::{Value, json};
 use wiremock::ResponseTemplate;

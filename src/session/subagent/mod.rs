@@ -1,8 +1,8 @@
-//! Subagents (SPEC §6): the work behind the `task` tool. A subagent is a conversation of its own
-//! (its agent's system prompt, the prompt as its first message), with its agent's tools narrowed
-//! to the caller's and its own model, in the step's working directory. Several run at once under
-//! one run-wide limit; background ones are collected with `task_output`; a step does not end before
-//! its background subagents do, and cancelling the step cancels them.
+//! Subagents (README "Delegation"): the work behind the `task` tool. A subagent is a conversation
+//! of its own (its agent's system prompt, the prompt as its first message), with its agent's tools
+//! narrowed to the caller's and its own model, in the step's working directory. Several run at once
+//! under one run-wide limit; background ones are collected with `task_output`; a step does not end
+//! before its background subagents do, and cancelling the step cancels them.
 
 mod context;
 mod scope;
