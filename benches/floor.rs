@@ -350,7 +350,12 @@ fn median(mut values: Vec<Duration>) -> Duration {
 }
 
 fn runner(dir: &Path, addr: SocketAddr) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_runner"));
+    // RUNNER_FLOOR_BIN measures another build (one with frame pointers, for a profile).
+    let bin = std::env::var_os("RUNNER_FLOOR_BIN").map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_runner")),
+        PathBuf::from,
+    );
+    let mut command = Command::new(bin);
     command
         .args(["run", "w.toml", "--no-progress"])
         .current_dir(dir)
@@ -665,6 +670,24 @@ fn main() {
     let only = std::env::args().skip(1).find(|a| !a.starts_with('-'));
     let server = Arc::new(Server::default());
     let addr = start_server(server.clone());
+    // `serve TURNS [PATH...]`: only the server, answering TURNS-turn conversations that read
+    // PATH (default notes.txt) each turn, for profiling runner against it by hand.
+    if only.as_deref() == Some("serve") {
+        let args: Vec<String> = std::env::args()
+            .skip(2)
+            .filter(|a| !a.starts_with('-'))
+            .collect();
+        let turns = args.first().and_then(|t| t.parse().ok()).unwrap_or(30);
+        let paths: Vec<&str> = match args.get(1..) {
+            Some(paths) if !paths.is_empty() => paths.iter().map(String::as_str).collect(),
+            _ => vec!["notes.txt"],
+        };
+        server.set(turns, &paths, Duration::ZERO, false);
+        println!("http://{addr}");
+        loop {
+            std::thread::park();
+        }
+    }
     let wanted = |name: &str| only.as_deref().is_none_or(|o| name.contains(o));
     if wanted("turns") {
         turns(&server, addr);

@@ -1,13 +1,13 @@
 //! Anthropic's Messages API over HTTP.
 
 use futures_util::future::BoxFuture;
-use reqwest::header::{HeaderMap, HeaderValue};
+use http::header::{HeaderMap, HeaderValue};
 
 use super::Secret;
 use super::api::{Exchange, ModelApi, Outgoing};
 use super::error::ProviderError;
 use super::format;
-use super::http::{self, ErrorBodies};
+use super::http::{Endpoint, ErrorBodies};
 use super::stream::{self, AnthropicStream};
 
 const ERRORS: ErrorBodies = ErrorBodies {
@@ -16,9 +16,9 @@ const ERRORS: ErrorBodies = ErrorBodies {
 };
 
 pub struct AnthropicApi {
-    url: String,
-    key: Option<Secret>,
-    http: reqwest::Client,
+    endpoint: Endpoint,
+    /// Every request's headers: the API version and the key (marked sensitive).
+    headers: HeaderMap,
 }
 
 impl AnthropicApi {
@@ -27,31 +27,29 @@ impl AnthropicApi {
         let base = base_url.trim_end_matches('/');
         let base = base.strip_suffix("/v1").unwrap_or(base);
         let url = format!("{base}/v1/messages");
-        Self {
-            http: http::client_for(&url),
-            url,
-            key,
-        }
-    }
-
-    fn headers(&self) -> HeaderMap {
         let mut headers = HeaderMap::new();
         headers.insert("anthropic-version", HeaderValue::from_static("2023-06-01"));
-        if let Some(mut value) = self
-            .key
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        if let Some(mut value) = key
             .as_ref()
             .and_then(|k| HeaderValue::from_str(k.expose()).ok())
         {
             value.set_sensitive(true);
             headers.insert("x-api-key", value);
         }
-        headers
+        Self {
+            endpoint: Endpoint::new(url),
+            headers,
+        }
     }
 }
 
 impl ModelApi for AnthropicApi {
     fn endpoint(&self) -> String {
-        self.url.clone()
+        self.endpoint.url().to_owned()
     }
 
     fn send<'a>(&'a self, request: Outgoing<'a>) -> BoxFuture<'a, Result<Exchange, ProviderError>> {
@@ -65,9 +63,8 @@ impl ModelApi for AnthropicApi {
     ) -> BoxFuture<'a, Result<Exchange, ProviderError>> {
         Box::pin(async move {
             let raw = stream::post::<AnthropicStream>(
-                &self.http,
-                &self.url,
-                self.headers(),
+                &self.endpoint,
+                &self.headers,
                 request.body,
                 &ERRORS,
                 progress,

@@ -3,11 +3,12 @@
 
 use std::time::Duration;
 
-use reqwest::header::HeaderMap;
+use http::header::{self, HeaderMap};
 use serde_json::Value;
 
 use super::error::{HttpFailure, ProviderError};
 use super::format::body::Body;
+use super::transport::{Reply, Transport};
 use crate::limits::MAX_RESPONSE_BYTES;
 
 /// How an API's error bodies read.
@@ -22,8 +23,13 @@ pub struct ErrorBodies {
 /// and port), at most 10: a server's configured headers (a key in `X-API-Key`, say) would go
 /// along to any other host, and reqwest drops only `Authorization` and cookies there.
 pub fn client() -> reqwest::Client {
-    build(
-        builder().redirect(reqwest::redirect::Policy::custom(|attempt| {
+    // TLS through rustls with ring (far quicker to build than aws-lc). Installing twice is
+    // harmless: the second call reports the first provider and changes nothing.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(30))
+        .timeout(REQUEST_TIMEOUT)
+        .redirect(reqwest::redirect::Policy::custom(|attempt| {
             let same_origin = attempt
                 .previous()
                 .last()
@@ -33,64 +39,40 @@ pub fn client() -> reqwest::Client {
             } else {
                 attempt.stop()
             }
-        })),
-    )
+        }))
+        .build()
+        // Building fails only when the TLS backend cannot initialise; a default client is the
+        // best that can be done then: its requests will report the problem.
+        .unwrap_or_default()
 }
 
-/// A built client; building fails only when the TLS backend cannot initialise, and a default
-/// client is the best that can be done then: its requests will report the problem.
-fn build(builder: reqwest::ClientBuilder) -> reqwest::Client {
-    // TLS through rustls with ring (far quicker to build than aws-lc). Installing twice is
-    // harmless: the second call reports the first provider and changes nothing.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    builder.build().unwrap_or_default()
+/// How long one request may take, its reply read to the end.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// A model endpoint: where requests go, and the connections they go over. Redirects are not
+/// followed, as the providers' own SDKs do not: a followed redirect would carry the API key to
+/// wherever the endpoint points, and a POST turned into a GET is never what was meant. The
+/// answer says where the endpoint points instead (README, "Models and providers").
+pub struct Endpoint {
+    url: String,
+    transport: Transport,
 }
 
-fn builder() -> reqwest::ClientBuilder {
-    reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(30))
-        .timeout(Duration::from_secs(600))
-}
-
-/// A model API's client does not follow redirects, as the providers' own SDKs do not: a
-/// followed redirect would carry the API key header (which reqwest does not count as
-/// sensitive) to wherever the endpoint points, and a POST turned into a GET is never what was
-/// meant. The answer says where the endpoint points instead (README, "Models and providers").
-fn model_builder() -> reqwest::ClientBuilder {
-    builder().redirect(reqwest::redirect::Policy::none())
-}
-
-/// The client for one model endpoint. A plain `http://` endpoint (a local model server, a
-/// proxy on this machine) never needs the system's certificate authorities, whose loading is
-/// most of runner's start (a few milliseconds of reading and decoding every certificate on the
-/// machine): its client trusts none, so should anything lead it to `https://`, the check fails
-/// rather than connecting unverified.
-pub fn client_for(url: &str) -> reqwest::Client {
-    let plain = url
-        .get(..7)
-        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("http://"));
-    if !plain {
-        return build(model_builder());
+impl Endpoint {
+    pub fn new(url: String) -> Self {
+        Endpoint {
+            transport: Transport::new(&url),
+            url,
+        }
     }
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let trusting_none = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map(|config| {
-            config
-                .with_root_certificates(rustls::RootCertStore::empty())
-                .with_no_client_auth()
-        });
-    match trusting_none {
-        Ok(config) => model_builder()
-            .tls_backend_preconfigured(config)
-            .build()
-            .unwrap_or_else(|_| build(model_builder())),
-        Err(_) => build(model_builder()),
+
+    pub fn url(&self) -> &str {
+        &self.url
     }
 }
 
-async fn json_body(response: reqwest::Response) -> Result<Value, ProviderError> {
-    let text = read_body(response).await?;
+async fn json_body(reply: Reply<'_>) -> Result<Value, ProviderError> {
+    let text = read_body(reply).await?;
     serde_json::from_str(&text).map_err(|err| ProviderError::InvalidResponse {
         message: format!("the body is not JSON ({err}): {}", snippet(&text)),
     })
@@ -99,74 +81,76 @@ async fn json_body(response: reqwest::Response) -> Result<Value, ProviderError> 
 /// Posts `body` asking for a stream of server-sent events and hands each event (its type and
 /// data) to `on_event` as it arrives; `Ok(None)` once the stream ended. A server that answers
 /// with one JSON body instead (it ignores `stream`) gets `Ok(Some(body))`. The stream is capped
-/// like a body; an error event is `on_event`'s to turn into an error.
+/// like a body; an error event is `on_event`'s to turn into an error. The whole exchange is
+/// bounded by [`REQUEST_TIMEOUT`].
 pub async fn post_events(
-    client: &reqwest::Client,
-    url: &str,
-    headers: HeaderMap,
+    endpoint: &Endpoint,
+    headers: &HeaderMap,
     body: &Body,
     errors: &ErrorBodies,
     on_event: &mut (dyn FnMut(&str, &str) -> Result<(), ProviderError> + Send),
 ) -> Result<Option<Value>, ProviderError> {
-    let mut response = post_checked(client, url, headers, body, errors).await?;
-    let streamed = response
-        .headers()
-        .get(reqwest::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("text/event-stream"));
-    if !streamed {
-        return json_body(response).await.map(Some);
-    }
-    let mut events = super::sse::Events::new(MAX_RESPONSE_BYTES);
-    while let Some(chunk) = response
-        .chunk()
-        .await
-        .map_err(|err| ProviderError::Transport {
-            message: format!("the stream broke: {err}"),
-        })?
-    {
-        match events.feed(&chunk, on_event) {
-            Ok(()) => {}
-            Err(super::sse::Stop::Handler(err)) => return Err(err),
-            Err(super::sse::Stop::TooLarge) => {
-                return Err(ProviderError::InvalidResponse {
-                    message: format!(
-                        "the response stream is larger than {}",
-                        crate::limits::bytes(MAX_RESPONSE_BYTES as u64)
-                    ),
-                });
+    let exchange = async {
+        let mut reply = post_checked(endpoint, headers, body, errors).await?;
+        let streamed = reply
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        if !streamed {
+            return json_body(reply).await.map(Some);
+        }
+        let mut events = super::sse::Events::new(MAX_RESPONSE_BYTES);
+        while let Some(chunk) = reply
+            .chunk()
+            .await
+            .map_err(|err| ProviderError::Transport {
+                message: format!("the stream broke: {}", err.0),
+            })?
+        {
+            match events.feed(&chunk, on_event) {
+                Ok(()) => {}
+                Err(super::sse::Stop::Handler(err)) => return Err(err),
+                Err(super::sse::Stop::TooLarge) => {
+                    return Err(ProviderError::InvalidResponse {
+                        message: format!(
+                            "the response stream is larger than {}",
+                            crate::limits::bytes(MAX_RESPONSE_BYTES as u64)
+                        ),
+                    });
+                }
             }
         }
+        Ok(None)
+    };
+    match tokio::time::timeout(REQUEST_TIMEOUT, exchange).await {
+        Ok(result) => result,
+        Err(_) => Err(ProviderError::Transport {
+            message: "the request timed out".into(),
+        }),
     }
-    Ok(None)
 }
 
 /// Sends the request; a reply with an error status becomes the error it means.
-async fn post_checked(
-    client: &reqwest::Client,
-    url: &str,
-    headers: HeaderMap,
+async fn post_checked<'a>(
+    endpoint: &'a Endpoint,
+    headers: &HeaderMap,
     body: &Body,
     errors: &ErrorBodies,
-) -> Result<reqwest::Response, ProviderError> {
-    let response = client
-        .post(url)
-        .headers(headers)
-        .header(reqwest::header::CONTENT_TYPE, "application/json")
-        .body(body.http())
-        .send()
+) -> Result<Reply<'a>, ProviderError> {
+    let reply = endpoint
+        .transport
+        .post(headers, body.http())
         .await
-        .map_err(|err| ProviderError::Transport {
-            message: describe_reqwest(&err),
-        })?;
-    let status = response.status();
+        .map_err(|err| ProviderError::Transport { message: err.0 })?;
+    let status = reply.status();
     if status.is_success() {
-        return Ok(response);
+        return Ok(reply);
     }
-    let headers = response.headers().clone();
+    let headers = reply.headers().clone();
     if status.is_redirection() {
         let to = headers
-            .get(reqwest::header::LOCATION)
+            .get(header::LOCATION)
             .and_then(|v| v.to_str().ok())
             .map_or_else(|| "(no Location)".to_owned(), snippet);
         return Err(ProviderError::BadRequest {
@@ -176,7 +160,7 @@ async fn post_checked(
             ),
         });
     }
-    let text = read_body(response).await?;
+    let text = read_body(reply).await?;
     let parsed: Result<Value, _> = serde_json::from_str(&text);
     let message = parsed
         .as_ref()
@@ -202,26 +186,27 @@ async fn post_checked(
 
 /// The body as text, refused past [`MAX_RESPONSE_BYTES`]: an endless or huge body from a broken or
 /// hostile server fails the request instead of growing memory until the step times out.
-async fn read_body(mut response: reqwest::Response) -> Result<String, ProviderError> {
+async fn read_body(mut reply: Reply<'_>) -> Result<String, ProviderError> {
     let too_large = || ProviderError::InvalidResponse {
         message: format!(
             "the response body is larger than {}",
             crate::limits::bytes(MAX_RESPONSE_BYTES as u64)
         ),
     };
-    if response
-        .content_length()
+    if reply
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
         .is_some_and(|n| n > MAX_RESPONSE_BYTES as u64)
     {
         return Err(too_large());
     }
     let mut body = Vec::new();
-    while let Some(chunk) = response
+    while let Some(chunk) = reply
         .chunk()
         .await
-        .map_err(|err| ProviderError::Transport {
-            message: describe_reqwest(&err),
-        })?
+        .map_err(|err| ProviderError::Transport { message: err.0 })?
     {
         if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
             return Err(too_large());
@@ -270,27 +255,10 @@ fn snippet(text: &str) -> String {
     }
 }
 
-/// reqwest's message plus its causes (the interesting part is usually in the source chain).
-fn describe_reqwest(err: &reqwest::Error) -> String {
-    let mut text = if err.is_timeout() {
-        "the request timed out".to_owned()
-    } else if err.is_connect() {
-        "connection failed".to_owned()
-    } else {
-        err.to_string()
-    };
-    let mut source = std::error::Error::source(err);
-    while let Some(cause) = source {
-        text.push_str(&format!(": {cause}"));
-        source = cause.source();
-    }
-    text
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use reqwest::header::HeaderValue;
+    use http::header::HeaderValue;
 
     #[test]
     fn retry_after_headers_parse() {

@@ -12,6 +12,7 @@ pub mod retry;
 mod sse;
 pub mod stream;
 pub mod tape;
+mod transport;
 
 use std::collections::BTreeMap;
 use std::fmt;

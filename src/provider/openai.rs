@@ -3,14 +3,14 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures_util::future::BoxFuture;
-use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
+use http::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
 
 use super::Secret;
 use super::api::{Exchange, ModelApi, Outgoing};
 use super::error::ProviderError;
 use super::format;
 use super::format::body::{Body, Wire};
-use super::http::{self, ErrorBodies};
+use super::http::{Endpoint, ErrorBodies};
 use super::stream::{self, OpenAiStream};
 
 const ERRORS: ErrorBodies = ErrorBodies {
@@ -19,9 +19,9 @@ const ERRORS: ErrorBodies = ErrorBodies {
 };
 
 pub struct OpenAiApi {
-    url: String,
-    key: Option<Secret>,
-    http: reqwest::Client,
+    endpoint: Endpoint,
+    /// Every request's headers: the key (marked sensitive) and the content type.
+    headers: HeaderMap,
     /// The server refused `max_tokens` and asked for `max_completion_tokens` (OpenAI's reasoning
     /// models): every later request uses that.
     completion_tokens: AtomicBool,
@@ -41,25 +41,20 @@ impl OpenAiApi {
         } else {
             format!("{base}/v1/chat/completions")
         };
-        Self {
-            http: http::client_for(&url),
-            url,
-            key,
-            completion_tokens: AtomicBool::new(false),
-        }
-    }
-
-    fn headers(&self) -> HeaderMap {
         let mut headers = HeaderMap::new();
-        if let Some(mut value) = self
-            .key
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if let Some(mut value) = key
             .as_ref()
             .and_then(|k| HeaderValue::from_str(&format!("Bearer {}", k.expose())).ok())
         {
             value.set_sensitive(true);
             headers.insert(AUTHORIZATION, value);
         }
-        headers
+        Self {
+            endpoint: Endpoint::new(url),
+            headers,
+            completion_tokens: AtomicBool::new(false),
+        }
     }
 }
 
@@ -69,15 +64,7 @@ impl OpenAiApi {
         body: &Body,
         progress: &(dyn Fn(usize) + Send + Sync),
     ) -> Result<serde_json::Value, ProviderError> {
-        stream::post::<OpenAiStream>(
-            &self.http,
-            &self.url,
-            self.headers(),
-            body,
-            &ERRORS,
-            progress,
-        )
-        .await
+        stream::post::<OpenAiStream>(&self.endpoint, &self.headers, body, &ERRORS, progress).await
     }
 }
 
@@ -89,7 +76,7 @@ fn wants_completion_tokens(error: &ProviderError) -> bool {
 
 impl ModelApi for OpenAiApi {
     fn endpoint(&self) -> String {
-        self.url.clone()
+        self.endpoint.url().to_owned()
     }
 
     fn wire(&self) -> Wire {

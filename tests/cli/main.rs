@@ -17,6 +17,7 @@ mod mcp;
 mod newcomer;
 mod no_panic;
 mod plan;
+mod proxy;
 mod race;
 mod run;
 mod scheduler;

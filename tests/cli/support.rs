@@ -138,6 +138,12 @@ impl Test {
             .env_remove("ANTHROPIC_BASE_URL")
             .env_remove("OPENAI_BASE_URL")
             .env_remove("OLLAMA_HOST");
+        // Proxies only where a test sets them (tests/cli/proxy.rs).
+        for proxy in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"] {
+            command
+                .env_remove(proxy)
+                .env_remove(proxy.to_ascii_lowercase());
+        }
         for (key, value) in &self.env {
             command.env(key, value);
         }

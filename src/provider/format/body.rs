@@ -257,15 +257,16 @@ impl Body {
     }
 
     /// The pieces as an HTTP body of known length (sent with `Content-Length`).
-    pub fn http(&self) -> reqwest::Body {
-        reqwest::Body::wrap(Pieces {
+    pub fn http(&self) -> Pieces {
+        Pieces {
             chunks: self.chunks.iter().cloned().collect(),
             left: self.len as u64,
-        })
+        }
     }
 }
 
-struct Pieces {
+/// A body's pieces on their way out.
+pub struct Pieces {
     chunks: VecDeque<Bytes>,
     left: u64,
 }

@@ -1,0 +1,494 @@
+//! The HTTP/1.1 connections model requests go over, on hyper's connection API.
+//!
+//! A turn's request is the hot path of a run, and a general client's layers (a URL parsed again,
+//! redirect and retry services, a pool keyed by origin, headers cloned through each layer) cost
+//! more than the rest of the turn (README, "Performance"). This keeps what a model endpoint
+//! needs of a client and nothing else:
+//! - proxies from the environment (`HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY`, `NO_PROXY`, read as
+//!   curl reads them): plain HTTP is forwarded to the proxy, HTTPS goes through a `CONNECT`
+//!   tunnel, with the proxy URL's credentials as `Proxy-Authorization`;
+//! - TLS with the system's roots, loaded the first time an `https://` connection is made (a
+//!   plain `http://` endpoint never reads them);
+//! - credentials in the endpoint's URL (`http://user:pass@host`) sent as Basic authorization;
+//! - a connect timeout, kept-alive connections reused, and a request whose kept connection the
+//!   server closed while it was idle sent again on a new one (it never went out);
+//! - no redirects: an answer is the endpoint's own (see [`super::http`]).
+
+use std::future::poll_fn;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Request, Response, StatusCode, Uri};
+use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::connect::proxy::Tunnel;
+use hyper_util::client::proxy::matcher::Matcher;
+use tower_service::Service;
+
+use super::format::body::Pieces;
+
+/// How long making a connection (DNS, TCP, proxy tunnel, TLS) may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// A kept connection unused this long is not trusted to be open any more (servers close theirs
+/// after a minute or two).
+const IDLE_FOR: Duration = Duration::from_secs(90);
+/// Kept connections per endpoint at most; more at once are closed when their request ends.
+const MAX_IDLE: usize = 256;
+
+/// Why a request could not be made, in words for an error message.
+#[derive(Debug)]
+pub struct TransportError(pub String);
+
+/// Where connections go and how requests name the endpoint.
+enum Route {
+    Direct,
+    /// Plain HTTP through a proxy: each request goes to it in absolute form.
+    Forward {
+        proxy: Uri,
+        auth: Option<HeaderValue>,
+    },
+    /// HTTPS through a proxy: a `CONNECT` tunnel, then TLS to the endpoint inside it.
+    Tunnel {
+        proxy: Uri,
+        auth: Option<HeaderValue>,
+    },
+    /// A proxy this cannot use (SOCKS): every request fails saying so.
+    Unsupported(String),
+}
+
+struct Idle {
+    sender: SendRequest<Pieces>,
+    since: Instant,
+}
+
+/// The connections to one endpoint.
+pub struct Transport {
+    /// The endpoint, without credentials.
+    target: Uri,
+    /// What the request line names: the path (direct or tunnelled), or the whole URL (forwarded).
+    request_uri: Uri,
+    /// `Host`, and Basic authorization from the URL's credentials.
+    fixed: HeaderMap,
+    route: Route,
+    idle: Mutex<Vec<Idle>>,
+}
+
+impl Transport {
+    /// The transport for `url`, an absolute `http://` or `https://` URL. A URL that cannot be
+    /// used gives a transport whose every request fails saying why (the endpoint is named in
+    /// that error by the caller).
+    pub fn new(url: &str) -> Transport {
+        match Self::build(url, &Matcher::from_env()) {
+            Ok(transport) => transport,
+            Err(why) => Transport {
+                target: Uri::from_static("http://invalid/"),
+                request_uri: Uri::from_static("/"),
+                fixed: HeaderMap::new(),
+                route: Route::Unsupported(why),
+                idle: Mutex::new(Vec::new()),
+            },
+        }
+    }
+
+    fn build(url: &str, proxies: &Matcher) -> Result<Transport, String> {
+        let parsed =
+            reqwest::Url::parse(url).map_err(|err| format!("the URL is invalid: {err}"))?;
+        let scheme = parsed.scheme();
+        if scheme != "http" && scheme != "https" {
+            return Err(format!("`{scheme}` URLs are not supported"));
+        }
+        let host = parsed
+            .host_str()
+            .ok_or_else(|| "the URL has no host".to_owned())?;
+        let authority = match parsed.port() {
+            Some(port) => format!("{host}:{port}"),
+            None => host.to_owned(),
+        };
+        let path = match parsed.query() {
+            Some(query) => format!("{}?{query}", parsed.path()),
+            None => parsed.path().to_owned(),
+        };
+        let target: Uri = format!("{scheme}://{authority}{path}")
+            .parse()
+            .map_err(|err| format!("the URL is invalid: {err}"))?;
+        let mut fixed = HeaderMap::new();
+        fixed.insert(
+            header::HOST,
+            HeaderValue::from_str(&authority).map_err(|_| "the URL's host is invalid")?,
+        );
+        if !parsed.username().is_empty() || parsed.password().is_some() {
+            fixed.insert(
+                header::AUTHORIZATION,
+                basic_auth(parsed.username(), parsed.password().unwrap_or("")),
+            );
+        }
+        let origin_form: Uri = path
+            .parse()
+            .map_err(|err| format!("the URL's path is invalid: {err}"))?;
+        let (route, request_uri) = match proxies.intercept(&target) {
+            None => (Route::Direct, origin_form),
+            Some(proxy) => {
+                let auth = proxy.basic_auth().cloned().map(|mut value| {
+                    value.set_sensitive(true);
+                    value
+                });
+                let uri = proxy.uri().clone();
+                match (uri.scheme_str(), scheme) {
+                    (Some("http" | "https"), "http") => {
+                        (Route::Forward { proxy: uri, auth }, target.clone())
+                    }
+                    (Some("http" | "https"), _) => {
+                        (Route::Tunnel { proxy: uri, auth }, origin_form)
+                    }
+                    (other, _) => (
+                        Route::Unsupported(format!(
+                            "the proxy's scheme `{}` is not supported (http and https proxies are)",
+                            other.unwrap_or("")
+                        )),
+                        origin_form,
+                    ),
+                }
+            }
+        };
+        Ok(Transport {
+            target,
+            request_uri,
+            fixed,
+            route,
+            idle: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Posts `body` with `headers` (and `Content-Length`); the reply's head, with its body to
+    /// read. A kept connection found closed when the request went out is replaced by a new one,
+    /// once: the request had not been sent.
+    pub async fn post(
+        &self,
+        headers: &HeaderMap,
+        body: Pieces,
+    ) -> Result<Reply<'_>, TransportError> {
+        let mut headers_out = self.fixed.clone();
+        for (name, value) in headers {
+            headers_out.insert(name, value.clone());
+        }
+        if let Route::Forward {
+            auth: Some(auth), ..
+        } = &self.route
+        {
+            headers_out.insert(header::PROXY_AUTHORIZATION, auth.clone());
+        }
+        let mut request = Request::post(self.request_uri.clone())
+            .body(body)
+            .map_err(|err| TransportError(format!("the request could not be made: {err}")))?;
+        *request.headers_mut() = headers_out;
+        let mut fresh = false;
+        loop {
+            let kept = if fresh { None } else { self.checkout().await };
+            let (mut sender, reused) = match kept {
+                Some(sender) => (sender, true),
+                None => (self.connect().await?, false),
+            };
+            match sender.try_send_request(request).await {
+                Ok(response) => {
+                    return Ok(Reply {
+                        response: Some(response),
+                        lease: Some(sender),
+                        transport: self,
+                    });
+                }
+                Err(mut failed) => match failed.take_message() {
+                    Some(unsent) if reused => {
+                        request = unsent;
+                        fresh = true;
+                    }
+                    _ => return Err(TransportError(describe(failed.error()))),
+                },
+            }
+        }
+    }
+
+    /// A kept connection ready for a request, the most recent first.
+    async fn checkout(&self) -> Option<SendRequest<Pieces>> {
+        loop {
+            let idle = {
+                let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+                idle.pop()?
+            };
+            if idle.sender.is_closed() || idle.since.elapsed() > IDLE_FOR {
+                continue;
+            }
+            let mut sender = idle.sender;
+            if sender.ready().await.is_ok() {
+                return Some(sender);
+            }
+        }
+    }
+
+    /// A connection whose reply was read to its end is kept for the next request.
+    fn keep(&self, sender: SendRequest<Pieces>) {
+        if sender.is_closed() {
+            return;
+        }
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        if idle.len() < MAX_IDLE {
+            idle.push(Idle {
+                sender,
+                since: Instant::now(),
+            });
+        }
+    }
+
+    async fn connect(&self) -> Result<SendRequest<Pieces>, TransportError> {
+        let mut tcp = HttpConnector::new();
+        tcp.enforce_http(false);
+        tcp.set_nodelay(true);
+        tcp.set_connect_timeout(Some(CONNECT_TIMEOUT));
+        let connecting = async {
+            match &self.route {
+                Route::Unsupported(why) => Err(why.clone()),
+                Route::Direct if self.target.scheme_str() == Some("https") => {
+                    handshake(call(tls(tcp)?, self.target.clone()).await?).await
+                }
+                Route::Direct => handshake(call(tcp, self.target.clone()).await?).await,
+                Route::Forward { proxy, .. } if proxy.scheme_str() == Some("https") => {
+                    handshake(call(tls(tcp)?, proxy.clone()).await?).await
+                }
+                Route::Forward { proxy, .. } => handshake(call(tcp, proxy.clone()).await?).await,
+                Route::Tunnel { proxy, auth } if proxy.scheme_str() == Some("https") => {
+                    let tunnel = with_auth(Tunnel::new(proxy.clone(), tls(tcp)?), auth);
+                    handshake(call(tls(tunnel)?, self.target.clone()).await?).await
+                }
+                Route::Tunnel { proxy, auth } => {
+                    let tunnel = with_auth(Tunnel::new(proxy.clone(), tcp), auth);
+                    handshake(call(tls(tunnel)?, self.target.clone()).await?).await
+                }
+            }
+        };
+        match tokio::time::timeout(CONNECT_TIMEOUT, connecting).await {
+            Ok(result) => result.map_err(|why| TransportError(format!("connection failed: {why}"))),
+            Err(_) => Err(TransportError(format!(
+                "connection failed: no connection within {}s",
+                CONNECT_TIMEOUT.as_secs()
+            ))),
+        }
+    }
+}
+
+fn with_auth<C>(tunnel: Tunnel<C>, auth: &Option<HeaderValue>) -> Tunnel<C> {
+    match auth {
+        Some(auth) => tunnel.with_auth(auth.clone()),
+        None => tunnel,
+    }
+}
+
+/// One connection made by `connector`.
+async fn call<C>(mut connector: C, to: Uri) -> Result<C::Response, String>
+where
+    C: Service<Uri>,
+    C::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    poll_fn(|cx| connector.poll_ready(cx))
+        .await
+        .map_err(|err| chain(&*err.into()))?;
+    connector.call(to).await.map_err(|err| chain(&*err.into()))
+}
+
+/// HTTP/1.1 over `io`, the connection driven by a task of its own until it closes.
+async fn handshake<T>(io: T) -> Result<SendRequest<Pieces>, String>
+where
+    T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let (sender, connection) = hyper::client::conn::http1::Builder::new()
+        .handshake(io)
+        .await
+        .map_err(|err| chain(&err))?;
+    tokio::spawn(async move {
+        // Its errors reach the request that was in flight; nothing else waits for it.
+        let _ = connection.await;
+    });
+    Ok(sender)
+}
+
+/// `connector` with TLS for `https://` destinations (and plain for `http://`).
+fn tls<C>(connector: C) -> Result<hyper_rustls::HttpsConnector<C>, String> {
+    let config = tls_config()?;
+    Ok(hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config((*config).clone())
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(connector))
+}
+
+/// TLS checked against the system's roots (as the providers' SDKs do), made once per process.
+fn tls_config() -> Result<Arc<rustls::ClientConfig>, String> {
+    static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let verifier = rustls_platform_verifier::Verifier::new(provider.clone())
+                .map_err(|err| format!("the system's certificates could not be loaded: {err}"))?;
+            // hyper-rustls sets the ALPN protocols (HTTP/1.1) itself.
+            let config = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .map_err(|err| format!("TLS could not be set up: {err}"))?
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(verifier))
+                .with_no_client_auth();
+            Ok(Arc::new(config))
+        })
+        .clone()
+}
+
+/// `Basic` credentials from a URL's user and password (percent-decoded, as written in URLs).
+fn basic_auth(user: &str, password: &str) -> HeaderValue {
+    use base64::Engine as _;
+    let decode = |text: &str| percent_encoding::percent_decode_str(text).collect::<Vec<u8>>();
+    let mut pair = decode(user);
+    pair.push(b':');
+    pair.extend(decode(password));
+    let encoded = base64::engine::general_purpose::STANDARD.encode(pair);
+    // Invariant: base64 is plain ASCII, which a header value always takes.
+    let mut value = HeaderValue::from_str(&format!("Basic {encoded}"))
+        .unwrap_or_else(|_| HeaderValue::from_static("Basic"));
+    value.set_sensitive(true);
+    value
+}
+
+/// An error and its causes, each once.
+fn chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let more = cause.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+fn describe(err: &hyper::Error) -> String {
+    if err.is_incomplete_message() || err.is_canceled() || err.is_closed() {
+        format!("the connection closed: {}", chain(err))
+    } else {
+        chain(err)
+    }
+}
+
+/// A reply on its way: the head has arrived, the body is read with [`Reply::chunk`]. Read to
+/// its end, the connection is kept for the next request; dropped before, it is closed.
+pub struct Reply<'a> {
+    response: Option<Response<Incoming>>,
+    lease: Option<SendRequest<Pieces>>,
+    transport: &'a Transport,
+}
+
+impl Reply<'_> {
+    pub fn status(&self) -> StatusCode {
+        self.response
+            .as_ref()
+            .map_or(StatusCode::OK, Response::status)
+    }
+
+    pub fn headers(&self) -> &HeaderMap {
+        static NONE: OnceLock<HeaderMap> = OnceLock::new();
+        self.response
+            .as_ref()
+            .map_or_else(|| NONE.get_or_init(HeaderMap::new), Response::headers)
+    }
+
+    /// The next piece of the body; `None` at its end.
+    pub async fn chunk(&mut self) -> Result<Option<Bytes>, TransportError> {
+        loop {
+            let Some(response) = self.response.as_mut() else {
+                return Ok(None);
+            };
+            let frame =
+                poll_fn(|cx| http_body::Body::poll_frame(Pin::new(response.body_mut()), cx)).await;
+            match frame {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        return Ok(Some(data));
+                    }
+                    // Trailers carry nothing a model reply needs.
+                }
+                Some(Err(err)) => {
+                    self.response = None;
+                    self.lease = None;
+                    return Err(TransportError(describe(&err)));
+                }
+                None => {
+                    self.response = None;
+                    if let Some(sender) = self.lease.take() {
+                        self.transport.keep(sender);
+                    }
+                    return Ok(None);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn matcher(all: &str, no: &str) -> Matcher {
+        Matcher::builder()
+            .all(all.to_owned())
+            .no(no.to_owned())
+            .build()
+    }
+
+    #[test]
+    fn a_direct_request_names_the_path_and_the_host() {
+        let t =
+            Transport::build("http://127.0.0.1:8080/v1/messages?beta=1", &matcher("", "")).unwrap();
+        assert!(matches!(t.route, Route::Direct));
+        assert_eq!(t.request_uri.to_string(), "/v1/messages?beta=1");
+        assert_eq!(t.fixed[header::HOST], "127.0.0.1:8080");
+        assert!(!t.fixed.contains_key(header::AUTHORIZATION));
+    }
+
+    #[test]
+    fn url_credentials_become_basic_authorization_and_leave_the_url() {
+        let t = Transport::build("https://us%65r:p%40ss@example.com/v1", &matcher("", "")).unwrap();
+        // "user:p@ss"
+        assert_eq!(t.fixed[header::AUTHORIZATION], "Basic dXNlcjpwQHNz");
+        assert!(t.fixed[header::AUTHORIZATION].is_sensitive());
+        assert_eq!(t.target.to_string(), "https://example.com/v1");
+        assert_eq!(t.fixed[header::HOST], "example.com");
+    }
+
+    #[test]
+    fn proxies_forward_http_tunnel_https_and_respect_no_proxy() {
+        let proxies = matcher("http://me:secret@proxy.local:3128", "internal.example");
+        let t = Transport::build("http://api.example/v1/chat", &proxies).unwrap();
+        let Route::Forward { proxy, auth } = &t.route else {
+            panic!("plain HTTP is forwarded");
+        };
+        assert_eq!(proxy.host(), Some("proxy.local"));
+        assert!(auth.as_ref().is_some_and(HeaderValue::is_sensitive));
+        assert_eq!(t.request_uri.to_string(), "http://api.example/v1/chat");
+        let t = Transport::build("https://api.example/v1/chat", &proxies).unwrap();
+        assert!(matches!(t.route, Route::Tunnel { .. }));
+        assert_eq!(t.request_uri.to_string(), "/v1/chat");
+        let t = Transport::build("https://internal.example/v1", &proxies).unwrap();
+        assert!(matches!(t.route, Route::Direct));
+        let t =
+            Transport::build("https://api.example/v1", &matcher("socks5://p:1080", "")).unwrap();
+        assert!(matches!(t.route, Route::Unsupported(_)));
+    }
+
+    #[test]
+    fn a_url_that_is_not_http_is_refused() {
+        assert!(Transport::build("ftp://example.com/", &matcher("", "")).is_err());
+        assert!(Transport::build("not a url", &matcher("", "")).is_err());
+    }
+}

@@ -1,0 +1,292 @@
+//! How model requests travel (README "Models and providers"): proxies from the environment
+//! (plain HTTP forwarded to the proxy with its credentials, HTTPS through a `CONNECT` tunnel with
+//! the key inside it, `NO_PROXY` direct), kept connections reused, and a kept connection the
+//! server closed replaced without a retry.
+
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use crate::fake::{Fake, anthropic_text};
+use crate::support::Test;
+
+const KEY: &str = "sk-ant-proxy-test-key-51c0d9e2";
+const WORKFLOW: &str = "name = \"t\"\n[models]\ndefault = \"anthropic/claude-test\"\n[steps.s]\nagent = \"explore\"\nretries = 0\nprompt = \"go\"\n";
+/// `proxyuser:proxy pass` (the URL's `%20` undone), as Basic credentials.
+const PROXY_AUTH: &str = "Basic cHJveHl1c2VyOnByb3h5IHBhc3M=";
+
+/// What a server received: for each connection, the bytes of each request on it.
+type Seen = Arc<Mutex<Vec<Vec<Vec<u8>>>>>;
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+fn reply(body: &Value, keep_alive: bool) -> Vec<u8> {
+    let body = body.to_string();
+    format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{}\r\n{body}",
+        body.len(),
+        if keep_alive {
+            ""
+        } else {
+            "connection: close\r\n"
+        }
+    )
+    .into_bytes()
+}
+
+fn text(text: &str) -> Value {
+    json!({
+        "id": "msg", "type": "message", "role": "assistant", "model": "m",
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn",
+        "usage": {"input_tokens": 1, "output_tokens": 1}
+    })
+}
+
+fn list_dir(id: &str) -> Value {
+    json!({
+        "id": "msg", "type": "message", "role": "assistant", "model": "m",
+        "content": [{"type": "tool_use", "id": id, "name": "list_dir", "input": {"path": "."}}],
+        "stop_reason": "tool_use",
+        "usage": {"input_tokens": 1, "output_tokens": 1}
+    })
+}
+
+/// How the server behaves after each answer.
+#[derive(Clone, Copy, PartialEq)]
+enum After {
+    /// Keeps the connection for the next request.
+    Keep,
+    /// Says `connection: close` and closes.
+    Close,
+    /// Closes without saying so (an idle timeout on the server's side).
+    Drop,
+}
+
+/// A server on 127.0.0.1 answering each request with the next of `answers`. A `CONNECT` is
+/// accepted, then whatever comes (a TLS hello) is recorded and the connection closed.
+async fn server(answers: Vec<Value>, after: After) -> (std::net::SocketAddr, Seen) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen: Seen = Arc::default();
+    let record = seen.clone();
+    let answers = Arc::new(Mutex::new(std::collections::VecDeque::from(answers)));
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            let connection = {
+                let mut seen = record.lock().unwrap();
+                seen.push(Vec::new());
+                seen.len() - 1
+            };
+            let record = record.clone();
+            let answers = answers.clone();
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                let mut buf = [0u8; 8192];
+                loop {
+                    let head_end = loop {
+                        if let Some(at) = find(&got, b"\r\n\r\n") {
+                            break at + 4;
+                        }
+                        match socket.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => got.extend_from_slice(&buf[..n]),
+                        }
+                    };
+                    let head = String::from_utf8_lossy(&got[..head_end]).to_lowercase();
+                    if head.starts_with("connect ") {
+                        let _ = socket
+                            .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                            .await;
+                        if let Ok(n) = socket.read(&mut buf).await {
+                            got.extend_from_slice(&buf[..n]);
+                        }
+                        record.lock().unwrap()[connection].push(got);
+                        return;
+                    }
+                    let length: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .and_then(|v| v.trim().parse().ok())
+                        .unwrap_or(0);
+                    while got.len() < head_end + length {
+                        match socket.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => got.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let request: Vec<u8> = got.drain(..head_end + length).collect();
+                    record.lock().unwrap()[connection].push(request);
+                    let answer = answers.lock().unwrap().pop_front();
+                    let Some(answer) = answer else { return };
+                    if socket
+                        .write_all(&reply(
+                            &answer,
+                            after == After::Keep || after == After::Drop,
+                        ))
+                        .await
+                        .is_err()
+                        || after != After::Keep
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, seen)
+}
+
+fn run_with(env: &[(&str, &str)]) -> Test {
+    run_as(env, "json")
+}
+
+fn run_as(env: &[(&str, &str)], format: &str) -> Test {
+    let mut test = Test::new()
+        .file("w.toml", WORKFLOW)
+        .env("ANTHROPIC_API_KEY", KEY)
+        .args(&["run", "w.toml", "--format", format]);
+    for (name, value) in env {
+        test = test.env(name, value);
+    }
+    test
+}
+
+fn proxy_url(addr: std::net::SocketAddr) -> String {
+    format!("http://proxyuser:proxy%20pass@{addr}")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn plain_http_goes_to_the_proxy_with_its_credentials() {
+    let (proxy, seen) = server(vec![text("answered by the proxy")], After::Close).await;
+    let (out, _test) = run_with(&[
+        ("ANTHROPIC_BASE_URL", "http://models.example.test:8000"),
+        ("HTTP_PROXY", &proxy_url(proxy)),
+    ])
+    .run_async()
+    .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let run: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(run["steps"]["s"]["summary"], "answered by the proxy");
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 1, "one connection to the proxy");
+    let request = String::from_utf8_lossy(&seen[0][0]).into_owned();
+    assert!(
+        request.starts_with("POST http://models.example.test:8000/v1/messages HTTP/1.1\r\n"),
+        "the request names the whole URL: {request}"
+    );
+    let lower = request.to_lowercase();
+    assert!(
+        lower.contains(&format!(
+            "proxy-authorization: {}",
+            PROXY_AUTH.to_lowercase()
+        )),
+        "{request}"
+    );
+    assert!(
+        lower.contains("host: models.example.test:8000"),
+        "{request}"
+    );
+    assert!(
+        lower.contains("x-api-key: "),
+        "the API's own headers go too"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_proxy_goes_direct() {
+    let (proxy, seen) = server(vec![text("from the proxy")], After::Close).await;
+    let fake = Fake::anthropic(vec![anthropic_text("direct")]).await;
+    let (out, _test) = run_with(&[
+        ("ANTHROPIC_BASE_URL", &fake.uri()),
+        ("HTTP_PROXY", &proxy_url(proxy)),
+        ("NO_PROXY", "127.0.0.1"),
+    ])
+    .run_async()
+    .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    assert_eq!(fake.requests().await.len(), 1);
+    assert!(seen.lock().unwrap().is_empty(), "the proxy was used");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn https_goes_through_a_tunnel_and_the_key_stays_inside_it() {
+    let (proxy, seen) = server(Vec::new(), After::Close).await;
+    let (out, _test) = run_with(&[
+        ("ANTHROPIC_BASE_URL", "https://models.example.test"),
+        ("HTTPS_PROXY", &proxy_url(proxy)),
+    ])
+    .run_async()
+    .await;
+    // The proxy cannot answer TLS as models.example.test: the step fails, naming the endpoint.
+    assert_eq!(out.status, 1, "{}", out.transcript());
+    let run: Value = serde_json::from_str(&out.stdout).unwrap();
+    let error = run["steps"]["s"]["error"].as_str().unwrap();
+    assert!(
+        error.contains("https://models.example.test/v1/messages"),
+        "{error}"
+    );
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 1, "one tunnel");
+    let tunnel = &seen[0][0];
+    let text = String::from_utf8_lossy(tunnel);
+    assert!(
+        text.starts_with("CONNECT models.example.test:443 HTTP/1.1\r\n"),
+        "{text}"
+    );
+    assert!(text.contains(PROXY_AUTH), "the proxy's credentials: {text}");
+    let head_end = find(tunnel, b"\r\n\r\n").unwrap() + 4;
+    let hello = &tunnel[head_end..];
+    assert!(
+        hello.first() == Some(&0x16) && find(hello, b"models.example.test").is_some(),
+        "a TLS hello naming the endpoint follows"
+    );
+    assert!(
+        find(tunnel, KEY.as_bytes()).is_none(),
+        "the key went to the proxy in the clear"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn turns_share_one_kept_connection() {
+    let (api, seen) = server(
+        vec![list_dir("t1"), list_dir("t2"), text("done")],
+        After::Keep,
+    )
+    .await;
+    let (out, _test) = run_with(&[("ANTHROPIC_BASE_URL", &format!("http://{api}"))])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 1, "one connection");
+    assert_eq!(seen[0].len(), 3, "three requests on it");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kept_connection_the_server_closed_is_replaced_without_a_retry() {
+    // Each answer ends its connection without a word, as a server's idle timeout does: every
+    // request after the first finds its kept connection closed (retries = 0: a failed request
+    // would fail the step).
+    let (api, seen) = server(
+        vec![list_dir("t1"), list_dir("t2"), text("done")],
+        After::Drop,
+    )
+    .await;
+    let (out, _test) = run_as(&[("ANTHROPIC_BASE_URL", &format!("http://{api}"))], "jsonl")
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    assert!(!out.stdout.contains("\"retrying\""), "{}", out.stdout);
+    let seen = seen.lock().unwrap();
+    let requests: usize = seen.iter().map(Vec::len).sum();
+    assert_eq!(requests, 3, "each request sent once");
+    assert_eq!(seen.len(), 3, "a new connection for each");
+}
