@@ -11,7 +11,7 @@ use std::convert::Infallible;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http_body::{Frame, SizeHint};
 use sha2::{Digest, Sha256};
 
@@ -65,11 +65,14 @@ impl Wire {
     }
 }
 
-/// Settled messages smaller than this are gathered into pieces of about this size: a long
-/// conversation is few pieces, and copying the one still gathering each turn is cheap. Larger
-/// messages are pieces of their own. Every piece is an allocation of exactly its size, so what a
-/// long conversation keeps is its bytes and no spare capacity.
+/// A settled message at least this long is a piece of its own (kept without a copy when it can
+/// be). Smaller ones are written into a shared buffer of about this size, whose new part is
+/// frozen each turn: sending them copies nothing.
 const PIECE: usize = 64 * 1024;
+
+/// Frozen parts of the shared buffer waiting to be joined into one piece: each is a separate
+/// slice to write, and the HTTP writer takes only so many slices a call.
+const JOIN_AFTER: usize = 8;
 
 /// Writes one conversation's requests, turn after turn. It belongs to one conversation: its
 /// model, system prompt and tools stay as they were at the first turn, and its messages are only
@@ -77,10 +80,13 @@ const PIECE: usize = 64 * 1024;
 pub struct Encoder {
     wire: Wire,
     head: Bytes,
-    /// Settled messages: shared pieces, then the piece still gathering.
+    /// Settled messages: joined pieces in order, then the parts frozen since the last join.
     pieces: Vec<Bytes>,
-    gathering: Vec<u8>,
-    /// Where each message is written first (kept, so its capacity is reused).
+    recent: Vec<Bytes>,
+    /// Where small settled messages are written; its written part is frozen into `recent` each
+    /// turn, and what is left of it is written next.
+    open: BytesMut,
+    /// Where the newest message is written (kept, so its capacity is reused).
     scratch: Vec<u8>,
     settled: usize,
     /// The digest of the head and the settled messages so far.
@@ -108,7 +114,8 @@ impl Encoder {
             bytes: head.len(),
             head,
             pieces: Vec::new(),
-            gathering: Vec::new(),
+            recent: Vec::new(),
+            open: BytesMut::new(),
             scratch: Vec::new(),
             settled: 0,
             hasher,
@@ -133,32 +140,40 @@ impl Encoder {
                 .newest
                 .take()
                 .filter(|n| n.index == index && n.message == *message);
-            match kept {
-                Some(kept) => self.scratch = kept.settled,
+            let bytes = match kept {
+                Some(kept) => kept.settled,
                 None => {
-                    self.scratch.clear();
                     let first = self.settled == 0 && !self.wire.head_holds_a_message();
-                    self.wire.message(&mut self.scratch, message, first, false);
+                    let mut bytes = Vec::new();
+                    self.wire.message(&mut bytes, message, first, false);
+                    bytes
                 }
-            }
-            self.hasher.update(&self.scratch);
-            self.bytes += self.scratch.len();
+            };
+            self.hasher.update(&bytes);
+            self.bytes += bytes.len();
             self.settled += 1;
-            if self.scratch.len() >= PIECE {
-                self.settle_gathered();
+            if bytes.len() >= PIECE {
+                self.freeze_open();
+                self.join_recent();
                 // Bytes kept from the turn before are already exactly their size: no copy.
-                let piece = if self.scratch.len() == self.scratch.capacity() {
-                    Bytes::from(std::mem::take(&mut self.scratch))
+                let piece = if bytes.len() == bytes.capacity() {
+                    Bytes::from(bytes)
                 } else {
-                    Bytes::copy_from_slice(&self.scratch)
+                    Bytes::copy_from_slice(&bytes)
                 };
                 self.pieces.push(piece);
             } else {
-                self.gathering.extend_from_slice(&self.scratch);
-                if self.gathering.len() >= PIECE {
-                    self.settle_gathered();
+                if self.open.capacity() - self.open.len() < bytes.len() {
+                    // The frozen parts keep the old buffer alive; new writes go to a new one.
+                    self.freeze_open();
+                    self.open = BytesMut::with_capacity(PIECE.max(bytes.len()));
                 }
+                self.open.extend_from_slice(&bytes);
             }
+        }
+        self.freeze_open();
+        if self.recent.len() >= JOIN_AFTER {
+            self.join_recent();
         }
         self.scratch.clear();
         self.newest = None;
@@ -186,12 +201,10 @@ impl Encoder {
         }
         let mut hasher = self.hasher.clone();
         hasher.update(&tail);
-        let mut chunks = Vec::with_capacity(self.pieces.len() + 3);
+        let mut chunks = Vec::with_capacity(self.pieces.len() + self.recent.len() + 2);
         chunks.push(self.head.clone());
         chunks.extend(self.pieces.iter().cloned());
-        if !self.gathering.is_empty() {
-            chunks.push(Bytes::copy_from_slice(&self.gathering));
-        }
+        chunks.extend(self.recent.iter().cloned());
         let len = self.bytes + tail.len();
         chunks.push(tail);
         Body {
@@ -203,19 +216,36 @@ impl Encoder {
 }
 
 impl Encoder {
-    fn settle_gathered(&mut self) {
-        if !self.gathering.is_empty() {
-            self.pieces.push(Bytes::copy_from_slice(&self.gathering));
-            self.gathering.clear();
+    /// What was written into the shared buffer since the last call, as a part to send.
+    fn freeze_open(&mut self) {
+        if !self.open.is_empty() {
+            self.recent.push(self.open.split().freeze());
+        }
+    }
+
+    /// The frozen parts joined into one piece (each byte is copied once here, not every turn).
+    fn join_recent(&mut self) {
+        match self.recent.len() {
+            0 => {}
+            1 => self.pieces.append(&mut self.recent),
+            _ => {
+                let len = self.recent.iter().map(Bytes::len).sum();
+                let mut joined = BytesMut::with_capacity(len);
+                for part in self.recent.drain(..) {
+                    joined.extend_from_slice(&part);
+                }
+                self.pieces.push(joined.freeze());
+            }
         }
     }
 }
 
 fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);
     for b in bytes {
-        let _ = write!(out, "{b:02x}");
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
     }
     out
 }
