@@ -3,6 +3,7 @@
 //! JUnit) is a [`Sink`] of the stream, so a new display or record is one new sink. The sinks run
 //! on a thread of their own ([`pump`]): emitting an event queues it and goes on.
 
+pub mod line;
 pub mod pump;
 
 use std::sync::{Arc, Mutex, PoisonError};

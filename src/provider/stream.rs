@@ -3,6 +3,7 @@
 //! event in the middle of a stream becomes the error it means (overloaded and server errors are
 //! retried like a failed request; nothing of the partial reply is kept).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
@@ -84,19 +85,19 @@ pub struct AnthropicStream {
 }
 
 /// One event of Anthropic's stream, read into its parts rather than into a JSON tree: most are
-/// deltas of a few characters.
+/// deltas of a few characters, borrowed from the event's text where they need no unescaping.
 #[derive(Deserialize)]
-struct AnthropicEvent {
-    #[serde(rename = "type", default)]
-    kind: String,
+struct AnthropicEvent<'a> {
+    #[serde(rename = "type", default, borrow)]
+    kind: Cow<'a, str>,
     #[serde(default)]
     index: u64,
     #[serde(default)]
     message: Option<Map<String, Value>>,
     #[serde(default)]
     content_block: Option<Value>,
-    #[serde(default)]
-    delta: Option<AnthropicDelta>,
+    #[serde(default, borrow)]
+    delta: Option<AnthropicDelta<'a>>,
     #[serde(default)]
     usage: Option<Map<String, Value>>,
     #[serde(default)]
@@ -105,13 +106,13 @@ struct AnthropicEvent {
 
 /// A content block's delta, or the message's (which carries the stop reason).
 #[derive(Deserialize)]
-struct AnthropicDelta {
-    #[serde(rename = "type", default)]
-    kind: Option<String>,
-    #[serde(default)]
-    text: Option<String>,
-    #[serde(default)]
-    partial_json: Option<String>,
+struct AnthropicDelta<'a> {
+    #[serde(rename = "type", default, borrow)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    text: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    partial_json: Option<Cow<'a, str>>,
     #[serde(default)]
     stop_reason: Option<Value>,
 }
@@ -141,7 +142,7 @@ impl Assemble for AnthropicStream {
                 message: format!("a stream event cannot be read ({err})"),
             })?;
         let index = event.index;
-        match event.kind.as_str() {
+        match &*event.kind {
             "message_start" => {
                 if let Some(message) = event.message {
                     self.message = message;

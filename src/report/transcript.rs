@@ -27,9 +27,12 @@ pub struct TranscriptSink {
     run_dir: Utf8PathBuf,
     /// Open files by step and subagent, with their paths.
     files: BTreeMap<(String, Option<String>), (BufWriter<File>, Utf8PathBuf)>,
-    /// The outputs already written in `tool_finished` events, by step and subagent, then call
-    /// id: a digest of each text.
-    outputs: BTreeMap<(String, Option<String>), BTreeMap<String, [u8; 32]>>,
+    /// The outputs written in `tool_finished` events since the last request, by step and
+    /// subagent, then call id: the next request carries them as its tool results, which are
+    /// then pointed at instead of written again (a result is matched by its id and its text).
+    outputs: BTreeMap<(String, Option<String>), BTreeMap<String, String>>,
+    /// The line being written (kept, so its capacity is reused).
+    line: Vec<u8>,
     /// The shared session files written so far, by name.
     sessions: std::collections::BTreeSet<String>,
 }
@@ -45,6 +48,7 @@ impl TranscriptSink {
             run_dir: run_dir.to_owned(),
             files: BTreeMap::new(),
             outputs: BTreeMap::new(),
+            line: Vec::new(),
             sessions: std::collections::BTreeSet::new(),
         }
     }
@@ -109,15 +113,23 @@ impl Sink for TranscriptSink {
                 (BufWriter::with_capacity(64 << 10, file), path),
             );
         }
-        let text = match &event.kind {
+        let mut line = std::mem::take(&mut self.line);
+        line.clear();
+        match &event.kind {
             EventKind::ToolFinished { id, output, .. } => {
                 self.outputs
                     .entry(key.clone())
                     .or_default()
-                    .insert(id.clone(), text_digest(output));
-                serde_json::to_string(event).unwrap_or_default()
+                    .insert(id.clone(), output.clone());
+                crate::event::line::write(&mut line, event, &|_, _| false);
             }
-            EventKind::TurnStarted { .. } => self.turn_line(&key, event),
+            EventKind::TurnStarted { .. } => {
+                // The results of the calls since the last request are in this one, if anywhere.
+                let written = self.outputs.remove(&key).unwrap_or_default();
+                crate::event::line::write(&mut line, event, &|id, text| {
+                    written.get(id).is_some_and(|output| output == text)
+                });
+            }
             EventKind::SessionStarted { system, tools, .. } => {
                 let shared = serde_json::json!({"system": system, "tools": tools});
                 let text = serde_json::to_string_pretty(&shared).unwrap_or_default();
@@ -142,15 +154,26 @@ impl Sink for TranscriptSink {
                     map.remove("tools");
                     map.insert("session_in".into(), name.into());
                 }
-                serde_json::to_string(&value).unwrap_or_default()
+                let _ = serde_json::to_writer(&mut line, &value);
             }
-            _ => serde_json::to_string(event).unwrap_or_default(),
+            _ => crate::event::line::write(&mut line, event, &|_, _| false),
+        }
+        // JSON written by serde_json is UTF-8 (the lossy form only guards the invariant); a
+        // secret in it is hidden before it is kept.
+        let text = match std::str::from_utf8(&line) {
+            Ok(text) => std::borrow::Cow::Borrowed(text),
+            Err(_) => String::from_utf8_lossy(&line),
         };
-        let mut line = crate::secrets::redact_owned(text);
-        line.push('\n');
+        let hidden = crate::secrets::redact(&text);
         let (file, path) = self.files.get_mut(&key).ok_or("transcript file missing")?;
-        file.write_all(line.as_bytes())
-            .map_err(|err| format!("cannot write `{path}`: {err}"))?;
+        let written = file
+            .write_all(hidden.as_bytes())
+            .and_then(|()| file.write_all(b"\n"))
+            .map_err(|err| format!("cannot write `{path}`: {err}"));
+        drop(hidden);
+        drop(text);
+        self.line = line;
+        written?;
         // A finished step writes no more: a run of a thousand fan-out instances must not hold a
         // thousand files open.
         if matches!(event.kind, EventKind::StepFinished { .. }) {
@@ -182,45 +205,5 @@ impl TranscriptSink {
                 .map_err(|err| format!("cannot write `{path}`: {err}")),
             None => Ok(()),
         }
-    }
-
-    /// A request's line, each tool result already written in its `tool_finished` event left
-    /// out and pointed at instead.
-    fn turn_line(&self, key: &(String, Option<String>), event: &Event) -> String {
-        let EventKind::TurnStarted { messages, .. } = &event.kind else {
-            return serde_json::to_string(event).unwrap_or_default();
-        };
-        let written = self.outputs.get(key);
-        // Each result is hashed once; the flags follow the blocks in order, as the tree made
-        // of the event below holds them (ids alone could repeat: they are the model's).
-        let known: Vec<bool> = messages
-            .iter()
-            .flat_map(|m| &m.content)
-            .map(|b| match b {
-                crate::provider::message::Block::ToolResult {
-                    tool_use_id,
-                    content,
-                    ..
-                } => written
-                    .and_then(|w| w.get(tool_use_id))
-                    .is_some_and(|d| *d == text_digest(content)),
-                _ => false,
-            })
-            .collect();
-        if !known.contains(&true) {
-            return serde_json::to_string(event).unwrap_or_default();
-        }
-        let mut value = serde_json::to_value(event).unwrap_or_default();
-        let mut flags = known.into_iter();
-        for message in value["messages"].as_array_mut().into_iter().flatten() {
-            for block in message["content"].as_array_mut().into_iter().flatten() {
-                let is_known = flags.next().unwrap_or(false) && block["type"] == "tool_result";
-                if is_known && let Some(map) = block.as_object_mut() {
-                    map.remove("content");
-                    map.insert("content_in".into(), "tool_finished".into());
-                }
-            }
-        }
-        serde_json::to_string(&value).unwrap_or_default()
     }
 }

@@ -172,7 +172,9 @@ impl OpenedFile {
     /// Its lines, numbered, as `read_file` answers.
     fn read(self) -> ToolOutput {
         let OpenedFile { input, file, len } = self;
-        let mut reader = BufReader::with_capacity(64 << 10, file.take(MAX_SCAN_BYTES));
+        // A buffer the file's size (and one byte to see its end in one read), up to 64 kB.
+        let capacity = usize::try_from(len).map_or(64 << 10, |len| (len + 1).clamp(4096, 64 << 10));
+        let mut reader = BufReader::with_capacity(capacity, file.take(MAX_SCAN_BYTES));
         match reader.fill_buf() {
             Ok(head) if head[..head.len().min(BINARY_PROBE)].contains(&0) => {
                 return ToolOutput::error(format!(

@@ -1,0 +1,313 @@
+//! An event as one line of JSON, written field by field for the events every turn makes (the
+//! request, the reply, each tool call), byte for byte what the derived serializer writes, and by
+//! that serializer for the rest. The derived one goes through a map for the flattened kind and,
+//! for a request whose tool results are written elsewhere, through a JSON tree of the whole
+//! message list (README, "Performance").
+
+use serde::Serialize;
+use serde::ser::{SerializeMap, SerializeSeq};
+
+use super::{Event, EventKind};
+use crate::provider::message::{Block, Message};
+
+/// Appends `event` as JSON (no newline) to `out`. `written` says which tool results of a
+/// request are already in the transcript (a `tool_finished` event with that call id and text):
+/// those are written as `"content_in": "tool_finished"` instead of their text.
+pub fn write(out: &mut Vec<u8>, event: &Event, written: &dyn Fn(&str, &str) -> bool) {
+    match &event.kind {
+        EventKind::TurnStarted {
+            step,
+            turn,
+            messages,
+            digest,
+        } => {
+            open(out, event, "turn_started");
+            field(out, "step", step);
+            field(out, "turn", turn);
+            field(out, "messages", &Messages { messages, written });
+            field(out, "digest", digest);
+        }
+        EventKind::TurnFinished {
+            step,
+            turn,
+            duration_ms,
+            usage,
+            cost_usd,
+            body,
+        } => {
+            open(out, event, "turn_finished");
+            field(out, "step", step);
+            field(out, "turn", turn);
+            field(out, "duration_ms", duration_ms);
+            field(out, "usage", usage);
+            if let Some(cost) = cost_usd {
+                field(out, "cost_usd", cost);
+            }
+            field(out, "body", body);
+        }
+        EventKind::ToolStarted {
+            step,
+            turn,
+            id,
+            name,
+            input,
+        } => {
+            open(out, event, "tool_started");
+            field(out, "step", step);
+            field(out, "turn", turn);
+            field(out, "id", id);
+            field(out, "name", name);
+            field(out, "input", input);
+        }
+        EventKind::ToolFinished {
+            step,
+            turn,
+            id,
+            name,
+            is_error,
+            duration_ms,
+            output,
+        } => {
+            open(out, event, "tool_finished");
+            field(out, "step", step);
+            field(out, "turn", turn);
+            field(out, "id", id);
+            field(out, "name", name);
+            field(out, "is_error", is_error);
+            field(out, "duration_ms", duration_ms);
+            field(out, "output", output);
+        }
+        _ => {
+            put(out, event);
+            return;
+        }
+    }
+    out.push(b'}');
+}
+
+/// Writes a plain value: the types here are data that cannot fail to encode.
+fn put(out: &mut Vec<u8>, value: &(impl Serialize + ?Sized)) {
+    let _ = serde_json::to_writer(&mut *out, value);
+}
+
+/// `{"at":…,"agent":…,"event":"…"`, in the order the derived serializer writes them.
+fn open(out: &mut Vec<u8>, event: &Event, kind: &str) {
+    out.extend_from_slice(b"{\"at\":");
+    put(out, &event.at);
+    if let Some(agent) = &event.agent {
+        out.extend_from_slice(b",\"agent\":");
+        put(out, agent);
+    }
+    out.extend_from_slice(b",\"event\":");
+    put(out, kind);
+}
+
+fn field(out: &mut Vec<u8>, name: &str, value: &impl Serialize) {
+    out.push(b',');
+    put(out, name);
+    out.push(b':');
+    put(out, value);
+}
+
+/// A request's new messages, tool results already written pointed at instead of repeated.
+struct Messages<'a> {
+    messages: &'a [Message],
+    written: &'a dyn Fn(&str, &str) -> bool,
+}
+
+impl Serialize for Messages<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut seq = serializer.serialize_seq(Some(self.messages.len()))?;
+        for message in self.messages {
+            seq.serialize_element(&MessageOut {
+                message,
+                written: self.written,
+            })?;
+        }
+        seq.end()
+    }
+}
+
+struct MessageOut<'a> {
+    message: &'a Message,
+    written: &'a dyn Fn(&str, &str) -> bool,
+}
+
+impl Serialize for MessageOut<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(2))?;
+        map.serialize_entry("role", &self.message.role)?;
+        map.serialize_entry(
+            "content",
+            &Blocks {
+                blocks: &self.message.content,
+                written: self.written,
+            },
+        )?;
+        map.end()
+    }
+}
+
+struct Blocks<'a> {
+    blocks: &'a [Block],
+    written: &'a dyn Fn(&str, &str) -> bool,
+}
+
+impl Serialize for Blocks<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut seq = serializer.serialize_seq(Some(self.blocks.len()))?;
+        for block in self.blocks {
+            match block {
+                Block::ToolResult {
+                    tool_use_id,
+                    content,
+                    is_error,
+                } if (self.written)(tool_use_id, content) => {
+                    seq.serialize_element(&WrittenResult {
+                        tool_use_id,
+                        is_error: *is_error,
+                    })?;
+                }
+                block => seq.serialize_element(block)?,
+            }
+        }
+        seq.end()
+    }
+}
+
+/// A tool result whose text is in the `tool_finished` event of its call.
+struct WrittenResult<'a> {
+    tool_use_id: &'a str,
+    is_error: bool,
+}
+
+impl Serialize for WrittenResult<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(4))?;
+        map.serialize_entry("type", "tool_result")?;
+        map.serialize_entry("tool_use_id", self.tool_use_id)?;
+        map.serialize_entry("content_in", "tool_finished")?;
+        map.serialize_entry("is_error", &self.is_error)?;
+        map.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::message::{Role, Usage};
+    use serde_json::json;
+
+    fn events() -> Vec<Event> {
+        let kinds = vec![
+            EventKind::TurnStarted {
+                step: "s".into(),
+                turn: 2,
+                messages: vec![
+                    Message {
+                        role: Role::Assistant,
+                        content: vec![
+                            Block::Text {
+                                text: "a \"quoted\"\nline".into(),
+                            },
+                            Block::ToolUse {
+                                id: "t1".into(),
+                                name: "read_file".into(),
+                                input: json!({"path": "a.txt", "limit": 3}),
+                            },
+                        ],
+                    },
+                    Message {
+                        role: Role::User,
+                        content: vec![Block::ToolResult {
+                            tool_use_id: "t1".into(),
+                            content: "1\tx\u{1}é\n".into(),
+                            is_error: true,
+                        }],
+                    },
+                ],
+                digest: "ab12".into(),
+            },
+            EventKind::TurnFinished {
+                step: "s".into(),
+                turn: 2,
+                duration_ms: 15,
+                usage: Usage {
+                    input_tokens: 1,
+                    output_tokens: 2,
+                    cache_creation_input_tokens: 3,
+                    cache_read_input_tokens: 4,
+                },
+                cost_usd: Some(0.25),
+                body: json!({"content": [], "stop_reason": "end_turn"}),
+            },
+            EventKind::TurnFinished {
+                step: "s".into(),
+                turn: 3,
+                duration_ms: 1,
+                usage: Usage::default(),
+                cost_usd: None,
+                body: json!(null),
+            },
+            EventKind::ToolStarted {
+                step: "s".into(),
+                turn: 2,
+                id: "t1".into(),
+                name: "grep".into(),
+                input: json!({"pattern": "a\\b"}),
+            },
+            EventKind::ToolFinished {
+                step: "s".into(),
+                turn: 2,
+                id: "t1".into(),
+                name: "grep".into(),
+                is_error: false,
+                duration_ms: 7,
+                output: "x\ty\r\n\u{7f}".into(),
+            },
+            EventKind::StepError {
+                step: "s".into(),
+                error: "e".into(),
+            },
+        ];
+        let mut all = Vec::new();
+        for kind in kinds {
+            let mut event = Event::from(kind);
+            all.push(event.clone());
+            event.agent = Some("explore#2".into());
+            all.push(event);
+        }
+        all
+    }
+
+    #[test]
+    fn lines_are_what_the_derived_serializer_writes() {
+        for event in events() {
+            let mut out = Vec::new();
+            write(&mut out, &event, &|_, _| false);
+            assert_eq!(
+                String::from_utf8(out).unwrap(),
+                serde_json::to_string(&event).unwrap()
+            );
+        }
+    }
+
+    #[test]
+    fn written_results_point_at_their_call() {
+        let event = &events()[0];
+        let mut out = Vec::new();
+        write(&mut out, event, &|id, text| {
+            id == "t1" && text == "1\tx\u{1}é\n"
+        });
+        let line: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let result = &line["messages"][1]["content"][0];
+        assert_eq!(
+            *result,
+            json!({"type": "tool_result", "tool_use_id": "t1", "content_in": "tool_finished", "is_error": true})
+        );
+        // Everything else as it was.
+        let mut whole = serde_json::to_value(event).unwrap();
+        whole["messages"][1]["content"][0] = result.clone();
+        assert_eq!(line, whole);
+    }
+}
