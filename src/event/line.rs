@@ -75,7 +75,9 @@ pub fn write(out: &mut Vec<u8>, event: &Event, written: &dyn Fn(&str, &str) -> b
             field(out, "name", name);
             field(out, "is_error", is_error);
             field(out, "duration_ms", duration_ms);
-            field(out, "output", output);
+            // The turn's largest text, escaped by the quick writer.
+            out.extend_from_slice(b",\"output\":");
+            crate::provider::format::json::write_str(out, output);
         }
         _ => {
             put(out, event);

@@ -8,7 +8,8 @@ use crate::provider::message::{
     Block, ChatRequest, ChatResponse, Message, Role, StopReason, Usage,
 };
 
-/// A block as the wire has it, borrowed from the conversation.
+/// A block as the wire has it, borrowed from the conversation: what [`message`] writes by hand.
+#[cfg(test)]
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum WireBlock<'a> {
@@ -42,6 +43,7 @@ struct Ephemeral {
 
 const EPHEMERAL: Ephemeral = Ephemeral { kind: "ephemeral" };
 
+#[cfg(test)]
 impl<'a> WireBlock<'a> {
     fn of(block: &'a Block, cache_control: Option<Ephemeral>) -> Self {
         match block {
@@ -124,8 +126,63 @@ pub(super) fn head(req: &ChatRequest) -> Vec<u8> {
     out
 }
 
-/// One message; the newest carries the cache breakpoint on its last block.
+/// One message; the newest carries the cache breakpoint on its last block. Written by hand, as
+/// [`WireBlock`]'s derived serializer would write it (a test holds it to that), so that a long
+/// text is escaped by [`super::json::write_str`].
 pub(super) fn message(out: &mut Vec<u8>, message: &Message, first: bool, newest: bool) {
+    use super::json::write_str;
+    if !first {
+        out.push(b',');
+    }
+    out.extend_from_slice(match message.role {
+        Role::User => b"{\"role\":\"user\",\"content\":[",
+        Role::Assistant => b"{\"role\":\"assistant\",\"content\":[",
+    });
+    let last = message.content.len().saturating_sub(1);
+    for (i, block) in message.content.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        match block {
+            Block::Text { text } => {
+                out.extend_from_slice(b"{\"type\":\"text\",\"text\":");
+                write_str(out, text);
+            }
+            Block::ToolUse { id, name, input } => {
+                out.extend_from_slice(b"{\"type\":\"tool_use\",\"id\":");
+                write_str(out, id);
+                out.extend_from_slice(b",\"name\":");
+                write_str(out, name);
+                out.extend_from_slice(b",\"input\":");
+                put(out, input);
+            }
+            Block::ToolResult {
+                tool_use_id,
+                content,
+                is_error,
+            } => {
+                out.extend_from_slice(b"{\"type\":\"tool_result\",\"tool_use_id\":");
+                write_str(out, tool_use_id);
+                out.extend_from_slice(b",\"content\":");
+                write_str(out, content);
+                out.extend_from_slice(if *is_error {
+                    b",\"is_error\":true"
+                } else {
+                    b",\"is_error\":false"
+                });
+            }
+        }
+        if newest && i == last {
+            out.extend_from_slice(br#","cache_control":{"type":"ephemeral"}"#);
+        }
+        out.push(b'}');
+    }
+    out.extend_from_slice(b"]}");
+}
+
+/// [`message`] through the derived serializer: what it must write.
+#[cfg(test)]
+fn message_by_serde(out: &mut Vec<u8>, message: &Message, first: bool, newest: bool) {
     if !first {
         out.push(b',');
     }
@@ -257,6 +314,57 @@ pub fn context_too_long(body: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn messages_are_written_as_the_derived_serializer_writes_them() {
+        let odd = "a \"quoted\"\tline\\ with é, \u{1} and \u{7f}\r\n".repeat(3);
+        let messages = [
+            Message {
+                role: Role::Assistant,
+                content: vec![
+                    Block::Text { text: odd.clone() },
+                    Block::ToolUse {
+                        id: "t\"1".into(),
+                        name: "read_file".into(),
+                        input: json!({"path": odd, "n": [1, 2.5, null, true]}),
+                    },
+                ],
+            },
+            Message {
+                role: Role::User,
+                content: vec![
+                    Block::ToolResult {
+                        tool_use_id: "t1".into(),
+                        content: odd.clone(),
+                        is_error: true,
+                    },
+                    Block::ToolResult {
+                        tool_use_id: "t2".into(),
+                        content: String::new(),
+                        is_error: false,
+                    },
+                    Block::Text {
+                        text: "more".into(),
+                    },
+                ],
+            },
+            Message {
+                role: Role::User,
+                content: Vec::new(),
+            },
+        ];
+        for message in &messages {
+            for (first, newest) in [(true, false), (false, true), (true, true), (false, false)] {
+                let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+                super::message(&mut ours, message, first, newest);
+                message_by_serde(&mut theirs, message, first, newest);
+                assert_eq!(
+                    String::from_utf8(ours).unwrap(),
+                    String::from_utf8(theirs).unwrap()
+                );
+            }
+        }
+    }
     use crate::provider::message::one_tool_round;
 
     fn request() -> ChatRequest {

@@ -2,6 +2,7 @@
 
 pub mod anthropic;
 pub mod body;
+pub mod json;
 pub mod openai;
 
 /// A response body that could not be understood.

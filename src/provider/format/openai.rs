@@ -52,6 +52,7 @@ struct Assistant<'a> {
     tool_calls: Vec<WireCall<'a>>,
 }
 
+#[cfg(test)]
 #[derive(Serialize)]
 struct ToolMessage<'a> {
     role: &'static str,
@@ -146,14 +147,15 @@ pub(super) fn message(out: &mut Vec<u8>, message: &Message, first: bool) {
             let mut text = Vec::new();
             for block in &message.content {
                 match block {
+                    // By hand, as [`ToolMessage`] would be written (a test holds it to that),
+                    // so that the result's text is escaped by the quick writer.
                     Block::ToolResult {
                         tool_use_id,
                         content,
                         is_error,
                     } => element(
                         out,
-                        &ToolMessage {
-                            role: "tool",
+                        &ToolResultOut {
                             tool_call_id: tool_use_id,
                             content: if *is_error {
                                 format!("Error: {content}").into()
@@ -169,8 +171,7 @@ pub(super) fn message(out: &mut Vec<u8>, message: &Message, first: bool) {
             if !text.is_empty() {
                 element(
                     out,
-                    &Plain {
-                        role: "user",
+                    &UserOut {
                         content: &text.join("\n"),
                     },
                 );
@@ -181,15 +182,46 @@ pub(super) fn message(out: &mut Vec<u8>, message: &Message, first: bool) {
 
 /// Writing any of the message shapes through one closure.
 mod erased {
+    use crate::provider::format::json::write_str;
+
     pub trait Put {
         fn put(&self, out: &mut Vec<u8>);
     }
 
-    impl<T: serde::Serialize> Put for T {
+    impl Put for super::Assistant<'_> {
         fn put(&self, out: &mut Vec<u8>) {
             super::put(out, self);
         }
     }
+
+    impl Put for super::ToolResultOut<'_> {
+        fn put(&self, out: &mut Vec<u8>) {
+            out.extend_from_slice(b"{\"role\":\"tool\",\"tool_call_id\":");
+            write_str(out, self.tool_call_id);
+            out.extend_from_slice(b",\"content\":");
+            write_str(out, &self.content);
+            out.push(b'}');
+        }
+    }
+
+    impl Put for super::UserOut<'_> {
+        fn put(&self, out: &mut Vec<u8>) {
+            out.extend_from_slice(b"{\"role\":\"user\",\"content\":");
+            write_str(out, self.content);
+            out.push(b'}');
+        }
+    }
+}
+
+/// A tool result as a `tool` message ([`ToolMessage`]'s fields, written by hand).
+struct ToolResultOut<'a> {
+    tool_call_id: &'a str,
+    content: std::borrow::Cow<'a, str>,
+}
+
+/// A user message's text ([`Plain`]'s fields with the `user` role, written by hand).
+struct UserOut<'a> {
+    content: &'a str,
 }
 
 /// Tool-call arguments: a JSON string as the API says, or an object as some servers send.
@@ -308,6 +340,46 @@ pub fn context_too_long(body: &Value) -> bool {
 mod tests {
     use super::*;
     use crate::provider::message::one_tool_round;
+
+    #[test]
+    fn tool_results_and_user_text_are_written_as_the_derived_serializer_writes_them() {
+        use erased::Put;
+        let odd = "a \"quoted\"\tline\\ with é, \u{1} and \u{7f}\r\n".repeat(3);
+        for (content, error) in [(odd.as_str(), false), (odd.as_str(), true), ("", false)] {
+            let text: std::borrow::Cow<str> = if error {
+                format!("Error: {content}").into()
+            } else {
+                content.into()
+            };
+            let mut ours = Vec::new();
+            ToolResultOut {
+                tool_call_id: "call\"1",
+                content: text.clone(),
+            }
+            .put(&mut ours);
+            let theirs = serde_json::to_vec(&ToolMessage {
+                role: "tool",
+                tool_call_id: "call\"1",
+                content: text,
+            })
+            .unwrap();
+            assert_eq!(
+                String::from_utf8(ours).unwrap(),
+                String::from_utf8(theirs).unwrap()
+            );
+            let mut ours = Vec::new();
+            UserOut { content }.put(&mut ours);
+            let theirs = serde_json::to_vec(&Plain {
+                role: "user",
+                content,
+            })
+            .unwrap();
+            assert_eq!(
+                String::from_utf8(ours).unwrap(),
+                String::from_utf8(theirs).unwrap()
+            );
+        }
+    }
 
     fn request_body(request: &ChatRequest) -> Value {
         let wire = super::super::body::Wire::OpenAi {

@@ -1,0 +1,123 @@
+//! JSON strings written quickly: the large texts of a turn (tool results, file contents) are
+//! escaped once into the request and once into the transcript, and serde_json's writer goes byte
+//! by byte. This one looks at eight bytes at a time for the few that need escaping and copies
+//! the runs between them, writing exactly what serde_json writes (a test holds it to that: the
+//! request's bytes are what its digest and the cassettes' keys are of).
+
+/// Appends `text` as a JSON string, quotes included.
+pub fn write_str(out: &mut Vec<u8>, text: &str) {
+    let bytes = text.as_bytes();
+    out.reserve(bytes.len() + 2);
+    out.push(b'"');
+    let mut run = 0;
+    let mut at = 0;
+    while at < bytes.len() {
+        if let Some(word) = bytes.get(at..at + 8) {
+            let mut eight = [0u8; 8];
+            eight.copy_from_slice(word);
+            if !needs_escape(u64::from_le_bytes(eight)) {
+                at += 8;
+                continue;
+            }
+        }
+        let end = (at + 8).min(bytes.len());
+        while at < end {
+            let byte = bytes[at];
+            if let Some(escape) = escape(byte) {
+                out.extend_from_slice(&bytes[run..at]);
+                match escape {
+                    Escape::Short(c) => out.extend_from_slice(&[b'\\', c]),
+                    Escape::Unicode => {
+                        const HEX: &[u8; 16] = b"0123456789abcdef";
+                        out.extend_from_slice(b"\\u00");
+                        out.push(HEX[usize::from(byte >> 4)]);
+                        out.push(HEX[usize::from(byte & 0xf)]);
+                    }
+                }
+                run = at + 1;
+            }
+            at += 1;
+        }
+    }
+    out.extend_from_slice(&bytes[run..]);
+    out.push(b'"');
+}
+
+/// Whether any of the eight bytes is a control character, `"` or `\`. Each test is exact for a
+/// word without such a byte (a borrow only starts at a byte that matches), which is all that is
+/// asked: a word that may hold one is looked at byte by byte.
+fn needs_escape(word: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let has_zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGHS != 0;
+    let control = word.wrapping_sub(ONES * 0x20) & !word & HIGHS != 0;
+    control
+        || has_zero(word ^ (ONES * u64::from(b'"')))
+        || has_zero(word ^ (ONES * u64::from(b'\\')))
+}
+
+enum Escape {
+    /// `\n`, `\"` and the like.
+    Short(u8),
+    /// `\u00XX`, for the other control characters.
+    Unicode,
+}
+
+fn escape(byte: u8) -> Option<Escape> {
+    Some(match byte {
+        b'"' => Escape::Short(b'"'),
+        b'\\' => Escape::Short(b'\\'),
+        b'\n' => Escape::Short(b'n'),
+        b'\r' => Escape::Short(b'r'),
+        b'\t' => Escape::Short(b't'),
+        0x08 => Escape::Short(b'b'),
+        0x0c => Escape::Short(b'f'),
+        0..0x20 => Escape::Unicode,
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn ours(text: &str) -> String {
+        let mut out = Vec::new();
+        write_str(&mut out, text);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn every_byte_that_needs_it_is_escaped_as_serde_json_does() {
+        for byte in 0u8..0x80 {
+            let c = char::from(byte);
+            for text in [
+                c.to_string(),
+                format!("abcdefg{c}"),
+                format!("{c}abcdefgh"),
+                format!("abcdefghijkl{c}mnopqrstuvwx{c}{c}"),
+            ] {
+                assert_eq!(
+                    ours(&text),
+                    serde_json::to_string(&text).unwrap(),
+                    "{byte:#x}"
+                );
+            }
+        }
+        let text = "é\u{7f}\u{2028}😀 \"quoted\"\tand\\back\r\n".repeat(9);
+        assert_eq!(ours(&text), serde_json::to_string(&text).unwrap());
+    }
+
+    proptest! {
+        #[test]
+        fn any_text_is_written_as_serde_json_writes_it(text in "(?s).{0,300}") {
+            prop_assert_eq!(ours(&text), serde_json::to_string(&text).unwrap());
+        }
+
+        #[test]
+        fn any_mostly_plain_text_too(text in "[ -~\t\n\"\\\\\u{0}-\u{1f}é]{0,300}") {
+            prop_assert_eq!(ours(&text), serde_json::to_string(&text).unwrap());
+        }
+    }
+}
