@@ -63,7 +63,7 @@ impl Events {
                 rest = tail;
             }
         }
-        while let Some(end) = rest.iter().position(|&b| b == b'\n' || b == b'\r') {
+        while let Some(end) = memchr::memchr2(b'\n', b'\r', rest) {
             let ending = rest[end];
             if self.line.is_empty() {
                 self.line_done(&rest[..end], on_event)?;
@@ -111,7 +111,11 @@ impl Events {
             self.has_data = false;
             return Ok(());
         }
-        let text = String::from_utf8_lossy(line);
+        // Valid UTF-8 (every line of a sound stream) is checked by the fast path and borrowed.
+        let text = match std::str::from_utf8(line) {
+            Ok(text) => std::borrow::Cow::Borrowed(text),
+            Err(_) => String::from_utf8_lossy(line),
+        };
         let (field, value) = match text.split_once(':') {
             Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
             None => (&*text, ""),

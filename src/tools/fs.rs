@@ -111,7 +111,7 @@ fn next_line(
             return Ok(any.then_some(()));
         }
         any = true;
-        let (part, used, done) = match buf.iter().position(|&b| b == b'\n') {
+        let (part, used, done) = match memchr::memchr(b'\n', buf) {
             Some(i) => (&buf[..i], i + 1, true),
             None => (buf, buf.len(), false),
         };

@@ -9,51 +9,62 @@ pub fn write_str(out: &mut Vec<u8>, text: &str) {
     let bytes = text.as_bytes();
     out.reserve(bytes.len() + 2);
     out.push(b'"');
+    // `run` is where the bytes not yet copied start; `at` where to look next.
     let mut run = 0;
     let mut at = 0;
-    while at < bytes.len() {
-        if let Some(word) = bytes.get(at..at + 8) {
-            let mut eight = [0u8; 8];
-            eight.copy_from_slice(word);
-            if !needs_escape(u64::from_le_bytes(eight)) {
-                at += 8;
-                continue;
-            }
+    while let Some(word) = bytes.get(at..at + 8) {
+        let mut eight = [0u8; 8];
+        eight.copy_from_slice(word);
+        let mask = escape_mask(u64::from_le_bytes(eight));
+        if mask == 0 {
+            at += 8;
+            continue;
         }
-        let end = (at + 8).min(bytes.len());
-        while at < end {
-            let byte = bytes[at];
-            if let Some(escape) = escape(byte) {
-                out.extend_from_slice(&bytes[run..at]);
-                match escape {
-                    Escape::Short(c) => out.extend_from_slice(&[b'\\', c]),
-                    Escape::Unicode => {
-                        const HEX: &[u8; 16] = b"0123456789abcdef";
-                        out.extend_from_slice(b"\\u00");
-                        out.push(HEX[usize::from(byte >> 4)]);
-                        out.push(HEX[usize::from(byte & 0xf)]);
-                    }
-                }
-                run = at + 1;
-            }
-            at += 1;
+        // The lowest byte flagged is one that needs escaping (see `escape_mask`).
+        let found = at + (mask.trailing_zeros() / 8) as usize;
+        out.extend_from_slice(&bytes[run..found]);
+        put_escape(out, bytes[found]);
+        run = found + 1;
+        at = found + 1;
+    }
+    for (offset, &byte) in bytes[at..].iter().enumerate() {
+        if needs_escape(byte) {
+            let found = at + offset;
+            out.extend_from_slice(&bytes[run..found]);
+            put_escape(out, byte);
+            run = found + 1;
         }
     }
     out.extend_from_slice(&bytes[run..]);
     out.push(b'"');
 }
 
-/// Whether any of the eight bytes is a control character, `"` or `\`. Each test is exact for a
-/// word without such a byte (a borrow only starts at a byte that matches), which is all that is
-/// asked: a word that may hold one is looked at byte by byte.
-fn needs_escape(word: u64) -> bool {
+/// The high bit of each of the eight bytes (little-endian) that is a control character, `"` or
+/// `\`; past the first such byte, later ones may be flagged wrongly (a borrow carries upward),
+/// so only the lowest flag is to be trusted, and no flag means none.
+fn escape_mask(word: u64) -> u64 {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
-    let has_zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGHS != 0;
-    let control = word.wrapping_sub(ONES * 0x20) & !word & HIGHS != 0;
-    control
-        || has_zero(word ^ (ONES * u64::from(b'"')))
-        || has_zero(word ^ (ONES * u64::from(b'\\')))
+    let zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGHS;
+    let control = word.wrapping_sub(ONES * 0x20) & !word & HIGHS;
+    control | zero(word ^ (ONES * u64::from(b'"'))) | zero(word ^ (ONES * u64::from(b'\\')))
+}
+
+fn needs_escape(byte: u8) -> bool {
+    byte < 0x20 || byte == b'"' || byte == b'\\'
+}
+
+fn put_escape(out: &mut Vec<u8>, byte: u8) {
+    match escape(byte) {
+        Some(Escape::Short(c)) => out.extend_from_slice(&[b'\\', c]),
+        Some(Escape::Unicode) => {
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            out.extend_from_slice(b"\\u00");
+            out.push(HEX[usize::from(byte >> 4)]);
+            out.push(HEX[usize::from(byte & 0xf)]);
+        }
+        None => out.push(byte),
+    }
 }
 
 enum Escape {
