@@ -82,6 +82,14 @@ impl Transport {
     /// used gives a transport whose every request fails saying why (the endpoint is named in
     /// that error by the caller).
     pub fn new(url: &str) -> Transport {
+        // A proxy's credentials are hidden in every output, as an endpoint's are.
+        for name in ["HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY"] {
+            for name in [name.to_owned(), name.to_ascii_lowercase()] {
+                if let Ok(proxy) = std::env::var(name) {
+                    super::hide_url_credentials(&proxy);
+                }
+            }
+        }
         match Self::build(url, &Matcher::from_env()) {
             Ok(transport) => transport,
             Err(why) => Transport {

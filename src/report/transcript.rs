@@ -98,11 +98,11 @@ impl Sink for TranscriptSink {
         if matches!(event.kind, EventKind::StepFinished { .. }) && !self.files.contains_key(&key) {
             return Ok(());
         }
-        let path = match &event.agent {
-            Some(agent) => Self::subagent_path(&self.run_dir, step, agent),
-            None => Self::path(&self.run_dir, step),
-        };
         if !self.files.contains_key(&key) {
+            let path = match &event.agent {
+                Some(agent) => Self::subagent_path(&self.run_dir, step, agent),
+                None => Self::path(&self.run_dir, step),
+            };
             let file = path
                 .parent()
                 .map_or(Ok(()), std::fs::create_dir_all)
