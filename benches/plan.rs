@@ -9,7 +9,57 @@ use runner::tools::Registry;
 use runner::workflow::load_workflow;
 
 fn main() {
+    // `cargo bench --bench plan -- validate-ratio`: `runner validate` of 10,000 and 50,000
+    // steps, whole processes, run in turn so that both see the machine in the same state.
+    if std::env::args().any(|a| a == "validate-ratio") {
+        validate_ratio();
+        return;
+    }
     divan::main();
+}
+
+fn validate_ratio() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let write = |steps: usize| {
+        let path = dir.path().join(format!("w{steps}.toml"));
+        std::fs::write(&path, workflow(steps)).expect("write workflow");
+        path
+    };
+    let (small, large) = (write(10_000), write(50_000));
+    let time = |path: &std::path::Path| {
+        let started = std::time::Instant::now();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_runner"))
+            .arg("validate")
+            .arg(path)
+            .output()
+            .expect("run runner");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        started.elapsed().as_secs_f64()
+    };
+    let median = |mut values: Vec<f64>| {
+        values.sort_by(f64::total_cmp);
+        values[values.len() / 2]
+    };
+    let (mut smalls, mut larges, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..9 {
+        let a = time(&small);
+        let b = time(&large);
+        ratios.push(b / a);
+        smalls.push(a);
+        larges.push(b);
+    }
+    println!(
+        "runner validate, 9 pairs run in turn: 10,000 steps {:.0} ms, 50,000 steps {:.0} ms (medians); ratio {:.2} (median of the pairs' ratios, {:.2}-{:.2}; budget 5.5)",
+        median(smalls) * 1e3,
+        median(larges) * 1e3,
+        median(ratios.clone()),
+        ratios.iter().copied().fold(f64::INFINITY, f64::min),
+        ratios.iter().copied().fold(0.0, f64::max),
+    );
 }
 
 /// A layered DAG: each step needs up to two steps of the layer before it and reads their
