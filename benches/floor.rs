@@ -487,59 +487,71 @@ fn turns(server: &Arc<Server>, addr: SocketAddr) {
         "per turn: one step, a read_file of a 2 kB file each turn; runner against the floor client, and against the floor client that also reads the file each turn"
     );
     println!(
-        "  turns | runner (median) | floor (median) | +read (median) | per turn runner / floor / +read | ratio | to +read | us per kB sent runner / floor"
+        "  turns | runner (1 turn) | floor (1 turn) | +read (1 turn) | per turn runner / floor / +read | ratio | to +read | us per kB sent runner / floor"
+    );
+    println!(
+        "  (medians over rounds; a round runs each client for one turn and for all, back to back, and takes the slope between them)"
     );
     let notes = dir.path().join("notes.txt");
-    let mut base: Option<([Duration; 3], usize)> = None;
-    for n in [1usize, 30, 100, 300] {
+    // Each client's requests, kept from a runner run, and the bytes sent.
+    let capture = |n: usize| {
         let bodies = dir.path().join(format!("bodies-{n}"));
         server.set(n, &["notes.txt"], Duration::ZERO, true);
         measure(&mut runner(dir.path(), addr));
         assert_eq!(keep_bodies(server, &bodies), n, "one request a turn");
-        let sent = server.bytes.load(Ordering::SeqCst);
-        let runs = if n >= 300 { 5 } else { 7 };
-        let mut times: [Vec<Duration>; 3] = Default::default();
-        for _ in 0..runs {
+        (bodies, server.bytes.load(Ordering::SeqCst))
+    };
+    let (base_bodies, base_sent) = capture(1);
+    // One round: each client run for one turn and for `n`, back to back (so that both see the
+    // machine in the same state), the slope taken within the round.
+    let round = |n: usize, bodies: &Path| -> [(Duration, Duration); 3] {
+        let pair = |client: &dyn Fn(&Path, usize) -> Duration| {
+            server.set(1, &["notes.txt"], Duration::ZERO, false);
+            let one = client(&base_bodies, 1);
             server.set(n, &["notes.txt"], Duration::ZERO, false);
-            times[0].push(measure(&mut runner(dir.path(), addr)).wall);
-            server.set(n, &["notes.txt"], Duration::ZERO, false);
-            times[1].push(floor(&bodies, addr, 1).wall);
-            server.set(n, &["notes.txt"], Duration::ZERO, false);
-            times[2].push(floor_reading(&bodies, addr, 1, Some(&notes)).wall);
-        }
-        let [ours, theirs, reading] = times.map(median);
-        match base {
-            None => {
-                println!(
-                    "  {n:>5} | {:>9.2} ms    | {:>8.2} ms    | {:>8.2} ms    | (process start, planning: the base)",
-                    ms(ours),
-                    ms(theirs),
-                    ms(reading)
-                );
-                base = Some(([ours, theirs, reading], sent));
-            }
-            Some(([ours1, theirs1, reading1], sent1)) => {
-                let per = |t: Duration, t1: Duration| ms(t.saturating_sub(t1)) / (n - 1) as f64;
-                let kb = (sent - sent1) as f64 / 1024.0;
-                let per_kb = |t: Duration, t1: Duration| ms(t.saturating_sub(t1)) * 1e3 / kb;
-                let (a, b, c) = (
-                    per(ours, ours1),
-                    per(theirs, theirs1),
-                    per(reading, reading1),
-                );
-                println!(
-                    "  {n:>5} | {:>9.2} ms    | {:>8.2} ms    | {:>8.2} ms    | {a:>7.3} / {b:>7.3} / {c:>7.3} ms   | {:>5.2} | {:>8.2} | {:>6.2} / {:>6.2} ({:.1} MB sent)",
-                    ms(ours),
-                    ms(theirs),
-                    ms(reading),
-                    a / b,
-                    a / c,
-                    per_kb(ours, ours1),
-                    per_kb(theirs, theirs1),
-                    sent as f64 / 1e6
-                );
+            (one, client(bodies, n))
+        };
+        [
+            pair(&|_, _| measure(&mut runner(dir.path(), addr)).wall),
+            pair(&|bodies, _| floor(bodies, addr, 1).wall),
+            pair(&|bodies, _| floor_reading(bodies, addr, 1, Some(&notes)).wall),
+        ]
+    };
+    for n in [30usize, 100, 300] {
+        let (bodies, sent) = capture(n);
+        let rounds = if n >= 300 { 9 } else { 15 };
+        let mut slopes: [Vec<Duration>; 3] = Default::default();
+        let mut wholes: [Vec<Duration>; 3] = Default::default();
+        let mut ones: [Vec<Duration>; 3] = Default::default();
+        for _ in 0..rounds {
+            for (i, (one, whole)) in round(n, &bodies).into_iter().enumerate() {
+                slopes[i].push(whole.saturating_sub(one) / (n - 1) as u32);
+                wholes[i].push(whole);
+                ones[i].push(one);
             }
         }
+        let [a, b, c] = slopes.map(median);
+        let [ours, theirs, reading] = wholes.map(median);
+        let [ours1, theirs1, reading1] = ones.map(median);
+        let kb = (sent - base_sent) as f64 / 1024.0;
+        let per_kb = |per_turn: Duration| ms(per_turn) * 1e3 * (n - 1) as f64 / kb;
+        println!(
+            "  {n:>5} | {:>6.2} ({:.2}) ms | {:>5.2} ({:.2}) ms | {:>5.2} ({:.2}) ms | {:>7.3} / {:>7.3} / {:>7.3} ms   | {:>5.2} | {:>8.2} | {:>6.2} / {:>6.2} ({:.1} MB sent)",
+            ms(ours),
+            ms(ours1),
+            ms(theirs),
+            ms(theirs1),
+            ms(reading),
+            ms(reading1),
+            ms(a),
+            ms(b),
+            ms(c),
+            ms(a) / ms(b),
+            ms(a) / ms(c),
+            per_kb(a),
+            per_kb(b),
+            sent as f64 / 1e6
+        );
     }
 }
 
