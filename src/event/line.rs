@@ -21,9 +21,7 @@ pub fn write(out: &mut Vec<u8>, event: &Event, written: &dyn Fn(&str, &str) -> b
             messages,
             digest,
         } => {
-            open(out, event, "turn_started");
-            field(out, "step", step);
-            field(out, "turn", turn);
+            open(out, event, "turn_started", step, *turn);
             field(out, "messages", &Messages { messages, written });
             field(out, "digest", digest);
         }
@@ -35,9 +33,7 @@ pub fn write(out: &mut Vec<u8>, event: &Event, written: &dyn Fn(&str, &str) -> b
             cost_usd,
             body,
         } => {
-            open(out, event, "turn_finished");
-            field(out, "step", step);
-            field(out, "turn", turn);
+            open(out, event, "turn_finished", step, *turn);
             field(out, "duration_ms", duration_ms);
             field(out, "usage", usage);
             if let Some(cost) = cost_usd {
@@ -52,9 +48,7 @@ pub fn write(out: &mut Vec<u8>, event: &Event, written: &dyn Fn(&str, &str) -> b
             name,
             input,
         } => {
-            open(out, event, "tool_started");
-            field(out, "step", step);
-            field(out, "turn", turn);
+            open(out, event, "tool_started", step, *turn);
             field(out, "id", id);
             field(out, "name", name);
             field(out, "input", input);
@@ -68,9 +62,7 @@ pub fn write(out: &mut Vec<u8>, event: &Event, written: &dyn Fn(&str, &str) -> b
             duration_ms,
             output,
         } => {
-            open(out, event, "tool_finished");
-            field(out, "step", step);
-            field(out, "turn", turn);
+            open(out, event, "tool_finished", step, *turn);
             field(out, "id", id);
             field(out, "name", name);
             field(out, "is_error", is_error);
@@ -92,8 +84,9 @@ fn put(out: &mut Vec<u8>, value: &(impl Serialize + ?Sized)) {
     let _ = serde_json::to_writer(&mut *out, value);
 }
 
-/// `{"at":…,"agent":…,"event":"…"`, in the order the derived serializer writes them.
-fn open(out: &mut Vec<u8>, event: &Event, kind: &str) {
+/// `{"at":…,"agent":…,"event":"…","step":…,"turn":…`, in the order the derived serializer
+/// writes them (every event written here has a step and a turn, in that order).
+fn open(out: &mut Vec<u8>, event: &Event, kind: &str, step: &str, turn: u32) {
     out.extend_from_slice(b"{\"at\":");
     put(out, &event.at);
     if let Some(agent) = &event.agent {
@@ -102,9 +95,11 @@ fn open(out: &mut Vec<u8>, event: &Event, kind: &str) {
     }
     out.extend_from_slice(b",\"event\":");
     put(out, kind);
+    field(out, "step", step);
+    field(out, "turn", &turn);
 }
 
-fn field(out: &mut Vec<u8>, name: &str, value: &impl Serialize) {
+fn field(out: &mut Vec<u8>, name: &str, value: &(impl Serialize + ?Sized)) {
     out.push(b',');
     put(out, name);
     out.push(b':');
