@@ -1,7 +1,7 @@
 //! How model requests travel (README "Models and providers"): proxies from the environment
 //! (plain HTTP forwarded to the proxy with its credentials, HTTPS through a `CONNECT` tunnel with
-//! the key inside it, `NO_PROXY` direct), kept connections reused, and a kept connection the
-//! server closed replaced without a retry.
+//! the key inside it, `NO_PROXY` direct), kept connections reused, a kept connection the server
+//! closed replaced, and HTTPS endpoints checked against the system's certificate authorities.
 
 use std::sync::{Arc, Mutex};
 
@@ -317,4 +317,116 @@ async fn a_kept_connection_the_server_dropped_is_replaced() {
         [1, 1, 1],
         "each request answered once, each on its own connection"
     );
+}
+
+/// A TLS model API on 127.0.0.1 answering one request. Its certificate (for `localhost` and
+/// 127.0.0.1, valid until 2126) is signed by `tests/fixtures/tls/ca.pem`, a test authority made
+/// with openssl for these tests only; `other-ca.pem` signed nothing here. What it received, and
+/// whether a TLS session was set up.
+async fn tls_server() -> (std::net::SocketAddr, Seen, Arc<Mutex<bool>>) {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tls");
+    let certs = CertificateDer::pem_file_iter(dir.join("server.pem"))
+        .unwrap()
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = PrivateKeyDer::from_pem_file(dir.join("server.key")).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen: Seen = Arc::default();
+    let shook = Arc::new(Mutex::new(false));
+    let (record, handshake) = (seen.clone(), shook.clone());
+    tokio::spawn(async move {
+        loop {
+            let Ok((socket, _)) = listener.accept().await else {
+                return;
+            };
+            let Ok(mut stream) = acceptor.accept(socket).await else {
+                continue;
+            };
+            *handshake.lock().unwrap() = true;
+            let mut got = Vec::new();
+            let mut buf = [0u8; 8192];
+            let head_end = loop {
+                if let Some(at) = find(&got, b"\r\n\r\n") {
+                    break at + 4;
+                }
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            };
+            let head = String::from_utf8_lossy(&got[..head_end]).to_lowercase();
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            while got.len() < head_end + length {
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+            record.lock().unwrap().push(vec![got]);
+            let _ = stream.write_all(&reply(&text("over TLS"), false)).await;
+            let _ = stream.shutdown().await;
+        }
+    });
+    (addr, seen, shook)
+}
+
+fn tls_run(addr: std::net::SocketAddr, authority: &str) -> Test {
+    let ca = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/tls")
+        .join(authority);
+    run_with(&[
+        (
+            "ANTHROPIC_BASE_URL",
+            &format!("https://localhost:{}", addr.port()),
+        ),
+        // The system's authorities, as rustls reads them: only the test's.
+        ("SSL_CERT_FILE", ca.to_str().unwrap()),
+        ("SSL_CERT_DIR", ""),
+    ])
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_https_endpoint_with_a_trusted_certificate_is_reached() {
+    let (addr, seen, _) = tls_server().await;
+    let (out, _test) = tls_run(addr, "ca.pem").run_async().await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let run: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(run["steps"]["s"]["summary"], "over TLS");
+    let seen = seen.lock().unwrap();
+    let request = String::from_utf8_lossy(&seen[0][0]).to_lowercase();
+    assert!(
+        request.starts_with("post /v1/messages http/1.1\r\n"),
+        "{request}"
+    );
+    assert!(request.contains(&format!("x-api-key: {}", KEY.to_lowercase())));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_https_endpoint_whose_certificate_is_not_trusted_gets_nothing() {
+    let (addr, seen, shook) = tls_server().await;
+    let (out, _test) = tls_run(addr, "other-ca.pem").run_async().await;
+    assert_eq!(out.status, 1, "{}", out.transcript());
+    let run: Value = serde_json::from_str(&out.stdout).unwrap();
+    let error = run["steps"]["s"]["error"].as_str().unwrap();
+    assert!(
+        error.contains("certificate") && error.contains("https://localhost:"),
+        "{error}"
+    );
+    assert!(!*shook.lock().unwrap(), "the handshake went through");
+    assert!(seen.lock().unwrap().is_empty(), "a request was sent");
 }
