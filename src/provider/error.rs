@@ -29,6 +29,10 @@ pub enum ProviderError {
     /// The API could not be reached, or the connection broke: retried.
     #[error("could not reach the API: {message}")]
     Transport { message: String },
+    /// The API cannot be reached as configured (its certificate is not trusted, TLS cannot be
+    /// agreed, the URL or proxy is one runner cannot use): not retried, it would fail again.
+    #[error("could not reach the API: {message}")]
+    Unreachable { message: String },
     /// The reply could not be understood (garbage, or too large): not retried.
     #[error("the reply could not be read: {message}")]
     InvalidResponse { message: String },

@@ -105,7 +105,7 @@ pub async fn post_events(
             .chunk()
             .await
             .map_err(|err| ProviderError::Transport {
-                message: format!("the stream broke: {}", err.0),
+                message: format!("the stream broke: {}", err.message),
             })?
         {
             match events.feed(&chunk, on_event) {
@@ -142,7 +142,14 @@ async fn post_checked<'a>(
         .transport
         .post(headers, body.http())
         .await
-        .map_err(|err| ProviderError::Transport { message: err.0 })?;
+        .map_err(|err| match err.lasting {
+            true => ProviderError::Unreachable {
+                message: err.message,
+            },
+            false => ProviderError::Transport {
+                message: err.message,
+            },
+        })?;
     let status = reply.status();
     if status.is_success() {
         return Ok(reply);
@@ -206,7 +213,9 @@ async fn read_body(mut reply: Reply<'_>) -> Result<String, ProviderError> {
     while let Some(chunk) = reply
         .chunk()
         .await
-        .map_err(|err| ProviderError::Transport { message: err.0 })?
+        .map_err(|err| ProviderError::Transport {
+            message: err.message,
+        })?
     {
         if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
             return Err(too_large());

@@ -41,7 +41,21 @@ const MAX_IDLE: usize = 256;
 
 /// Why a request could not be made, in words for an error message.
 #[derive(Debug)]
-pub struct TransportError(pub String);
+pub struct TransportError {
+    pub message: String,
+    /// Trying again cannot help: the certificate is not trusted, TLS cannot be agreed, the URL
+    /// or proxy cannot be used.
+    pub lasting: bool,
+}
+
+impl TransportError {
+    fn passing(message: String) -> Self {
+        TransportError {
+            message,
+            lasting: false,
+        }
+    }
+}
 
 /// Where connections go and how requests name the endpoint.
 enum Route {
@@ -191,7 +205,10 @@ impl Transport {
         }
         let mut request = Request::post(self.request_uri.clone())
             .body(body)
-            .map_err(|err| TransportError(format!("the request could not be made: {err}")))?;
+            .map_err(|err| TransportError {
+                message: format!("the request could not be made: {err}"),
+                lasting: true,
+            })?;
         *request.headers_mut() = headers_out;
         let mut fresh = false;
         loop {
@@ -213,7 +230,7 @@ impl Transport {
                         request = unsent;
                         fresh = true;
                     }
-                    _ => return Err(TransportError(describe(failed.error()))),
+                    _ => return Err(TransportError::passing(describe(failed.error()))),
                 },
             }
         }
@@ -257,7 +274,7 @@ impl Transport {
         tcp.set_connect_timeout(Some(CONNECT_TIMEOUT));
         let connecting = async {
             match &self.route {
-                Route::Unsupported(why) => Err(why.clone()),
+                Route::Unsupported(why) => Err((why.clone(), true)),
                 Route::Direct if self.target.scheme_str() == Some("https") => {
                     handshake(call(tls(tcp)?, self.target.clone()).await?).await
                 }
@@ -277,8 +294,11 @@ impl Transport {
             }
         };
         match tokio::time::timeout(CONNECT_TIMEOUT, connecting).await {
-            Ok(result) => result.map_err(|why| TransportError(format!("connection failed: {why}"))),
-            Err(_) => Err(TransportError(format!(
+            Ok(result) => result.map_err(|(why, lasting)| TransportError {
+                message: format!("connection failed: {why}"),
+                lasting,
+            }),
+            Err(_) => Err(TransportError::passing(format!(
                 "connection failed: no connection within {}s",
                 CONNECT_TIMEOUT.as_secs()
             ))),
@@ -293,27 +313,65 @@ fn with_auth<C>(tunnel: Tunnel<C>, auth: &Option<HeaderValue>) -> Tunnel<C> {
     }
 }
 
+/// Why a connection could not be made, and whether that lasts (see [`TransportError`]).
+type ConnectError = (String, bool);
+
+/// A connection error in words, lasting when TLS itself refused (an untrusted certificate, no
+/// protocol both sides speak), not when the network failed on the way.
+fn connect_error(err: &(dyn std::error::Error + 'static)) -> ConnectError {
+    (chain(err), from_tls(err))
+}
+
+/// Whether a rustls error is among `err`'s causes. An I/O error names its inner error's
+/// source, not the inner error itself (and hyper-rustls wraps tokio-rustls's I/O error in
+/// another): each inner error is looked into as well.
+fn from_tls(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut seen = 0;
+    let mut next = vec![err];
+    while let Some(cause) = next.pop() {
+        seen += 1;
+        if cause.downcast_ref::<rustls::Error>().is_some() {
+            return true;
+        }
+        // A chain this long is not one a connection error makes; stop rather than loop.
+        if seen > 64 {
+            return false;
+        }
+        if let Some(inner) = cause
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+        {
+            next.push(inner);
+        }
+        next.extend(cause.source());
+    }
+    false
+}
+
 /// One connection made by `connector`.
-async fn call<C>(mut connector: C, to: Uri) -> Result<C::Response, String>
+async fn call<C>(mut connector: C, to: Uri) -> Result<C::Response, ConnectError>
 where
     C: Service<Uri>,
     C::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     poll_fn(|cx| connector.poll_ready(cx))
         .await
-        .map_err(|err| chain(&*err.into()))?;
-    connector.call(to).await.map_err(|err| chain(&*err.into()))
+        .map_err(|err| connect_error(&*err.into()))?;
+    connector
+        .call(to)
+        .await
+        .map_err(|err| connect_error(&*err.into()))
 }
 
 /// HTTP/1.1 over `io`, the connection driven by a task of its own until it closes.
-async fn handshake<T>(io: T) -> Result<SendRequest<Pieces>, String>
+async fn handshake<T>(io: T) -> Result<SendRequest<Pieces>, ConnectError>
 where
     T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
     let (sender, connection) = hyper::client::conn::http1::Builder::new()
         .handshake(io)
         .await
-        .map_err(|err| chain(&err))?;
+        .map_err(|err| connect_error(&err))?;
     tokio::spawn(async move {
         // Its errors reach the request that was in flight; nothing else waits for it.
         let _ = connection.await;
@@ -322,8 +380,8 @@ where
 }
 
 /// `connector` with TLS for `https://` destinations (and plain for `http://`).
-fn tls<C>(connector: C) -> Result<hyper_rustls::HttpsConnector<C>, String> {
-    let config = tls_config()?;
+fn tls<C>(connector: C) -> Result<hyper_rustls::HttpsConnector<C>, ConnectError> {
+    let config = tls_config().map_err(|why| (why, true))?;
     Ok(hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config((*config).clone())
         .https_or_http()
@@ -429,7 +487,7 @@ impl Reply<'_> {
                 Some(Err(err)) => {
                     self.response = None;
                     self.lease = None;
-                    return Err(TransportError(describe(&err)));
+                    return Err(TransportError::passing(describe(&err)));
                 }
                 None => {
                     self.response = None;

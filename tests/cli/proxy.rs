@@ -419,12 +419,18 @@ async fn an_https_endpoint_with_a_trusted_certificate_is_reached() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_https_endpoint_whose_certificate_is_not_trusted_gets_nothing() {
     let (addr, seen, shook) = tls_server().await;
-    let (out, _test) = tls_run(addr, "other-ca.pem").run_async().await;
+    // The default retries: an untrusted certificate is not worth another attempt.
+    let (out, _test) = tls_run(addr, "other-ca.pem")
+        .file("w.toml", &WORKFLOW.replace("retries = 0\n", ""))
+        .run_async()
+        .await;
     assert_eq!(out.status, 1, "{}", out.transcript());
     let run: Value = serde_json::from_str(&out.stdout).unwrap();
     let error = run["steps"]["s"]["error"].as_str().unwrap();
     assert!(
-        error.contains("certificate") && error.contains("https://localhost:"),
+        error.contains("certificate")
+            && error.contains("https://localhost:")
+            && error.ends_with(", 1 attempt)"),
         "{error}"
     );
     assert!(!*shook.lock().unwrap(), "the handshake went through");
