@@ -18,8 +18,10 @@ use crate::record::{CheckRecord, RunRecord, StepRecord, SubagentRecord};
 /// An event and when it happened.
 #[derive(Debug, Clone, Serialize)]
 pub struct Event {
-    /// RFC 3339, UTC.
-    pub at: String,
+    /// When it happened; written as RFC 3339, UTC (formatted where it is written, on the sinks'
+    /// thread, not where it happened).
+    #[serde(serialize_with = "rfc3339")]
+    pub at: jiff::Timestamp,
     /// The subagent the event is about (`explore#2`), when it is not the step itself.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
@@ -182,10 +184,18 @@ impl EventKind {
     }
 }
 
+/// A time as RFC 3339 in UTC, written straight into the output.
+pub(crate) fn rfc3339<S: serde::Serializer>(
+    at: &jiff::Timestamp,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(at)
+}
+
 impl From<EventKind> for Event {
     fn from(kind: EventKind) -> Self {
         Event {
-            at: jiff::Timestamp::now().to_string(),
+            at: jiff::Timestamp::now(),
             agent: None,
             kind,
         }

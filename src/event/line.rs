@@ -87,8 +87,10 @@ fn put(out: &mut Vec<u8>, value: &(impl Serialize + ?Sized)) {
 /// `{"at":…,"agent":…,"event":"…","step":…,"turn":…`, in the order the derived serializer
 /// writes them (every event written here has a step and a turn, in that order).
 fn open(out: &mut Vec<u8>, event: &Event, kind: &str, step: &str, turn: u32) {
-    out.extend_from_slice(b"{\"at\":");
-    put(out, &event.at);
+    out.extend_from_slice(b"{\"at\":\"");
+    // A timestamp's text holds nothing JSON escapes.
+    let _ = std::io::Write::write_fmt(out, format_args!("{}", event.at));
+    out.push(b'"');
     if let Some(agent) = &event.agent {
         out.extend_from_slice(b",\"agent\":");
         put(out, agent);

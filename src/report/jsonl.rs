@@ -14,7 +14,8 @@ use crate::event::{Event, EventKind, Sink};
 #[derive(Serialize)]
 struct Line<'a> {
     event: &'static str,
-    at: &'a str,
+    #[serde(serialize_with = "crate::event::rfc3339")]
+    at: &'a jiff::Timestamp,
     #[serde(skip_serializing_if = "Option::is_none")]
     step: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
