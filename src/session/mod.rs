@@ -153,8 +153,8 @@ async fn call_tools(
         )
     };
     let is_task = |name: &str| {
-        session.tools.registry.entry(name)
-            == crate::tools::ToolEntry::Tool(crate::tools::TASK.to_owned())
+        matches!(session.tools.registry.entry(name),
+            crate::tools::ToolEntry::Tool(tool) if tool == crate::tools::TASK)
     };
     let mut tasks = Vec::new();
     let mut others = Vec::new();
