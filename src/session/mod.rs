@@ -353,10 +353,17 @@ async fn turns_until_done(
             .tool_uses()
             .map(|(id, name, input)| (id.to_owned(), name.to_owned(), input.clone()))
             .collect();
+        // The final answer's text is read before the reply's blocks move into the conversation.
+        let text = if calls.is_empty() {
+            response.text()
+        } else {
+            String::new()
+        };
+        let stop_reason = response.stop_reason;
         if !response.content.is_empty() {
             request.messages.push(Message {
                 role: Role::Assistant,
-                content: response.content.clone(),
+                content: response.content,
             });
         }
         if !calls.is_empty() {
@@ -383,8 +390,7 @@ async fn turns_until_done(
             }
             continue;
         }
-        let text = response.text();
-        match response.stop_reason {
+        match stop_reason {
             // The server paused a long turn; sending the conversation back lets it go on.
             StopReason::PauseTurn => continue,
             StopReason::MaxTokens => {
