@@ -20,6 +20,7 @@ pub mod secrets;
 pub mod session;
 pub mod template;
 pub mod terminal;
+pub mod text;
 pub mod tools;
 pub mod units;
 pub mod workflow;

@@ -5,7 +5,6 @@
 //! message list (README, "Performance").
 
 use serde::Serialize;
-use serde::ser::{SerializeMap, SerializeSeq};
 
 use super::{Event, EventKind};
 use crate::provider::message::{Block, Message};
@@ -116,79 +115,53 @@ struct Messages<'a> {
 
 impl Serialize for Messages<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut seq = serializer.serialize_seq(Some(self.messages.len()))?;
-        for message in self.messages {
-            seq.serialize_element(&MessageOut {
-                message,
-                written: self.written,
-            })?;
-        }
-        seq.end()
-    }
-}
-
-struct MessageOut<'a> {
-    message: &'a Message,
-    written: &'a dyn Fn(&str, &str) -> bool,
-}
-
-impl Serialize for MessageOut<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut map = serializer.serialize_map(Some(2))?;
-        map.serialize_entry("role", &self.message.role)?;
-        map.serialize_entry(
-            "content",
-            &Blocks {
-                blocks: &self.message.content,
-                written: self.written,
-            },
-        )?;
-        map.end()
-    }
-}
-
-struct Blocks<'a> {
-    blocks: &'a [Block],
-    written: &'a dyn Fn(&str, &str) -> bool,
-}
-
-impl Serialize for Blocks<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut seq = serializer.serialize_seq(Some(self.blocks.len()))?;
-        for block in self.blocks {
-            match block {
-                Block::ToolResult {
-                    tool_use_id,
-                    content,
-                    is_error,
-                } if (self.written)(tool_use_id, content) => {
-                    seq.serialize_element(&WrittenResult {
-                        tool_use_id,
-                        is_error: *is_error,
-                    })?;
-                }
-                block => seq.serialize_element(block)?,
+        serializer.collect_seq(self.messages.iter().map(|message| {
+            MessageOut {
+                role: message.role,
+                content: message
+                    .content
+                    .iter()
+                    .map(|block| match block {
+                        Block::ToolResult {
+                            tool_use_id,
+                            content,
+                            is_error,
+                        } if (self.written)(tool_use_id, content) => {
+                            BlockOut::Written(WrittenResult {
+                                tool_use_id,
+                                content_in: "tool_finished",
+                                is_error: *is_error,
+                            })
+                        }
+                        block => BlockOut::As(block),
+                    })
+                    .collect(),
             }
-        }
-        seq.end()
+        }))
     }
+}
+
+/// A message as [`Message`] writes it, its blocks as [`BlockOut`].
+#[derive(Serialize)]
+struct MessageOut<'a> {
+    role: crate::provider::message::Role,
+    content: Vec<BlockOut<'a>>,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum BlockOut<'a> {
+    As(&'a Block),
+    Written(WrittenResult<'a>),
 }
 
 /// A tool result whose text is in the `tool_finished` event of its call.
+#[derive(Serialize)]
+#[serde(tag = "type", rename = "tool_result")]
 struct WrittenResult<'a> {
     tool_use_id: &'a str,
+    content_in: &'static str,
     is_error: bool,
-}
-
-impl Serialize for WrittenResult<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut map = serializer.serialize_map(Some(4))?;
-        map.serialize_entry("type", "tool_result")?;
-        map.serialize_entry("tool_use_id", self.tool_use_id)?;
-        map.serialize_entry("content_in", "tool_finished")?;
-        map.serialize_entry("is_error", &self.is_error)?;
-        map.end()
-    }
 }
 
 #[cfg(test)]

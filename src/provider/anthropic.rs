@@ -17,8 +17,6 @@ const ERRORS: ErrorBodies = ErrorBodies {
 
 pub struct AnthropicApi {
     endpoint: Endpoint,
-    /// Every request's headers: the API version and the key (marked sensitive).
-    headers: HeaderMap,
 }
 
 impl AnthropicApi {
@@ -41,8 +39,7 @@ impl AnthropicApi {
             headers.insert("x-api-key", value);
         }
         Self {
-            endpoint: Endpoint::new(url),
-            headers,
+            endpoint: Endpoint::new(url, &headers),
         }
     }
 }
@@ -62,14 +59,9 @@ impl ModelApi for AnthropicApi {
         progress: &'a (dyn Fn(usize) + Send + Sync),
     ) -> BoxFuture<'a, Result<Exchange, ProviderError>> {
         Box::pin(async move {
-            let raw = stream::post::<AnthropicStream>(
-                &self.endpoint,
-                &self.headers,
-                request.body,
-                &ERRORS,
-                progress,
-            )
-            .await?;
+            let raw =
+                stream::post::<AnthropicStream>(&self.endpoint, request.body, &ERRORS, progress)
+                    .await?;
             Exchange::read(raw, format::anthropic::parse_response)
         })
     }

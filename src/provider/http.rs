@@ -59,9 +59,10 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    pub fn new(url: String) -> Self {
+    /// The endpoint at `url`, every request to it carrying `headers`.
+    pub fn new(url: String, headers: &HeaderMap) -> Self {
         Endpoint {
-            transport: Transport::new(&url),
+            transport: Transport::new(&url, headers),
             url,
         }
     }
@@ -85,13 +86,12 @@ async fn json_body(reply: Reply<'_>) -> Result<Value, ProviderError> {
 /// bounded by [`REQUEST_TIMEOUT`].
 pub async fn post_events(
     endpoint: &Endpoint,
-    headers: &HeaderMap,
     body: &Body,
     errors: &ErrorBodies,
     on_event: &mut (dyn FnMut(&str, &str) -> Result<(), ProviderError> + Send),
 ) -> Result<Option<Value>, ProviderError> {
     let exchange = async {
-        let mut reply = post_checked(endpoint, headers, body, errors).await?;
+        let mut reply = post_checked(endpoint, body, errors).await?;
         let streamed = reply
             .headers()
             .get(header::CONTENT_TYPE)
@@ -134,13 +134,12 @@ pub async fn post_events(
 /// Sends the request; a reply with an error status becomes the error it means.
 async fn post_checked<'a>(
     endpoint: &'a Endpoint,
-    headers: &HeaderMap,
     body: &Body,
     errors: &ErrorBodies,
 ) -> Result<Reply<'a>, ProviderError> {
     let reply = endpoint
         .transport
-        .post(headers, body.http())
+        .post(body.http())
         .await
         .map_err(|err| match err.lasting {
             true => ProviderError::Unreachable {

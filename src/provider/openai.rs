@@ -20,8 +20,6 @@ const ERRORS: ErrorBodies = ErrorBodies {
 
 pub struct OpenAiApi {
     endpoint: Endpoint,
-    /// Every request's headers: the key (marked sensitive) and the content type.
-    headers: HeaderMap,
     /// The server refused `max_tokens` and asked for `max_completion_tokens` (OpenAI's reasoning
     /// models): every later request uses that.
     completion_tokens: AtomicBool,
@@ -51,8 +49,7 @@ impl OpenAiApi {
             headers.insert(AUTHORIZATION, value);
         }
         Self {
-            endpoint: Endpoint::new(url),
-            headers,
+            endpoint: Endpoint::new(url, &headers),
             completion_tokens: AtomicBool::new(false),
         }
     }
@@ -64,7 +61,7 @@ impl OpenAiApi {
         body: &Body,
         progress: &(dyn Fn(usize) + Send + Sync),
     ) -> Result<serde_json::Value, ProviderError> {
-        stream::post::<OpenAiStream>(&self.endpoint, &self.headers, body, &ERRORS, progress).await
+        stream::post::<OpenAiStream>(&self.endpoint, body, &ERRORS, progress).await
     }
 }
 

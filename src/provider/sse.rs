@@ -111,11 +111,7 @@ impl Events {
             self.has_data = false;
             return Ok(());
         }
-        // Valid UTF-8 (every line of a sound stream) is checked by the fast path and borrowed.
-        let text = match std::str::from_utf8(line) {
-            Ok(text) => std::borrow::Cow::Borrowed(text),
-            Err(_) => String::from_utf8_lossy(line),
-        };
+        let text = crate::text::lossy(line);
         let (field, value) = match text.split_once(':') {
             Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
             None => (&*text, ""),

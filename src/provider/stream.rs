@@ -55,7 +55,6 @@ pub trait Assemble: Default + Send {
 /// Posts `body` for a streamed reply and assembles it with `A`, telling `progress` as it grows.
 pub async fn post<A: Assemble>(
     endpoint: &super::http::Endpoint,
-    headers: &http::HeaderMap,
     body: &super::format::body::Body,
     errors: &super::http::ErrorBodies,
     progress: &(dyn Fn(usize) + Send + Sync),
@@ -66,7 +65,7 @@ pub async fn post<A: Assemble>(
         progress(assembled.chars());
         Ok(())
     };
-    let whole = super::http::post_events(endpoint, headers, body, errors, &mut on_event).await?;
+    let whole = super::http::post_events(endpoint, body, errors, &mut on_event).await?;
     Ok(whole.unwrap_or_else(|| assembled.finish()))
 }
 

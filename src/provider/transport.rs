@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
-use http::{Request, Response, StatusCode, Uri};
+use http::{Request, StatusCode, Uri};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -85,17 +85,18 @@ pub struct Transport {
     target: Uri,
     /// What the request line names: the path (direct or tunnelled), or the whole URL (forwarded).
     request_uri: Uri,
-    /// `Host`, and Basic authorization from the URL's credentials.
-    fixed: HeaderMap,
+    /// Every request's headers: `Host`, the API's own, Basic authorization from the URL's
+    /// credentials, and the proxy's for a forwarded request.
+    headers: HeaderMap,
     route: Route,
     idle: Mutex<Vec<Idle>>,
 }
 
 impl Transport {
-    /// The transport for `url`, an absolute `http://` or `https://` URL. A URL that cannot be
-    /// used gives a transport whose every request fails saying why (the endpoint is named in
-    /// that error by the caller).
-    pub fn new(url: &str) -> Transport {
+    /// The transport for `url`, an absolute `http://` or `https://` URL, whose requests carry
+    /// `headers`. A URL that cannot be used gives a transport whose every request fails saying
+    /// why (the endpoint is named in that error by the caller).
+    pub fn new(url: &str, headers: &HeaderMap) -> Transport {
         // A proxy's credentials are hidden in every output, as an endpoint's are.
         for name in ["HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY"] {
             for name in [name.to_owned(), name.to_ascii_lowercase()] {
@@ -104,19 +105,19 @@ impl Transport {
                 }
             }
         }
-        match Self::build(url, &Matcher::from_env()) {
+        match Self::build(url, headers, &Matcher::from_env()) {
             Ok(transport) => transport,
             Err(why) => Transport {
                 target: Uri::from_static("http://invalid/"),
                 request_uri: Uri::from_static("/"),
-                fixed: HeaderMap::new(),
+                headers: HeaderMap::new(),
                 route: Route::Unsupported(why),
                 idle: Mutex::new(Vec::new()),
             },
         }
     }
 
-    fn build(url: &str, proxies: &Matcher) -> Result<Transport, String> {
+    fn build(url: &str, api: &HeaderMap, proxies: &Matcher) -> Result<Transport, String> {
         let parsed =
             reqwest::Url::parse(url).map_err(|err| format!("the URL is invalid: {err}"))?;
         let scheme = parsed.scheme();
@@ -137,16 +138,20 @@ impl Transport {
         let target: Uri = format!("{scheme}://{authority}{path}")
             .parse()
             .map_err(|err| format!("the URL is invalid: {err}"))?;
-        let mut fixed = HeaderMap::new();
-        fixed.insert(
+        let mut headers = HeaderMap::new();
+        headers.insert(
             header::HOST,
             HeaderValue::from_str(&authority).map_err(|_| "the URL's host is invalid")?,
         );
         if !parsed.username().is_empty() || parsed.password().is_some() {
-            fixed.insert(
+            headers.insert(
                 header::AUTHORIZATION,
                 basic_auth(parsed.username(), parsed.password().unwrap_or("")),
             );
+        }
+        // The API's own headers win over the URL's credentials (a bearer key over Basic).
+        for (name, value) in api {
+            headers.insert(name, value.clone());
         }
         let origin_form: Uri = path
             .parse()
@@ -176,40 +181,32 @@ impl Transport {
                 }
             }
         };
+        if let Route::Forward {
+            auth: Some(auth), ..
+        } = &route
+        {
+            headers.insert(header::PROXY_AUTHORIZATION, auth.clone());
+        }
         Ok(Transport {
             target,
             request_uri,
-            fixed,
+            headers,
             route,
             idle: Mutex::new(Vec::new()),
         })
     }
 
-    /// Posts `body` with `headers` (and `Content-Length`); the reply's head, with its body to
-    /// read. A kept connection found closed when the request went out is replaced by a new one,
-    /// once: the request had not been sent.
-    pub async fn post(
-        &self,
-        headers: &HeaderMap,
-        body: Pieces,
-    ) -> Result<Reply<'_>, TransportError> {
-        let mut headers_out = self.fixed.clone();
-        for (name, value) in headers {
-            headers_out.insert(name, value.clone());
-        }
-        if let Route::Forward {
-            auth: Some(auth), ..
-        } = &self.route
-        {
-            headers_out.insert(header::PROXY_AUTHORIZATION, auth.clone());
-        }
+    /// Posts `body` (with `Content-Length`); the reply's head, with its body to read. A kept
+    /// connection found closed when the request went out is replaced by a new one, once: the
+    /// request had not been sent.
+    pub async fn post(&self, body: Pieces) -> Result<Reply<'_>, TransportError> {
         let mut request = Request::post(self.request_uri.clone())
             .body(body)
             .map_err(|err| TransportError {
                 message: format!("the request could not be made: {err}"),
                 lasting: true,
             })?;
-        *request.headers_mut() = headers_out;
+        *request.headers_mut() = self.headers.clone();
         let mut fresh = false;
         loop {
             let kept = if fresh { None } else { self.checkout().await };
@@ -219,8 +216,10 @@ impl Transport {
             };
             match sender.try_send_request(request).await {
                 Ok(response) => {
+                    let (head, body) = response.into_parts();
                     return Ok(Reply {
-                        response: Some(response),
+                        head,
+                        body: Some(body),
                         lease: Some(sender),
                         transport: self,
                     });
@@ -450,34 +449,26 @@ fn describe(err: &hyper::Error) -> String {
 /// A reply on its way: the head has arrived, the body is read with [`Reply::chunk`]. Read to
 /// its end, the connection is kept for the next request; dropped before, it is closed.
 pub struct Reply<'a> {
-    response: Option<Response<Incoming>>,
+    head: http::response::Parts,
+    /// `None` once read to its end (or broken).
+    body: Option<Incoming>,
     lease: Option<SendRequest<Pieces>>,
     transport: &'a Transport,
 }
 
 impl Reply<'_> {
     pub fn status(&self) -> StatusCode {
-        self.response
-            .as_ref()
-            .map_or(StatusCode::OK, Response::status)
+        self.head.status
     }
 
     pub fn headers(&self) -> &HeaderMap {
-        static NONE: OnceLock<HeaderMap> = OnceLock::new();
-        self.response
-            .as_ref()
-            .map_or_else(|| NONE.get_or_init(HeaderMap::new), Response::headers)
+        &self.head.headers
     }
 
     /// The next piece of the body; `None` at its end.
     pub async fn chunk(&mut self) -> Result<Option<Bytes>, TransportError> {
-        loop {
-            let Some(response) = self.response.as_mut() else {
-                return Ok(None);
-            };
-            let frame =
-                poll_fn(|cx| http_body::Body::poll_frame(Pin::new(response.body_mut()), cx)).await;
-            match frame {
+        while let Some(body) = self.body.as_mut() {
+            match poll_fn(|cx| http_body::Body::poll_frame(Pin::new(&mut *body), cx)).await {
                 Some(Ok(frame)) => {
                     if let Ok(data) = frame.into_data() {
                         return Ok(Some(data));
@@ -485,19 +476,19 @@ impl Reply<'_> {
                     // Trailers carry nothing a model reply needs.
                 }
                 Some(Err(err)) => {
-                    self.response = None;
+                    self.body = None;
                     self.lease = None;
                     return Err(TransportError::passing(describe(&err)));
                 }
                 None => {
-                    self.response = None;
+                    self.body = None;
                     if let Some(sender) = self.lease.take() {
                         self.transport.keep(sender);
                     }
-                    return Ok(None);
                 }
             }
         }
+        Ok(None)
     }
 }
 
@@ -514,47 +505,73 @@ mod tests {
 
     #[test]
     fn a_direct_request_names_the_path_and_the_host() {
-        let t =
-            Transport::build("http://127.0.0.1:8080/v1/messages?beta=1", &matcher("", "")).unwrap();
+        let t = Transport::build(
+            "http://127.0.0.1:8080/v1/messages?beta=1",
+            &HeaderMap::new(),
+            &matcher("", ""),
+        )
+        .unwrap();
         assert!(matches!(t.route, Route::Direct));
         assert_eq!(t.request_uri.to_string(), "/v1/messages?beta=1");
-        assert_eq!(t.fixed[header::HOST], "127.0.0.1:8080");
-        assert!(!t.fixed.contains_key(header::AUTHORIZATION));
+        assert_eq!(t.headers[header::HOST], "127.0.0.1:8080");
+        assert!(!t.headers.contains_key(header::AUTHORIZATION));
     }
 
     #[test]
     fn url_credentials_become_basic_authorization_and_leave_the_url() {
-        let t = Transport::build("https://us%65r:p%40ss@example.com/v1", &matcher("", "")).unwrap();
+        let t = Transport::build(
+            "https://us%65r:p%40ss@example.com/v1",
+            &HeaderMap::new(),
+            &matcher("", ""),
+        )
+        .unwrap();
         // "user:p@ss"
-        assert_eq!(t.fixed[header::AUTHORIZATION], "Basic dXNlcjpwQHNz");
-        assert!(t.fixed[header::AUTHORIZATION].is_sensitive());
+        assert_eq!(t.headers[header::AUTHORIZATION], "Basic dXNlcjpwQHNz");
+        assert!(t.headers[header::AUTHORIZATION].is_sensitive());
         assert_eq!(t.target.to_string(), "https://example.com/v1");
-        assert_eq!(t.fixed[header::HOST], "example.com");
+        assert_eq!(t.headers[header::HOST], "example.com");
+        // The API's own key wins over the URL's credentials.
+        let mut api = HeaderMap::new();
+        api.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer k"));
+        let t = Transport::build("https://u:p@example.com/v1", &api, &matcher("", "")).unwrap();
+        assert_eq!(t.headers[header::AUTHORIZATION], "Bearer k");
     }
 
     #[test]
     fn proxies_forward_http_tunnel_https_and_respect_no_proxy() {
         let proxies = matcher("http://me:secret@proxy.local:3128", "internal.example");
-        let t = Transport::build("http://api.example/v1/chat", &proxies).unwrap();
+        let t =
+            Transport::build("http://api.example/v1/chat", &HeaderMap::new(), &proxies).unwrap();
         let Route::Forward { proxy, auth } = &t.route else {
             panic!("plain HTTP is forwarded");
         };
         assert_eq!(proxy.host(), Some("proxy.local"));
         assert!(auth.as_ref().is_some_and(HeaderValue::is_sensitive));
         assert_eq!(t.request_uri.to_string(), "http://api.example/v1/chat");
-        let t = Transport::build("https://api.example/v1/chat", &proxies).unwrap();
-        assert!(matches!(t.route, Route::Tunnel { .. }));
-        assert_eq!(t.request_uri.to_string(), "/v1/chat");
-        let t = Transport::build("https://internal.example/v1", &proxies).unwrap();
-        assert!(matches!(t.route, Route::Direct));
+        assert!(t.headers.contains_key(header::PROXY_AUTHORIZATION));
         let t =
-            Transport::build("https://api.example/v1", &matcher("socks5://p:1080", "")).unwrap();
+            Transport::build("https://api.example/v1/chat", &HeaderMap::new(), &proxies).unwrap();
+        assert!(matches!(t.route, Route::Tunnel { .. }));
+        // A tunnel's credentials go in the CONNECT, never to the endpoint.
+        assert!(!t.headers.contains_key(header::PROXY_AUTHORIZATION));
+        assert_eq!(t.request_uri.to_string(), "/v1/chat");
+        let t =
+            Transport::build("https://internal.example/v1", &HeaderMap::new(), &proxies).unwrap();
+        assert!(matches!(t.route, Route::Direct));
+        let t = Transport::build(
+            "https://api.example/v1",
+            &HeaderMap::new(),
+            &matcher("socks5://p:1080", ""),
+        )
+        .unwrap();
         assert!(matches!(t.route, Route::Unsupported(_)));
     }
 
     #[test]
     fn a_url_that_is_not_http_is_refused() {
-        assert!(Transport::build("ftp://example.com/", &matcher("", "")).is_err());
-        assert!(Transport::build("not a url", &matcher("", "")).is_err());
+        assert!(
+            Transport::build("ftp://example.com/", &HeaderMap::new(), &matcher("", "")).is_err()
+        );
+        assert!(Transport::build("not a url", &HeaderMap::new(), &matcher("", "")).is_err());
     }
 }

@@ -158,12 +158,9 @@ impl Sink for TranscriptSink {
             }
             _ => crate::event::line::write(&mut line, event, &|_, _| false),
         }
-        // JSON written by serde_json is UTF-8 (the lossy form only guards the invariant); a
-        // secret in it is hidden before it is kept.
-        let text = match std::str::from_utf8(&line) {
-            Ok(text) => std::borrow::Cow::Borrowed(text),
-            Err(_) => String::from_utf8_lossy(&line),
-        };
+        // JSON as written here is UTF-8 (the lossy read only guards that); a secret in it is
+        // hidden before it is kept.
+        let text = crate::text::lossy(&line);
         let hidden = crate::secrets::redact(&text);
         let (file, path) = self.files.get_mut(&key).ok_or("transcript file missing")?;
         let written = file

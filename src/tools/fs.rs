@@ -210,11 +210,7 @@ impl OpenedFile {
             if total < start || full || total >= start + limit {
                 continue;
             }
-            // Valid UTF-8 (nearly every line) is checked by the fast path and borrowed.
-            let text = match std::str::from_utf8(&line) {
-                Ok(text) => std::borrow::Cow::Borrowed(text),
-                Err(_) => String::from_utf8_lossy(&line),
-            };
+            let text = crate::text::lossy(&line);
             let text = text.trim_end_matches('\r');
             // A line of at most MAX_LINE_CHARS bytes has at most that many characters: no count.
             let shown = if text.len() <= MAX_LINE_CHARS {

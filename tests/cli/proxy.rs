@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 use crate::fake::{Fake, anthropic_text};
@@ -56,6 +56,44 @@ fn list_dir(id: &str) -> Value {
     })
 }
 
+/// Reads until `got` holds a whole request head; where the head ends, `None` when the peer
+/// closed first.
+async fn read_head(stream: &mut (impl AsyncRead + Unpin), got: &mut Vec<u8>) -> Option<usize> {
+    let mut buf = [0u8; 8192];
+    loop {
+        if let Some(at) = find(got, b"\r\n\r\n") {
+            return Some(at + 4);
+        }
+        match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// Reads the request whose head ends at `head_end` to the end of its body and takes it out of
+/// `got`; `None` when the peer closed first.
+async fn read_body(
+    stream: &mut (impl AsyncRead + Unpin),
+    got: &mut Vec<u8>,
+    head_end: usize,
+) -> Option<Vec<u8>> {
+    let length: usize = String::from_utf8_lossy(&got[..head_end])
+        .to_lowercase()
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    let mut buf = [0u8; 8192];
+    while got.len() < head_end + length {
+        match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    Some(got.drain(..head_end + length).collect())
+}
+
 /// How the server behaves after each answer.
 #[derive(Clone, Copy, PartialEq)]
 enum After {
@@ -89,40 +127,24 @@ async fn server(answers: Vec<Value>, after: After) -> (std::net::SocketAddr, See
             let answers = answers.clone();
             tokio::spawn(async move {
                 let mut got = Vec::new();
-                let mut buf = [0u8; 8192];
                 loop {
-                    let head_end = loop {
-                        if let Some(at) = find(&got, b"\r\n\r\n") {
-                            break at + 4;
-                        }
-                        match socket.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => got.extend_from_slice(&buf[..n]),
-                        }
+                    let Some(head_end) = read_head(&mut socket, &mut got).await else {
+                        return;
                     };
-                    let head = String::from_utf8_lossy(&got[..head_end]).to_lowercase();
-                    if head.starts_with("connect ") {
+                    if got.to_ascii_lowercase().starts_with(b"connect ") {
                         let _ = socket
                             .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
                             .await;
+                        let mut buf = [0u8; 8192];
                         if let Ok(n) = socket.read(&mut buf).await {
                             got.extend_from_slice(&buf[..n]);
                         }
                         record.lock().unwrap()[connection].push(got);
                         return;
                     }
-                    let length: usize = head
-                        .lines()
-                        .find_map(|l| l.strip_prefix("content-length:"))
-                        .and_then(|v| v.trim().parse().ok())
-                        .unwrap_or(0);
-                    while got.len() < head_end + length {
-                        match socket.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => got.extend_from_slice(&buf[..n]),
-                        }
-                    }
-                    let request: Vec<u8> = got.drain(..head_end + length).collect();
+                    let Some(request) = read_body(&mut socket, &mut got, head_end).await else {
+                        return;
+                    };
                     record.lock().unwrap()[connection].push(request);
                     let answer = answers.lock().unwrap().pop_front();
                     let Some(answer) = answer else { return };
@@ -142,6 +164,11 @@ async fn server(answers: Vec<Value>, after: After) -> (std::net::SocketAddr, See
         }
     });
     (addr, seen)
+}
+
+/// A server for a step of three turns (two `list_dir` calls, then an answer).
+async fn three_turns(after: After) -> (std::net::SocketAddr, Seen) {
+    server(vec![list_dir("t1"), list_dir("t2"), text("done")], after).await
 }
 
 fn run_with(env: &[(&str, &str)]) -> Test {
@@ -256,11 +283,7 @@ async fn https_goes_through_a_tunnel_and_the_key_stays_inside_it() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn turns_share_one_kept_connection() {
-    let (api, seen) = server(
-        vec![list_dir("t1"), list_dir("t2"), text("done")],
-        After::Keep,
-    )
-    .await;
+    let (api, seen) = three_turns(After::Keep).await;
     let (out, _test) = run_with(&[("ANTHROPIC_BASE_URL", &format!("http://{api}"))])
         .run_async()
         .await;
@@ -274,11 +297,7 @@ async fn turns_share_one_kept_connection() {
 async fn a_connection_the_server_closes_is_not_used_again() {
     // Each answer says `connection: close` (retries = 0: a request sent on a closed connection
     // would fail the step).
-    let (api, seen) = server(
-        vec![list_dir("t1"), list_dir("t2"), text("done")],
-        After::Close,
-    )
-    .await;
+    let (api, seen) = three_turns(After::Close).await;
     let (out, _test) = run_as(&[("ANTHROPIC_BASE_URL", &format!("http://{api}"))], "jsonl")
         .run_async()
         .await;
@@ -297,11 +316,7 @@ async fn a_kept_connection_the_server_dropped_is_replaced() {
     // Each answer ends its connection without a word, as a server's idle timeout does. A kept
     // connection seen closed is not used again; one the server closes just as a request goes
     // out (a race every HTTP client has) fails that request, which is retried like any other.
-    let (api, seen) = server(
-        vec![list_dir("t1"), list_dir("t2"), text("done")],
-        After::Drop,
-    )
-    .await;
+    let (api, seen) = three_turns(After::Drop).await;
     let (out, _test) = Test::new()
         .file("w.toml", &WORKFLOW.replace("retries = 0", "retries = 2"))
         .env("ANTHROPIC_API_KEY", KEY)
@@ -355,29 +370,13 @@ async fn tls_server() -> (std::net::SocketAddr, Seen, Arc<Mutex<bool>>) {
             };
             *handshake.lock().unwrap() = true;
             let mut got = Vec::new();
-            let mut buf = [0u8; 8192];
-            let head_end = loop {
-                if let Some(at) = find(&got, b"\r\n\r\n") {
-                    break at + 4;
-                }
-                match stream.read(&mut buf).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => got.extend_from_slice(&buf[..n]),
-                }
+            let Some(head_end) = read_head(&mut stream, &mut got).await else {
+                continue;
             };
-            let head = String::from_utf8_lossy(&got[..head_end]).to_lowercase();
-            let length: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(0);
-            while got.len() < head_end + length {
-                match stream.read(&mut buf).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => got.extend_from_slice(&buf[..n]),
-                }
-            }
-            record.lock().unwrap().push(vec![got]);
+            let Some(request) = read_body(&mut stream, &mut got, head_end).await else {
+                continue;
+            };
+            record.lock().unwrap().push(vec![request]);
             let _ = stream.write_all(&reply(&text("over TLS"), false)).await;
             let _ = stream.shutdown().await;
         }

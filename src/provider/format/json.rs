@@ -54,38 +54,25 @@ fn needs_escape(byte: u8) -> bool {
     byte < 0x20 || byte == b'"' || byte == b'\\'
 }
 
+/// The escape serde_json writes: the short forms, `\u00XX` for other control characters.
 fn put_escape(out: &mut Vec<u8>, byte: u8) {
-    match escape(byte) {
-        Some(Escape::Short(c)) => out.extend_from_slice(&[b'\\', c]),
-        Some(Escape::Unicode) => {
+    let short = match byte {
+        b'"' => b'"',
+        b'\\' => b'\\',
+        b'\n' => b'n',
+        b'\r' => b'r',
+        b'\t' => b't',
+        0x08 => b'b',
+        0x0c => b'f',
+        _ => {
             const HEX: &[u8; 16] = b"0123456789abcdef";
             out.extend_from_slice(b"\\u00");
             out.push(HEX[usize::from(byte >> 4)]);
             out.push(HEX[usize::from(byte & 0xf)]);
+            return;
         }
-        None => out.push(byte),
-    }
-}
-
-enum Escape {
-    /// `\n`, `\"` and the like.
-    Short(u8),
-    /// `\u00XX`, for the other control characters.
-    Unicode,
-}
-
-fn escape(byte: u8) -> Option<Escape> {
-    Some(match byte {
-        b'"' => Escape::Short(b'"'),
-        b'\\' => Escape::Short(b'\\'),
-        b'\n' => Escape::Short(b'n'),
-        b'\r' => Escape::Short(b'r'),
-        b'\t' => Escape::Short(b't'),
-        0x08 => Escape::Short(b'b'),
-        0x0c => Escape::Short(b'f'),
-        0..0x20 => Escape::Unicode,
-        _ => return None,
-    })
+    };
+    out.extend_from_slice(&[b'\\', short]);
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use super::FormatError;
 use super::anthropic::put;
+use super::json::write_str;
 use crate::provider::message::{
     Block, ChatRequest, ChatResponse, Message, Role, StopReason, Usage, text_of,
 };
@@ -109,12 +110,11 @@ pub(super) fn head(req: &ChatRequest, completion_tokens: bool) -> Vec<u8> {
 /// a user message's tool results as `tool` messages, any text after them as a user message.
 pub(super) fn message(out: &mut Vec<u8>, message: &Message, first: bool) {
     let mut first = first;
-    let mut element = |out: &mut Vec<u8>, value: &dyn erased::Put| {
+    let mut separate = |out: &mut Vec<u8>| {
         if !first {
             out.push(b',');
         }
         first = false;
-        value.put(out);
     };
     match message.role {
         Role::Assistant => {
@@ -134,7 +134,8 @@ pub(super) fn message(out: &mut Vec<u8>, message: &Message, first: bool) {
                     _ => None,
                 })
                 .collect();
-            element(
+            separate(out);
+            put(
                 out,
                 &Assistant {
                     role: "assistant",
@@ -147,81 +148,45 @@ pub(super) fn message(out: &mut Vec<u8>, message: &Message, first: bool) {
             let mut text = Vec::new();
             for block in &message.content {
                 match block {
-                    // By hand, as [`ToolMessage`] would be written (a test holds it to that),
-                    // so that the result's text is escaped by the quick writer.
                     Block::ToolResult {
                         tool_use_id,
                         content,
                         is_error,
-                    } => element(
-                        out,
-                        &ToolResultOut {
-                            tool_call_id: tool_use_id,
-                            content: if *is_error {
-                                format!("Error: {content}").into()
-                            } else {
-                                content.as_str().into()
-                            },
-                        },
-                    ),
+                    } => {
+                        separate(out);
+                        if *is_error {
+                            tool_message(out, tool_use_id, &format!("Error: {content}"));
+                        } else {
+                            tool_message(out, tool_use_id, content);
+                        }
+                    }
                     Block::Text { text: t } => text.push(t.as_str()),
                     Block::ToolUse { .. } => {}
                 }
             }
             if !text.is_empty() {
-                element(
-                    out,
-                    &UserOut {
-                        content: &text.join("\n"),
-                    },
-                );
+                separate(out);
+                user_message(out, &text.join("\n"));
             }
         }
     }
 }
 
-/// Writing any of the message shapes through one closure.
-mod erased {
-    use crate::provider::format::json::write_str;
-
-    pub trait Put {
-        fn put(&self, out: &mut Vec<u8>);
-    }
-
-    impl Put for super::Assistant<'_> {
-        fn put(&self, out: &mut Vec<u8>) {
-            super::put(out, self);
-        }
-    }
-
-    impl Put for super::ToolResultOut<'_> {
-        fn put(&self, out: &mut Vec<u8>) {
-            out.extend_from_slice(b"{\"role\":\"tool\",\"tool_call_id\":");
-            write_str(out, self.tool_call_id);
-            out.extend_from_slice(b",\"content\":");
-            write_str(out, &self.content);
-            out.push(b'}');
-        }
-    }
-
-    impl Put for super::UserOut<'_> {
-        fn put(&self, out: &mut Vec<u8>) {
-            out.extend_from_slice(b"{\"role\":\"user\",\"content\":");
-            write_str(out, self.content);
-            out.push(b'}');
-        }
-    }
+/// A tool result as a `tool` message, written by hand as [`ToolMessage`] would be (a test holds
+/// it to that), so that the result's text is escaped by the quick writer.
+fn tool_message(out: &mut Vec<u8>, tool_call_id: &str, content: &str) {
+    out.extend_from_slice(b"{\"role\":\"tool\",\"tool_call_id\":");
+    write_str(out, tool_call_id);
+    out.extend_from_slice(b",\"content\":");
+    write_str(out, content);
+    out.push(b'}');
 }
 
-/// A tool result as a `tool` message ([`ToolMessage`]'s fields, written by hand).
-struct ToolResultOut<'a> {
-    tool_call_id: &'a str,
-    content: std::borrow::Cow<'a, str>,
-}
-
-/// A user message's text ([`Plain`]'s fields with the `user` role, written by hand).
-struct UserOut<'a> {
-    content: &'a str,
+/// A user message's text, written by hand as [`Plain`] with the `user` role would be.
+fn user_message(out: &mut Vec<u8>, content: &str) {
+    out.extend_from_slice(b"{\"role\":\"user\",\"content\":");
+    write_str(out, content);
+    out.push(b'}');
 }
 
 /// Tool-call arguments: a JSON string as the API says, or an object as some servers send.
@@ -343,24 +308,14 @@ mod tests {
 
     #[test]
     fn tool_results_and_user_text_are_written_as_the_derived_serializer_writes_them() {
-        use erased::Put;
         let odd = "a \"quoted\"\tline\\ with é, \u{1} and \u{7f}\r\n".repeat(3);
-        for (content, error) in [(odd.as_str(), false), (odd.as_str(), true), ("", false)] {
-            let text: std::borrow::Cow<str> = if error {
-                format!("Error: {content}").into()
-            } else {
-                content.into()
-            };
+        for content in [odd.as_str(), ""] {
             let mut ours = Vec::new();
-            ToolResultOut {
-                tool_call_id: "call\"1",
-                content: text.clone(),
-            }
-            .put(&mut ours);
+            tool_message(&mut ours, "call\"1", content);
             let theirs = serde_json::to_vec(&ToolMessage {
                 role: "tool",
                 tool_call_id: "call\"1",
-                content: text,
+                content: content.into(),
             })
             .unwrap();
             assert_eq!(
@@ -368,7 +323,7 @@ mod tests {
                 String::from_utf8(theirs).unwrap()
             );
             let mut ours = Vec::new();
-            UserOut { content }.put(&mut ours);
+            user_message(&mut ours, content);
             let theirs = serde_json::to_vec(&Plain {
                 role: "user",
                 content,
