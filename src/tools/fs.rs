@@ -168,13 +168,68 @@ fn open_for_read(ws: &Workspace, input: &Value) -> Result<OpenedFile, ToolOutput
     })
 }
 
+/// The rows `read_file` shows, added line by line.
+struct Rows {
+    out: String,
+    start: usize,
+    limit: usize,
+    /// Lines seen so far.
+    total: usize,
+    /// The last line shown.
+    last: usize,
+    cut_lines: bool,
+    /// The output cap was reached: later lines are only counted.
+    full: bool,
+}
+
+impl Rows {
+    /// The next line (without its newline; `cut` when it was longer than was kept of it).
+    fn push(&mut self, line: &[u8], cut: bool) {
+        self.total += 1;
+        let total = self.total;
+        if total < self.start || self.full || total >= self.start + self.limit {
+            return;
+        }
+        let text = crate::text::lossy(line);
+        let text = text.trim_end_matches('\r');
+        // A line of at most MAX_LINE_CHARS bytes has at most that many characters: no count.
+        let shown = if text.len() <= MAX_LINE_CHARS {
+            text
+        } else {
+            text.char_indices()
+                .nth(MAX_LINE_CHARS)
+                .map_or(text, |(end, _)| &text[..end])
+        };
+        let cut = shown.len() < text.len() || cut;
+        self.cut_lines |= cut;
+        // A row that would pass the output cap is taken back out: the cap holds whole rows.
+        let out = &mut self.out;
+        let row_start = out.len();
+        push_line_number(out, total);
+        out.push('\t');
+        out.push_str(shown);
+        if cut {
+            out.push_str(&format!(" [line cut at {MAX_LINE_CHARS} characters]"));
+        }
+        out.push('\n');
+        if out.len() > MAX_OUTPUT_BYTES {
+            out.truncate(row_start);
+            self.full = true;
+            return;
+        }
+        self.last = total;
+    }
+}
+
 impl OpenedFile {
     /// Its lines, numbered, as `read_file` answers.
     fn read(self) -> ToolOutput {
         let OpenedFile { input, file, len } = self;
         // A buffer the file's size (and one byte to see its end in one read), up to 64 kB.
         let capacity = usize::try_from(len).map_or(64 << 10, |len| (len + 1).clamp(4096, 64 << 10));
-        let mut reader = BufReader::with_capacity(capacity, file.take(MAX_SCAN_BYTES));
+        // Read as long as the file was when opened (a file that grows meanwhile is read as it
+        // was; one that shrinks ends early): the end is known without reading it again.
+        let mut reader = BufReader::with_capacity(capacity, file.take(len.min(MAX_SCAN_BYTES)));
         match reader.fill_buf() {
             Ok(head) if head[..head.len().min(BINARY_PROBE)].contains(&0) => {
                 return ToolOutput::error(format!(
@@ -190,59 +245,54 @@ impl OpenedFile {
         }
         let start = input.offset.unwrap_or(1).max(1);
         let limit = input.limit.unwrap_or(READ_DEFAULT_LINES).max(1);
+        // The file and a line number for about every line, at most one output: the text is not
+        // grown (and copied) row by row.
+        let shown = usize::try_from(len).unwrap_or(MAX_OUTPUT_BYTES);
+        let mut rows = Rows {
+            out: String::with_capacity((shown + shown / 4 + 64).min(MAX_OUTPUT_BYTES + 4096)),
+            start,
+            limit,
+            total: 0,
+            last: start - 1,
+            cut_lines: false,
+            full: false,
+        };
         // Four bytes a character at most: enough to show MAX_LINE_CHARS of any line.
         let keep = MAX_LINE_CHARS * 4 + 4;
-        let mut out = String::new();
         let mut line = Vec::new();
-        let mut total = 0usize;
-        let mut last = start - 1;
-        let mut cut_lines = false;
-        let mut full = false;
         loop {
+            // A line whole in the buffer is shown from there; one that runs past it is gathered.
+            let buf = match reader.fill_buf() {
+                Ok(buf) => buf,
+                Err(err) => {
+                    return ToolOutput::error(format!("cannot read `{}`: {err}", input.path));
+                }
+            };
+            if buf.is_empty() {
+                break;
+            }
+            if let Some(end) = memchr::memchr(b'\n', buf) {
+                rows.push(&buf[..end.min(keep)], end >= keep);
+                reader.consume(end + 1);
+                continue;
+            }
             match next_line(&mut reader, keep, &mut line) {
-                Ok(Some(())) => {}
+                Ok(Some(())) => rows.push(&line, line.len() >= keep),
                 Ok(None) => break,
                 Err(err) => {
                     return ToolOutput::error(format!("cannot read `{}`: {err}", input.path));
                 }
             }
-            total += 1;
-            if total < start || full || total >= start + limit {
-                continue;
-            }
-            let text = crate::text::lossy(&line);
-            let text = text.trim_end_matches('\r');
-            // A line of at most MAX_LINE_CHARS bytes has at most that many characters: no count.
-            let shown = if text.len() <= MAX_LINE_CHARS {
-                text
-            } else {
-                text.char_indices()
-                    .nth(MAX_LINE_CHARS)
-                    .map_or(text, |(end, _)| &text[..end])
-            };
-            let cut = shown.len() < text.len() || line.len() >= keep;
-            let note = if cut {
-                format!(" [line cut at {MAX_LINE_CHARS} characters]")
-            } else {
-                String::new()
-            };
-            cut_lines |= cut;
-            // A row that would pass the output cap is taken back out: the cap holds whole rows.
-            let row_start = out.len();
-            push_line_number(&mut out, total);
-            out.push('\t');
-            out.push_str(shown);
-            out.push_str(&note);
-            out.push('\n');
-            if out.len() > MAX_OUTPUT_BYTES {
-                out.truncate(row_start);
-                full = true;
-                continue;
-            }
-            last = total;
         }
+        let Rows {
+            mut out,
+            total,
+            last,
+            cut_lines,
+            ..
+        } = rows;
         // The scan stopped at MAX_SCAN_BYTES: there are more lines than counted.
-        let scanned_all = reader.into_inner().limit() > 0;
+        let scanned_all = len <= MAX_SCAN_BYTES || reader.into_inner().limit() > 0;
         let of = if scanned_all {
             total.to_string()
         } else {
@@ -280,10 +330,10 @@ fn push_line_number(out: &mut String, n: usize) {
             break;
         }
     }
-    for _ in digits.len() - at..6 {
-        out.push(' ');
-    }
-    out.extend(digits[at..].iter().map(|&d| d as char));
+    const SPACES: &str = "      ";
+    out.push_str(&SPACES[..6usize.saturating_sub(digits.len() - at)]);
+    // Digits are ASCII: always text.
+    out.push_str(std::str::from_utf8(&digits[at..]).unwrap_or_default());
 }
 
 #[derive(Deserialize)]
@@ -417,6 +467,63 @@ mod tests {
                 "é".repeat(2000)
             )
         );
+    }
+
+    /// Lines shown from the reader's buffer and lines gathered across its refills read alike:
+    /// checked against the rules written plainly (numbered rows, CR dropped, invalid bytes
+    /// replaced, lines past 2,000 characters cut), on a file larger than the buffer.
+    #[test]
+    fn rows_read_alike_in_the_buffer_and_across_it() {
+        let (_d, ws) = workspace();
+        let mut text: Vec<u8> = Vec::new();
+        for i in 0..3000 {
+            match i % 7 {
+                0 => text.extend_from_slice(format!("plain {i}\n").as_bytes()),
+                1 => text.extend_from_slice(format!("crlf {i}\r\n").as_bytes()),
+                2 => text.extend_from_slice(b"bad \xff byte\n"),
+                3 if i % 5 == 0 => {
+                    text.extend_from_slice("y".repeat(9000 + i).as_bytes());
+                    text.push(b'\n');
+                }
+                _ => text.extend_from_slice("é".repeat(i % 40).as_bytes()),
+            }
+            if i % 7 > 3 {
+                text.push(b'\n');
+            }
+        }
+        text.extend_from_slice(b"no newline at the end");
+        std::fs::write(ws.root().join("mixed"), &text).unwrap();
+        let mut want = String::new();
+        let mut cut = false;
+        let lines: Vec<&[u8]> = text.split(|b| *b == b'\n').collect();
+        for (n, line) in lines.iter().enumerate() {
+            let line = String::from_utf8_lossy(line);
+            let line = line.trim_end_matches('\r');
+            let shown: String = line.chars().take(2000).collect();
+            let row = if shown.len() < line.len() {
+                cut = true;
+                format!("{:>6}\t{shown} [line cut at 2000 characters]\n", n + 1)
+            } else {
+                format!("{:>6}\t{shown}\n", n + 1)
+            };
+            if want.len() + row.len() > MAX_OUTPUT_BYTES {
+                break;
+            }
+            want.push_str(&row);
+        }
+        assert!(cut);
+        let out = read_file(&ws, &json!({"path": "mixed", "limit": 100_000}));
+        assert!(!out.is_error, "{}", out.text);
+        assert!(
+            out.text.starts_with(&want),
+            "first difference at byte {}",
+            out.text
+                .bytes()
+                .zip(want.bytes())
+                .position(|(a, b)| a != b)
+                .unwrap_or(want.len().min(out.text.len()))
+        );
+        assert!(out.text[want.len()..].starts_with("[showing lines 1-"));
     }
 
     /// The tool reads a short file where it opened it and a long one on the blocking pool; both
