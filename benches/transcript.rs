@@ -35,7 +35,10 @@ impl ModelApi for Scripted {
                 message: "the script is over".into(),
             })?;
             let raw = json!({"content": format!("{:?}", response.content)});
-            Ok(Exchange { response, raw })
+            Ok(Exchange {
+                response,
+                raw: raw.into(),
+            })
         })
     }
 }

@@ -82,7 +82,7 @@ pub enum EventKind {
         #[serde(skip_serializing_if = "Option::is_none")]
         cost_usd: Option<f64>,
         /// The reply as the API sent it.
-        body: Value,
+        body: crate::provider::Raw,
     },
     ToolStarted {
         step: String,

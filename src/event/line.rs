@@ -211,7 +211,7 @@ mod tests {
                     cache_read_input_tokens: 4,
                 },
                 cost_usd: Some(0.25),
-                body: json!({"content": [], "stop_reason": "end_turn"}),
+                body: json!({"content": [], "stop_reason": "end_turn"}).into(),
             },
             EventKind::TurnFinished {
                 step: "s".into(),
@@ -219,7 +219,7 @@ mod tests {
                 duration_ms: 1,
                 usage: Usage::default(),
                 cost_usd: None,
-                body: json!(null),
+                body: json!(null).into(),
             },
             EventKind::ToolStarted {
                 step: "s".into(),

@@ -58,12 +58,12 @@ impl ModelApi for AnthropicApi {
         request: Outgoing<'a>,
         progress: &'a (dyn Fn(usize) + Send + Sync),
     ) -> BoxFuture<'a, Result<Exchange, ProviderError>> {
-        Box::pin(async move {
-            let raw =
-                stream::post::<AnthropicStream>(&self.endpoint, request.body, &ERRORS, progress)
-                    .await?;
-            Exchange::read(raw, format::anthropic::parse_response)
-        })
+        Box::pin(stream::post::<AnthropicStream>(
+            &self.endpoint,
+            request.body,
+            &ERRORS,
+            progress,
+        ))
     }
 }
 

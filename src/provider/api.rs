@@ -3,12 +3,14 @@
 //! it in process.
 
 use futures_util::future::BoxFuture;
+use serde::Serialize;
 use serde_json::Value;
 
 use super::error::ProviderError;
 use super::format::FormatError;
 use super::format::body::{Body, Wire};
 use super::message::{ChatRequest, ChatResponse};
+use super::stream::AnthropicParts;
 
 /// A request as it goes out: the conversation (what cassettes and in-process APIs read) and its
 /// body, written once in the API's wire format (what goes over HTTP, and what its digest is of).
@@ -22,7 +24,7 @@ pub struct Outgoing<'a> {
 #[derive(Debug, Clone)]
 pub struct Exchange {
     pub response: ChatResponse,
-    pub raw: Value,
+    pub raw: Raw,
 }
 
 impl Exchange {
@@ -32,7 +34,53 @@ impl Exchange {
         parse: fn(&Value) -> Result<ChatResponse, FormatError>,
     ) -> Result<Self, ProviderError> {
         let response = parse(&raw).map_err(|e| ProviderError::InvalidResponse { message: e.0 })?;
-        Ok(Exchange { response, raw })
+        Ok(Exchange {
+            response,
+            raw: raw.into(),
+        })
+    }
+}
+
+/// A reply's body as the API sent it: a JSON value, or a streamed Anthropic reply kept as the
+/// text of its events, made into the one body it stands for only where it is written (the
+/// transcript's thread, a cassette), not on the step's thread. It serializes as that body.
+#[derive(Debug, Clone)]
+pub struct Raw(RawBody);
+
+#[derive(Debug, Clone)]
+enum RawBody {
+    Value(Value),
+    Anthropic(Box<AnthropicParts>),
+}
+
+impl Raw {
+    /// The body as one JSON value.
+    pub fn to_value(&self) -> Value {
+        match &self.0 {
+            RawBody::Value(value) => value.clone(),
+            RawBody::Anthropic(parts) => parts.to_value(),
+        }
+    }
+}
+
+impl From<Value> for Raw {
+    fn from(value: Value) -> Self {
+        Raw(RawBody::Value(value))
+    }
+}
+
+impl From<AnthropicParts> for Raw {
+    fn from(parts: AnthropicParts) -> Self {
+        Raw(RawBody::Anthropic(Box::new(parts)))
+    }
+}
+
+impl Serialize for Raw {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match &self.0 {
+            RawBody::Value(value) => value.serialize(serializer),
+            RawBody::Anthropic(parts) => parts.to_value().serialize(serializer),
+        }
     }
 }
 

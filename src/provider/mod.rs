@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-pub use api::{Exchange, ModelApi, Outgoing};
+pub use api::{Exchange, ModelApi, Outgoing, Raw};
 pub use error::ProviderError;
 pub use format::body::{Body, Encoder, Wire};
 

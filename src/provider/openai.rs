@@ -60,7 +60,7 @@ impl OpenAiApi {
         &self,
         body: &Body,
         progress: &(dyn Fn(usize) + Send + Sync),
-    ) -> Result<serde_json::Value, ProviderError> {
+    ) -> Result<Exchange, ProviderError> {
         stream::post::<OpenAiStream>(&self.endpoint, body, &ERRORS, progress).await
     }
 }
@@ -92,7 +92,7 @@ impl ModelApi for OpenAiApi {
         progress: &'a (dyn Fn(usize) + Send + Sync),
     ) -> BoxFuture<'a, Result<Exchange, ProviderError>> {
         Box::pin(async move {
-            let raw = match self.post(request.body, progress).await {
+            match self.post(request.body, progress).await {
                 // Learnt once: this request is written again with the other name, and every
                 // later one asks `wire()` and is written with it from the start.
                 Err(error)
@@ -100,11 +100,10 @@ impl ModelApi for OpenAiApi {
                         && !self.completion_tokens.swap(true, Ordering::Relaxed) =>
                 {
                     self.post(&Body::of(self.wire(), request.request), progress)
-                        .await?
+                        .await
                 }
-                other => other?,
-            };
-            Exchange::read(raw, format::openai::parse_response)
+                other => other,
+            }
         })
     }
 }

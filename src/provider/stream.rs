@@ -7,9 +7,13 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
+use super::api::{Exchange, Raw};
 use super::error::ProviderError;
+use super::format;
+use super::message::{Block, ChatResponse, Usage};
 
 fn parse(data: &str) -> Result<Value, ProviderError> {
     serde_json::from_str(data).map_err(|err| ProviderError::InvalidResponse {
@@ -48,8 +52,10 @@ pub trait Assemble: Default + Send {
     fn event(&mut self, kind: &str, data: &str) -> Result<(), ProviderError>;
     /// Characters of reply seen so far, for progress.
     fn chars(&self) -> usize;
-    /// The reply as the API's one-body answer.
-    fn finish(self) -> Value;
+    /// The reply, read and as the API sent it.
+    fn finish(self) -> Result<Exchange, ProviderError>;
+    /// A reply the server sent as one body instead of a stream.
+    fn whole(body: Value) -> Result<Exchange, ProviderError>;
 }
 
 /// Posts `body` for a streamed reply and assembles it with `A`, telling `progress` as it grows.
@@ -58,47 +64,134 @@ pub async fn post<A: Assemble>(
     body: &super::format::body::Body,
     errors: &super::http::ErrorBodies,
     progress: &(dyn Fn(usize) + Send + Sync),
-) -> Result<Value, ProviderError> {
+) -> Result<Exchange, ProviderError> {
     let mut assembled = A::default();
     let mut on_event = |kind: &str, data: &str| {
         assembled.event(kind, data)?;
         progress(assembled.chars());
         Ok(())
     };
-    let whole = super::http::post_events(endpoint, body, errors, &mut on_event).await?;
-    Ok(whole.unwrap_or_else(|| assembled.finish()))
+    match super::http::post_events(endpoint, body, errors, &mut on_event).await? {
+        Some(whole) => A::whole(whole),
+        None => assembled.finish(),
+    }
 }
 
 /// Anthropic's Messages stream: `message_start`, content blocks opened, grown by deltas (text,
 /// or tool input as JSON in pieces) and closed, `message_delta` (stop reason, usage),
 /// `message_stop`; `ping` and `error` in between.
+///
+/// The loop needs only a few fields of it: those are read as the events come, into the reply
+/// the loop acts on. The rest is kept as the text it came in ([`AnthropicParts`]), and the body
+/// the API would have sent unstreamed is made from it where it is written (the transcript, a
+/// cassette), off the step's thread (README, "Performance").
 #[derive(Default)]
 pub struct AnthropicStream {
-    message: Map<String, Value>,
-    blocks: BTreeMap<u64, Value>,
-    /// Text of each block from its deltas, joined into the block when it closes (joining at
-    /// every delta would copy the text so far each time).
-    texts: BTreeMap<u64, String>,
-    partial_json: BTreeMap<u64, String>,
+    parts: AnthropicParts,
+    /// Each block's type, id, name and opening text, by index.
+    opened: BTreeMap<u64, Opened>,
+    /// Tool inputs read from closed blocks, by index.
+    inputs: BTreeMap<u64, Value>,
+    /// The usage counts and stop reason so far (the start's, then each delta's over them).
+    counts: Counts,
+    stop_reason: Option<String>,
     chars: usize,
 }
 
+/// A streamed Anthropic reply as it came: the start's message, each block as it opened with
+/// what its deltas added, and the message deltas since the start, each kept as its JSON text.
+#[derive(Debug, Clone, Default)]
+pub struct AnthropicParts {
+    message: Option<String>,
+    blocks: BTreeMap<u64, Part>,
+    /// Each `message_delta`'s stop reason and usage, in order.
+    deltas: Vec<(Option<String>, Option<String>)>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Part {
+    /// The block as `content_block_start` sent it.
+    start: Option<String>,
+    /// Text from its deltas, when any came.
+    text: Option<String>,
+    /// Tool input from its deltas, until the block closes.
+    partial_json: Option<String>,
+    /// The tool input it closed with (not blank, and JSON).
+    input: Option<String>,
+}
+
+/// A block's fields the loop reads.
+#[derive(Default)]
+struct Opened {
+    kind: Option<String>,
+    id: Option<String>,
+    name: Option<String>,
+    text: Option<String>,
+}
+
+/// Token counts as they stand; a field is whatever JSON value the API sent for it.
+#[derive(Deserialize, Default)]
+struct Counts {
+    #[serde(default)]
+    input_tokens: Option<Value>,
+    #[serde(default)]
+    output_tokens: Option<Value>,
+    #[serde(default)]
+    cache_creation_input_tokens: Option<Value>,
+    #[serde(default)]
+    cache_read_input_tokens: Option<Value>,
+}
+
+impl Counts {
+    /// The counts `later` sends laid over these (a count it leaves out or sends as null stays).
+    fn update(&mut self, later: Counts) {
+        let pairs = [
+            (&mut self.input_tokens, later.input_tokens),
+            (&mut self.output_tokens, later.output_tokens),
+            (
+                &mut self.cache_creation_input_tokens,
+                later.cache_creation_input_tokens,
+            ),
+            (
+                &mut self.cache_read_input_tokens,
+                later.cache_read_input_tokens,
+            ),
+        ];
+        for (slot, value) in pairs {
+            if value.is_some() {
+                *slot = value;
+            }
+        }
+    }
+
+    fn usage(&self) -> Usage {
+        let count = |v: &Option<Value>| v.as_ref().and_then(Value::as_u64).unwrap_or(0);
+        Usage {
+            input_tokens: count(&self.input_tokens),
+            output_tokens: count(&self.output_tokens),
+            cache_creation_input_tokens: count(&self.cache_creation_input_tokens),
+            cache_read_input_tokens: count(&self.cache_read_input_tokens),
+        }
+    }
+}
+
 /// One event of Anthropic's stream, read into its parts rather than into a JSON tree: most are
-/// deltas of a few characters, borrowed from the event's text where they need no unescaping.
+/// deltas of a few characters, borrowed from the event's text where they need no unescaping;
+/// the start's message and a block's opening are kept as their text.
 #[derive(Deserialize)]
 struct AnthropicEvent<'a> {
     #[serde(rename = "type", default, borrow)]
     kind: Cow<'a, str>,
     #[serde(default)]
     index: u64,
-    #[serde(default)]
-    message: Option<Map<String, Value>>,
-    #[serde(default)]
-    content_block: Option<Value>,
+    #[serde(default, borrow)]
+    message: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    content_block: Option<&'a RawValue>,
     #[serde(default, borrow)]
     delta: Option<AnthropicDelta<'a>>,
-    #[serde(default)]
-    usage: Option<Map<String, Value>>,
+    #[serde(default, borrow)]
+    usage: Option<&'a RawValue>,
     #[serde(default)]
     error: Option<Value>,
 }
@@ -112,21 +205,41 @@ struct AnthropicDelta<'a> {
     text: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     partial_json: Option<Cow<'a, str>>,
-    #[serde(default)]
-    stop_reason: Option<Value>,
+    #[serde(default, borrow)]
+    stop_reason: Option<&'a RawValue>,
 }
 
-impl AnthropicStream {
-    /// A block's streamed text joined onto the text it opened with.
-    fn settle_text(&mut self, index: u64) {
-        if let Some(text) = self.texts.remove(&index) {
-            let block = self.blocks.entry(index).or_insert_with(|| json!({}));
-            let joined = match block.get("text").and_then(Value::as_str) {
-                Some(opening) if !opening.is_empty() => format!("{opening}{text}"),
-                _ => text,
-            };
-            block["text"] = Value::String(joined);
-        }
+/// The fields of the start's message the loop reads.
+#[derive(Deserialize)]
+struct StartMessage<'a> {
+    #[serde(default, borrow)]
+    usage: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    stop_reason: Option<&'a RawValue>,
+}
+
+/// The fields of a block's opening the loop reads; any may be of any JSON type.
+#[derive(Deserialize, Default)]
+struct BlockStart<'a> {
+    #[serde(rename = "type", default, borrow)]
+    kind: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    id: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    name: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    text: Option<&'a RawValue>,
+}
+
+/// A field's text when it is a JSON string.
+fn string(raw: Option<&RawValue>) -> Option<String> {
+    raw.and_then(|r| serde_json::from_str::<Cow<str>>(r.get()).ok())
+        .map(Cow::into_owned)
+}
+
+fn unreadable(err: serde_json::Error) -> ProviderError {
+    ProviderError::InvalidResponse {
+        message: format!("a stream event cannot be read ({err})"),
     }
 }
 
@@ -136,47 +249,66 @@ impl Assemble for AnthropicStream {
     }
 
     fn event(&mut self, _kind: &str, data: &str) -> Result<(), ProviderError> {
-        let event: AnthropicEvent =
-            serde_json::from_str(data).map_err(|err| ProviderError::InvalidResponse {
-                message: format!("a stream event cannot be read ({err})"),
-            })?;
+        let event: AnthropicEvent = serde_json::from_str(data).map_err(unreadable)?;
         let index = event.index;
         match &*event.kind {
             "message_start" => {
                 if let Some(message) = event.message {
-                    self.message = message;
+                    let start: StartMessage =
+                        serde_json::from_str(message.get()).map_err(unreadable)?;
+                    // Usage that is not an object counts nothing, as it does unstreamed.
+                    self.counts = start
+                        .usage
+                        .and_then(|u| serde_json::from_str(u.get()).ok())
+                        .unwrap_or_default();
+                    self.stop_reason = string(start.stop_reason);
+                    // A new start stands for the whole message: deltas before it are gone.
+                    self.parts.message = Some(message.get().to_owned());
+                    self.parts.deltas.clear();
                 }
             }
             "content_block_start" => {
-                let mut block = event.content_block.unwrap_or_else(|| json!({}));
-                if block.get("type").and_then(Value::as_str) == Some("tool_use") {
-                    block["input"] = json!({});
-                }
-                self.blocks.insert(index, block);
+                let raw = event.content_block.map(RawValue::get);
+                // A block that is not an object opens nothing the loop reads.
+                let start: BlockStart = raw
+                    .and_then(|raw| serde_json::from_str(raw).ok())
+                    .unwrap_or_default();
+                self.opened.insert(
+                    index,
+                    Opened {
+                        kind: string(start.kind),
+                        id: string(start.id),
+                        name: string(start.name),
+                        text: string(start.text),
+                    },
+                );
+                self.parts.blocks.entry(index).or_default().start = raw.map(str::to_owned);
             }
             "content_block_delta" => {
                 let Some(delta) = event.delta else {
                     return Ok(());
                 };
-                self.blocks.entry(index).or_insert_with(|| json!({}));
+                let part = self.parts.blocks.entry(index).or_default();
                 match delta.kind.as_deref() {
                     Some("text_delta") => {
                         let text = delta.text.unwrap_or_default();
                         self.chars += text.len();
-                        self.texts.entry(index).or_default().push_str(&text);
+                        part.text.get_or_insert_with(String::new).push_str(&text);
                     }
                     Some("input_json_delta") => {
-                        let part = delta.partial_json.unwrap_or_default();
-                        self.chars += part.len();
-                        self.partial_json.entry(index).or_default().push_str(&part);
+                        let piece = delta.partial_json.unwrap_or_default();
+                        self.chars += piece.len();
+                        part.partial_json
+                            .get_or_insert_with(String::new)
+                            .push_str(&piece);
                     }
                     // Thinking and signatures carry nothing the loop acts on.
                     _ => {}
                 }
             }
             "content_block_stop" => {
-                self.settle_text(index);
-                if let Some(json) = self.partial_json.remove(&index)
+                if let Some(part) = self.parts.blocks.get_mut(&index)
+                    && let Some(json) = part.partial_json.take()
                     && !json.trim().is_empty()
                 {
                     let input: Value = serde_json::from_str(&json).map_err(|err| {
@@ -184,23 +316,23 @@ impl Assemble for AnthropicStream {
                             message: format!("a streamed tool input is not JSON ({err})"),
                         }
                     })?;
-                    if let Some(block) = self.blocks.get_mut(&index) {
-                        block["input"] = input;
-                    }
+                    self.inputs.insert(index, input);
+                    part.input = Some(json);
                 }
             }
             "message_delta" => {
-                if let Some(reason) = event.delta.and_then(|d| d.stop_reason) {
-                    self.message.insert("stop_reason".into(), reason);
+                let reason = event.delta.and_then(|d| d.stop_reason);
+                if let Some(reason) = reason {
+                    self.stop_reason = string(Some(reason));
                 }
                 if let Some(usage) = event.usage {
-                    let entry = self.message.entry("usage").or_insert_with(|| json!({}));
-                    for (key, value) in usage {
-                        if !value.is_null() {
-                            entry[key] = value;
-                        }
-                    }
+                    let counts: Counts = serde_json::from_str(usage.get()).map_err(unreadable)?;
+                    self.counts.update(counts);
                 }
+                self.parts.deltas.push((
+                    reason.map(|r| r.get().to_owned()),
+                    event.usage.map(|u| u.get().to_owned()),
+                ));
             }
             "error" => {
                 let error = event.error.unwrap_or_default();
@@ -219,16 +351,117 @@ impl Assemble for AnthropicStream {
         Ok(())
     }
 
-    fn finish(mut self) -> Value {
-        let unsettled: Vec<u64> = self.texts.keys().copied().collect();
-        for index in unsettled {
-            self.settle_text(index);
+    fn finish(mut self) -> Result<Exchange, ProviderError> {
+        let mut content = Vec::new();
+        for (index, part) in &self.parts.blocks {
+            let opened = self.opened.remove(index).unwrap_or_default();
+            match opened.kind.as_deref() {
+                Some("text") => content.push(Block::Text {
+                    text: match (&part.text, opened.text) {
+                        (Some(text), Some(opening)) if !opening.is_empty() => {
+                            format!("{opening}{text}")
+                        }
+                        (Some(text), _) => text.clone(),
+                        (None, opening) => opening.unwrap_or_default(),
+                    },
+                }),
+                Some("tool_use") => {
+                    let (Some(id), Some(name)) = (opened.id, opened.name) else {
+                        return Err(ProviderError::InvalidResponse {
+                            message: "a `tool_use` block without `id` or `name`".into(),
+                        });
+                    };
+                    content.push(Block::ToolUse {
+                        id,
+                        name,
+                        input: self.inputs.remove(index).unwrap_or_else(|| json!({})),
+                    });
+                }
+                // Thinking and server-tool blocks carry nothing the loop acts on.
+                _ => {}
+            }
         }
-        self.message.insert(
-            "content".into(),
-            Value::Array(self.blocks.into_values().collect()),
-        );
-        Value::Object(self.message)
+        Ok(Exchange {
+            response: ChatResponse {
+                content,
+                stop_reason: format::anthropic::parse_stop_reason(self.stop_reason.as_deref()),
+                usage: self.counts.usage(),
+            },
+            raw: Raw::from(self.parts),
+        })
+    }
+
+    fn whole(body: Value) -> Result<Exchange, ProviderError> {
+        Exchange::read(body, format::anthropic::parse_response)
+    }
+}
+
+impl AnthropicParts {
+    /// The body the API would have sent unstreamed: the start's message with the blocks as its
+    /// `content`, and each delta's stop reason and usage laid over it.
+    pub fn to_value(&self) -> Value {
+        let mut message = self
+            .message
+            .as_deref()
+            .and_then(|m| serde_json::from_str::<Map<String, Value>>(m).ok())
+            .unwrap_or_default();
+        for (reason, usage) in &self.deltas {
+            if let Some(reason) = reason.as_deref().and_then(|r| serde_json::from_str(r).ok()) {
+                message.insert("stop_reason".into(), reason);
+            }
+            let Some(usage) = usage
+                .as_deref()
+                .and_then(|u| serde_json::from_str::<Map<String, Value>>(u).ok())
+            else {
+                continue;
+            };
+            let entry = message.entry("usage").or_insert_with(|| json!({}));
+            if !entry.is_object() {
+                *entry = json!({});
+            }
+            if let Some(entry) = entry.as_object_mut() {
+                for (key, value) in usage {
+                    if !value.is_null() {
+                        entry.insert(key, value);
+                    }
+                }
+            }
+        }
+        let content = self.blocks.values().map(Part::to_value).collect();
+        message.insert("content".into(), Value::Array(content));
+        Value::Object(message)
+    }
+}
+
+impl Part {
+    fn to_value(&self) -> Value {
+        let mut block = self
+            .start
+            .as_deref()
+            .and_then(|s| serde_json::from_str(s).ok())
+            .unwrap_or_else(|| json!({}));
+        // Only an object can carry the text and input (a block that is not one stays as it is).
+        let Some(fields) = block.as_object_mut() else {
+            return block;
+        };
+        if fields.get("type").and_then(Value::as_str) == Some("tool_use") {
+            fields.insert("input".into(), json!({}));
+        }
+        if let Some(text) = &self.text {
+            let joined = match fields.get("text").and_then(Value::as_str) {
+                Some(opening) if !opening.is_empty() => format!("{opening}{text}"),
+                _ => text.clone(),
+            };
+            fields.insert("text".into(), Value::String(joined));
+        }
+        if let Some(input) = self
+            .input
+            .as_deref()
+            .and_then(|i| serde_json::from_str(i).ok())
+        {
+            fields.insert("input".into(), input);
+        }
+        block
     }
 }
 
@@ -309,7 +542,11 @@ impl Assemble for OpenAiStream {
         Ok(())
     }
 
-    fn finish(self) -> Value {
+    fn whole(body: Value) -> Result<Exchange, ProviderError> {
+        Exchange::read(body, format::openai::parse_response)
+    }
+
+    fn finish(self) -> Result<Exchange, ProviderError> {
         let mut message = json!({
             "role": "assistant",
             "content": if self.text.is_empty() { Value::Null } else { Value::String(self.text) },
@@ -324,17 +561,67 @@ impl Assemble for OpenAiStream {
                     .collect(),
             );
         }
-        json!({
+        let body = json!({
             "model": self.model,
             "choices": [{"index": 0, "message": message, "finish_reason": self.finish_reason}],
             "usage": self.usage,
-        })
+        });
+        Self::whole(body)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The reply a stream finishes with, checked against reading the body it stands for with
+    /// the unstreamed reader: the two must agree. The body, as one value.
+    fn finished(stream: AnthropicStream) -> Value {
+        let exchange = stream.finish().unwrap();
+        let body = exchange.raw.to_value();
+        let read = format::anthropic::parse_response(&body).unwrap();
+        assert_eq!(exchange.response, read, "{body}");
+        // It serializes as that body.
+        assert_eq!(serde_json::to_value(&exchange.raw).unwrap(), body);
+        body
+    }
+
+    fn anthropic(events: &[&str]) -> AnthropicStream {
+        let mut stream = AnthropicStream::default();
+        for data in events {
+            stream.event("", data).unwrap();
+        }
+        stream
+    }
+
+    #[test]
+    fn odd_shapes_neither_panic_nor_disagree() {
+        // Blocks and usage that are not objects, deltas for blocks never opened, a delta before
+        // the start (the start stands for the whole message), a stop reason that is no string.
+        let body = finished(anthropic(&[
+            r#"{"type":"message_delta","delta":{"stop_reason":"max_tokens"},"usage":{"output_tokens":3}}"#,
+            r#"{"type":"message_start","message":{"id":"m","usage":7,"stop_reason":null}}"#,
+            r#"{"type":"content_block_start","index":0,"content_block":"not a block"}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x"}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{}"}}"#,
+            r#"{"type":"content_block_stop","index":0}"#,
+            r#"{"type":"content_block_delta","index":4,"delta":{"type":"text_delta","text":"y"}}"#,
+            r#"{"type":"content_block_start","index":2,"content_block":{"type":"text","text":7}}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":5},"usage":{"output_tokens":9,"input_tokens":null}}"#,
+        ]));
+        assert_eq!(body["content"][0], "not a block");
+        assert_eq!(body["content"][1], json!({"type": "text", "text": 7}));
+        assert_eq!(body["content"][2], json!({"text": "y"}));
+        assert_eq!(body["usage"], json!({"output_tokens": 9}));
+        assert_eq!(body["stop_reason"], 5);
+        // A tool call without an id is refused, as it is unstreamed.
+        let err = anthropic(&[
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","name":"grep"}}"#,
+        ])
+        .finish()
+        .unwrap_err();
+        assert!(err.to_string().contains("without `id` or `name`"), "{err}");
+    }
 
     #[test]
     fn anthropic_text_keeps_its_opening_and_survives_an_unclosed_block() {
@@ -349,7 +636,7 @@ mod tests {
             stream.event("", data).unwrap();
         }
         assert_eq!(stream.chars(), 5);
-        let body = stream.finish();
+        let body = finished(stream);
         assert_eq!(body["content"][0]["text"], "Ab\"c");
         assert_eq!(body["content"][1]["text"], "xy");
         let err = AnthropicStream::default().event("", "{").unwrap_err();
@@ -378,7 +665,7 @@ mod tests {
         ] {
             stream.event("", data).unwrap();
         }
-        let body = stream.finish();
+        let body = finished(stream);
         assert_eq!(body["content"][0], json!({"type": "text", "text": "Hello"}));
         assert_eq!(body["content"][1]["input"], json!({"pattern": "x"}));
         assert_eq!(body["stop_reason"], "tool_use");
@@ -412,7 +699,7 @@ mod tests {
         ] {
             stream.event("", data).unwrap();
         }
-        let body = stream.finish();
+        let body = stream.finish().unwrap().raw.to_value();
         let message = &body["choices"][0]["message"];
         assert_eq!(message["content"], "Looking");
         assert_eq!(

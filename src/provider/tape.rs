@@ -230,7 +230,7 @@ impl Taped {
         *used += 1;
         Ok(Exchange {
             response: reply.response,
-            raw: reply.raw,
+            raw: reply.raw.into(),
         })
     }
 
@@ -249,7 +249,7 @@ impl Taped {
         });
         cassette.replies.push(Reply {
             response: exchange.response.clone(),
-            raw: exchange.raw.clone(),
+            raw: exchange.raw.to_value(),
         });
         write(&path, cassette).map_err(|err| ProviderError::Tape {
             message: format!("cannot write cassette `{path}`: {err}"),

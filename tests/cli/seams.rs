@@ -59,7 +59,7 @@ impl ModelApi for Scripted {
             })?;
             Ok(Exchange {
                 response,
-                raw: Value::Null,
+                raw: Value::Null.into(),
             })
         })
     }
