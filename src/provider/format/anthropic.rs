@@ -206,15 +206,14 @@ fn message_by_serde(out: &mut Vec<u8>, message: &Message, first: bool, newest: b
 const MARKED_END: &[u8] = br#","cache_control":{"type":"ephemeral"}}]}"#;
 
 /// A message's newest form made from its settled form, as [`message`] would write it: the
-/// breakpoint is the last field of the last block. False (and nothing written) when the bytes
-/// do not end in a block (a message without blocks): the caller writes it then.
-pub(super) fn mark_newest(settled: &[u8], out: &mut Vec<u8>) -> bool {
-    let Some(body) = settled.strip_suffix(b"}]}") else {
-        return false;
-    };
+/// breakpoint is the last field of the last block. The two forms share all but the settled
+/// form's last three bytes: how many they share. `None` (and nothing written) when the bytes do
+/// not end in a block (a message without blocks): the caller writes it then.
+pub(super) fn mark_newest(settled: &[u8], out: &mut Vec<u8>) -> Option<usize> {
+    let body = settled.strip_suffix(b"}]}")?;
     out.extend_from_slice(body);
     out.extend_from_slice(MARKED_END);
-    true
+    Some(body.len())
 }
 
 fn count(usage: &Value, key: &str) -> u64 {
@@ -410,7 +409,9 @@ mod tests {
                 let mut direct = Vec::new();
                 super::message(&mut direct, message, first, true);
                 let mut made = Vec::new();
-                assert!(mark_newest(&settled, &mut made));
+                let shared = mark_newest(&settled, &mut made).unwrap();
+                // What the forms are said to share, they share.
+                assert_eq!(settled[..shared], made[..shared]);
                 assert_eq!(
                     String::from_utf8(made).unwrap(),
                     String::from_utf8(direct).unwrap()
@@ -424,7 +425,7 @@ mod tests {
         let mut settled = Vec::new();
         super::message(&mut settled, &empty, true, false);
         let mut made = Vec::new();
-        assert!(!mark_newest(&settled, &mut made) && made.is_empty());
+        assert!(mark_newest(&settled, &mut made).is_none() && made.is_empty());
     }
 
     fn request_body(request: &ChatRequest) -> Value {

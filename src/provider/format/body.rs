@@ -47,14 +47,15 @@ impl Wire {
         }
     }
 
-    /// A message's newest form from its settled form; false when this one cannot be made so.
-    fn mark_newest(self, settled: &[u8], out: &mut Vec<u8>) -> bool {
+    /// A message's newest form from its settled form, and how many bytes the two share at
+    /// their start; `None` when this one cannot be made so.
+    fn mark_newest(self, settled: &[u8], out: &mut Vec<u8>) -> Option<usize> {
         match self {
             Wire::Anthropic => anthropic::mark_newest(settled, out),
             // No breakpoints: the newest is written as it settles.
             Wire::OpenAi { .. } => {
                 out.extend_from_slice(settled);
-                true
+                Some(settled.len())
             }
         }
     }
@@ -102,6 +103,10 @@ struct Newest {
     index: usize,
     message: Message,
     settled: Vec<u8>,
+    /// The digest so far with the start its two forms share (`shared` bytes): the turn's digest
+    /// and, when it settles, the settled digest go on from here, so those bytes are hashed once.
+    prefix: Sha256,
+    shared: usize,
 }
 
 impl Encoder {
@@ -141,15 +146,21 @@ impl Encoder {
                 .take()
                 .filter(|n| n.index == index && n.message == *message);
             let bytes = match kept {
-                Some(kept) => kept.settled,
+                // Kept by the last call, whose digest state this one still has (nothing is
+                // settled between a call's newest and the next call's first message).
+                Some(kept) => {
+                    self.hasher = kept.prefix;
+                    self.hasher.update(&kept.settled[kept.shared..]);
+                    kept.settled
+                }
                 None => {
                     let first = self.settled == 0 && !self.wire.head_holds_a_message();
                     let mut bytes = Vec::new();
                     self.wire.message(&mut bytes, message, first, false);
+                    self.hasher.update(&bytes);
                     bytes
                 }
             };
-            self.hasher.update(&bytes);
             self.bytes += bytes.len();
             self.settled += 1;
             if bytes.len() >= PIECE {
@@ -177,20 +188,29 @@ impl Encoder {
         }
         self.scratch.clear();
         self.newest = None;
+        let mut hasher = self.hasher.clone();
+        let mut shared = 0;
         if let Some(newest) = request.messages.last()
             && count > self.settled
         {
             let first = self.settled == 0 && !self.wire.head_holds_a_message();
             let mut settled = Vec::new();
             self.wire.message(&mut settled, newest, first, false);
-            if !self.wire.mark_newest(&settled, &mut self.scratch) {
-                self.wire.message(&mut self.scratch, newest, first, true);
-            }
+            shared = match self.wire.mark_newest(&settled, &mut self.scratch) {
+                Some(shared) => shared,
+                None => {
+                    self.wire.message(&mut self.scratch, newest, first, true);
+                    0
+                }
+            };
+            hasher.update(&settled[..shared]);
             settled.shrink_to_fit();
             self.newest = Some(Newest {
                 index: count - 1,
                 message: newest.clone(),
                 settled,
+                prefix: hasher.clone(),
+                shared,
             });
         }
         self.scratch.extend_from_slice(b"]}");
@@ -199,8 +219,7 @@ impl Encoder {
         if self.scratch.capacity() > 4 * PIECE {
             self.scratch = Vec::new();
         }
-        let mut hasher = self.hasher.clone();
-        hasher.update(&tail);
+        hasher.update(&tail[shared..]);
         let mut chunks = Vec::with_capacity(self.pieces.len() + self.recent.len() + 2);
         chunks.push(self.head.clone());
         chunks.extend(self.pieces.iter().cloned());
@@ -352,7 +371,7 @@ mod tests {
                 let body = encoder.encode(&request);
                 // Written whole now and then (every time would be slow in a debug build); the
                 // encoder itself runs every turn, so what it carries is checked all the same.
-                if turn.is_multiple_of(9) || turn == 199 {
+                if turn.is_multiple_of(9) || turn % 11 == 5 || turn == 199 {
                     let whole = Body::of(wire, &request).to_vec();
                     assert_eq!(body.to_vec(), whole, "{wire:?} turn {turn}");
                     assert_eq!(body.len(), whole.len());
@@ -394,6 +413,13 @@ mod tests {
         });
         if turn.is_multiple_of(5) {
             crate::session::push_user_text(&mut request.messages, "again".into());
+        }
+        // Now and then a newest message with no blocks, whose newest form is written apart.
+        if turn % 11 == 4 {
+            request.messages.push(Message {
+                role: Role::Assistant,
+                content: Vec::new(),
+            });
         }
     }
 
