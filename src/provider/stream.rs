@@ -1,7 +1,9 @@
-//! Streamed replies (README "Models and providers"): the server-sent events of both APIs put back
-//! together into the body the API would have sent unstreamed, so one parser reads either. An error
-//! event in the middle of a stream becomes the error it means (overloaded and server errors are
-//! retried like a failed request; nothing of the partial reply is kept).
+//! Streamed replies (README "Models and providers"): the server-sent events of both APIs read into
+//! the reply the loop acts on, and kept as the body the API would have sent unstreamed (for the
+//! transcript and cassettes). Chat Completions chunks are put back together into that body and
+//! read by its parser; Anthropic's events are read as they come, their body made only where it
+//! is written. An error event in the middle of a stream becomes the error it means (overloaded
+//! and server errors are retried like a failed request; nothing of the partial reply is kept).
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
