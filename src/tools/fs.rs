@@ -332,8 +332,7 @@ fn push_line_number(out: &mut String, n: usize) {
     }
     const SPACES: &str = "      ";
     out.push_str(&SPACES[..6usize.saturating_sub(digits.len() - at)]);
-    // Digits are ASCII: always text.
-    out.push_str(std::str::from_utf8(&digits[at..]).unwrap_or_default());
+    out.extend(digits[at..].iter().map(|&d| char::from(d)));
 }
 
 #[derive(Deserialize)]
