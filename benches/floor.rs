@@ -31,6 +31,8 @@
 //!    Makespan of runner against the floor client doing the same 1,000 requests over 100
 //!    connections, budget 1.15x; runner's peak RSS, budget 60 MB.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -370,11 +372,6 @@ fn measure_here(command: &mut Command) -> Measured {
     }
 }
 
-fn median(mut values: Vec<Duration>) -> Duration {
-    values.sort();
-    values[values.len() / 2]
-}
-
 fn runner(dir: &Path, addr: SocketAddr) -> Command {
     // RUNNER_FLOOR_BIN measures another build (one with frame pointers, for a profile).
     let bin = std::env::var_os("RUNNER_FLOOR_BIN").map_or_else(
@@ -610,8 +607,8 @@ fn turns(server: &Arc<Server>, addr: SocketAddr) {
                 slopes[i].push(slope);
             }
         }
-        let [a, b, c, d] = turns.map(median);
-        let [slope_a, slope_b, _, _] = slopes.map(median);
+        let [a, b, c, d] = turns.map(common::median);
+        let [slope_a, slope_b, _, _] = slopes.map(common::median);
         let kb = (sent - base_sent) as f64 / 1024.0;
         let per_kb = |per_turn: Duration| ms(per_turn) * 1e3 * (n - 1) as f64 / kb;
         println!(
@@ -724,7 +721,7 @@ fn wide(server: &Arc<Server>, addr: SocketAddr) {
     }
     rss.sort();
     let critical = latency * (steps / parallel) as u32;
-    let (ours, theirs) = (median(ours), median(theirs));
+    let (ours, theirs) = (common::median(ours), common::median(theirs));
     println!(
         "wide: {steps} one-turn steps, {parallel} at once, {} ms a reply (critical path {:.1} s)",
         latency.as_millis(),

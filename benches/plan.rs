@@ -2,6 +2,8 @@
 //! resolve agents, models, tools and templates, build the graph and the waves; and printing the
 //! plan as text, which must grow with the number of steps, not its square.
 
+mod common;
+
 use camino::Utf8PathBuf;
 use runner::agent::AgentCatalog;
 use runner::plan::{Plan, PlanOptions, build_plan, render};
@@ -26,8 +28,7 @@ fn validate_ratio() {
         path
     };
     let (small, large) = (write(10_000), write(50_000));
-    let time = |path: &std::path::Path| {
-        let started = std::time::Instant::now();
+    let validate = |path: &std::path::Path| {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_runner"))
             .arg("validate")
             .arg(path)
@@ -38,27 +39,11 @@ fn validate_ratio() {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        started.elapsed().as_secs_f64()
     };
-    let median = |mut values: Vec<f64>| {
-        values.sort_by(f64::total_cmp);
-        values[values.len() / 2]
-    };
-    let (mut smalls, mut larges, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..9 {
-        let a = time(&small);
-        let b = time(&large);
-        ratios.push(b / a);
-        smalls.push(a);
-        larges.push(b);
-    }
+    let pairs = common::in_turn(9, || validate(&large), || validate(&small));
     println!(
         "runner validate, 9 pairs run in turn: 10,000 steps {:.0} ms, 50,000 steps {:.0} ms (medians); ratio {:.2} (median of the pairs' ratios, {:.2}-{:.2}; budget 5.5)",
-        median(smalls) * 1e3,
-        median(larges) * 1e3,
-        median(ratios.clone()),
-        ratios.iter().copied().fold(f64::INFINITY, f64::min),
-        ratios.iter().copied().fold(0.0, f64::max),
+        pairs.second_ms, pairs.first_ms, pairs.ratio, pairs.low, pairs.high,
     );
 }
 

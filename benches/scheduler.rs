@@ -14,6 +14,8 @@
 //!    against a fake model API that answers at once, through the real binary, for N = 100, 300
 //!    and 1,000. Runner's time per instance should stay flat: within 1.5x from 100 to 1,000.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::process::Command;
 use std::sync::Arc;
@@ -73,11 +75,6 @@ fn timer(dir: &std::path::Path, uri: String) -> impl Fn(&[&str]) -> Duration + '
     }
 }
 
-fn median(mut times: Vec<Duration>) -> Duration {
-    times.sort();
-    times[times.len() / 2]
-}
-
 fn grid(runtime: &tokio::runtime::Runtime) {
     let server = runtime.block_on(async {
         let server = MockServer::start().await;
@@ -99,11 +96,11 @@ fn grid(runtime: &tokio::runtime::Runtime) {
     let dir = tempfile::tempdir().expect("temp dir");
     std::fs::write(dir.path().join("w.toml"), grid_workflow()).expect("write");
     let time = timer(dir.path(), server.uri());
-    let start = median((0..10).map(|_| time(&["--version"])).collect());
+    let start = common::median((0..10).map(|_| time(&["--version"])).collect());
     let runs: Vec<Duration> = (0..5)
         .map(|_| time(&["run", "w.toml", "--no-progress"]))
         .collect();
-    let run = median(runs.clone());
+    let run = common::median(runs.clone());
     let critical = LATENCY * 3;
     println!("grid 8 x 3 at {} ms per model call", LATENCY.as_millis());
     println!(
@@ -184,7 +181,7 @@ fn fan_out(runtime: &tokio::runtime::Runtime) {
     )
     .expect("write");
     let time = timer(dir.path(), server.uri());
-    let start = median((0..10).map(|_| time(&["--version"])).collect());
+    let start = common::median((0..10).map(|_| time(&["--version"])).collect());
     println!(
         "fan-out: one step, {FAN_OUT} subagents in one turn, {} ms per model call",
         SUBAGENT_LATENCY.as_millis()
@@ -201,7 +198,7 @@ fn fan_out(runtime: &tokio::runtime::Runtime) {
                 ])
             })
             .collect();
-        let run = median(runs);
+        let run = common::median(runs);
         let rounds = FAN_OUT.div_ceil(limit) as u32;
         let ideal = SUBAGENT_LATENCY * (2 + rounds);
         let budget = ideal.mul_f64(1.15) + start;
@@ -279,7 +276,7 @@ fn overhead(runtime: &tokio::runtime::Runtime) {
         times.push(started.elapsed());
         assert_eq!(record.status, run::RunStatus::Succeeded);
     }
-    let run = median(times);
+    let run = common::median(times);
     println!("scheduler overhead, {steps} steps ({width} wide x {depth} deep), instant executor");
     println!(
         "  run, median of 5: {:.1} ms = {:.3} ms per step",
@@ -333,32 +330,44 @@ fn fan_out_instances(runtime: &tokio::runtime::Runtime) {
     );
     let whole = |n: usize| {
         let input = format!("n={n}");
-        median(
-            (0..5)
-                .map(|_| time(&["run", "w.toml", "--no-progress", "-i", &input]))
-                .collect(),
-        )
+        time(&["run", "w.toml", "--no-progress", "-i", &input])
     };
-    // What every run costs whatever its width (start, the command step, an empty fan-out): the
-    // time per instance is what comes on top of it.
-    let fixed = whole(0);
-    println!(
-        "      0 instances: median of 5 whole runs {:.3} s (the fixed cost)",
-        fixed.as_secs_f64()
+    // Each round runs every width back to back, so that all see the machine in one state (its
+    // speed drifts over minutes); what comes on top of the empty fan-out (start, the command
+    // step) in that round is the widths' cost.
+    let widths = [100usize, 300, 1000];
+    let (mut fixed, mut runs, mut per_instance, mut ratios) = (
+        Vec::new(),
+        vec![Vec::new(); 3],
+        vec![Vec::new(); 3],
+        Vec::new(),
     );
-    let mut per_instance = Vec::new();
-    for n in [100usize, 300, 1000] {
-        let run = whole(n);
-        let each = run.saturating_sub(fixed).as_secs_f64() * 1e3 / n as f64;
-        per_instance.push(each);
+    for _ in 0..7 {
+        let base = whole(0);
+        fixed.push(base);
+        let mut each = [0.0; 3];
+        for (i, n) in widths.into_iter().enumerate() {
+            let run = whole(n);
+            each[i] = run.saturating_sub(base).as_secs_f64() * 1e3 / n as f64;
+            runs[i].push(run);
+            per_instance[i].push(each[i]);
+        }
+        ratios.push(each[2] / each[0]);
+    }
+    println!(
+        "      0 instances: median of 7 whole runs {:.3} s (the fixed cost)",
+        common::median(fixed).as_secs_f64()
+    );
+    for (i, n) in widths.into_iter().enumerate() {
         println!(
-            "  {n:>5} instances: median of 5 whole runs {:.3} s = {each:.2} ms per instance above it",
-            run.as_secs_f64()
+            "  {n:>5} instances: median of 7 whole runs {:.3} s = {:.2} ms per instance above it",
+            common::median(runs[i].clone()).as_secs_f64(),
+            common::median(per_instance[i].clone()),
         );
     }
-    let ratio = per_instance[2] / per_instance[0];
+    let ratio = common::median(ratios);
     println!(
-        "  per instance at 1,000 / at 100 = {ratio:.2} (budget 1.5): {}",
+        "  per instance at 1,000 / at 100, median of 7 rounds = {ratio:.2} (budget 1.5): {}",
         if ratio <= 1.5 { "within" } else { "OVER" }
     );
 }

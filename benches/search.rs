@@ -7,6 +7,8 @@
 //! child from spawn to exit, exactly as it times `rg`. `-- pairs` runs the two in turn instead
 //! and prints the median of the pairs' ratios.
 
+mod common;
+
 use std::process::Command;
 use std::sync::OnceLock;
 
@@ -53,39 +55,18 @@ fn main() {
 /// median of the pairs' ratios; both sides must print the same number of lines.
 fn pairs() {
     assert!(have_rg(), "the pairs need rg");
-    let time = |run: &dyn Fn() -> usize| {
-        let started = std::time::Instant::now();
-        let lines = run();
-        (started.elapsed().as_secs_f64() * 1e3, lines)
-    };
-    let median = |mut values: Vec<f64>| {
-        values.sort_by(f64::total_cmp);
-        values[values.len() / 2]
-    };
     for (name, pattern) in [("literal", LITERAL), ("regex", REGEX)] {
         // One of each first: the tree is made and read into the page cache before timing.
-        assert_eq!(runner_child(pattern), rg(pattern), "{name}: the same lines");
-        let (mut ours, mut theirs, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..15 {
-            let (a, found) = time(&|| runner_child(pattern));
-            let (b, expected) = time(&|| rg(pattern));
-            assert_eq!(
-                found, expected,
-                "{name}: runner and rg print the same lines"
-            );
-            ours.push(a);
-            theirs.push(b);
-            ratios.push(a / b);
-        }
-        let (low, high) = (
-            ratios.iter().copied().fold(f64::MAX, f64::min),
-            ratios.iter().copied().fold(0.0, f64::max),
+        let expected = rg(pattern);
+        assert_eq!(runner_child(pattern), expected, "{name}: the same lines");
+        let pairs = common::in_turn(
+            15,
+            || assert_eq!(runner_child(pattern), expected, "{name}: runner's lines"),
+            || assert_eq!(rg(pattern), expected, "{name}: rg's lines"),
         );
         println!(
-            "grep {name}, 15 pairs run in turn: runner {:.1} ms, rg {:.1} ms (medians); ratio {:.2} (median of the pairs' ratios, {low:.2}-{high:.2}; budget 1.0)",
-            median(ours),
-            median(theirs),
-            median(ratios),
+            "grep {name}, 15 pairs run in turn: runner {:.1} ms, rg {:.1} ms (medians); ratio {:.2} (median of the pairs' ratios, {:.2}-{:.2}; budget 1.0)",
+            pairs.first_ms, pairs.second_ms, pairs.ratio, pairs.low, pairs.high,
         );
     }
 }

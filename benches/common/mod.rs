@@ -1,0 +1,47 @@
+//! What the benchmarks share: medians, and two commands timed in alternating pairs (this
+//! machine's speed drifts over minutes, so two cases timed one after the other are not like
+//! with like; timed in turn, each pair sees the machine in one state).
+
+// Each benchmark uses only some of these.
+#![allow(dead_code)]
+
+use std::time::Instant;
+
+/// The middle value (the upper of the two middle ones for an even count).
+pub fn median<T: PartialOrd + Copy>(mut values: Vec<T>) -> T {
+    values.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    values[values.len() / 2]
+}
+
+/// `first` and `second` timed in turn, `n` pairs: the medians of each, in milliseconds, and the
+/// median of the pairs' ratios (`first / second`) with their range.
+pub struct Pairs {
+    pub first_ms: f64,
+    pub second_ms: f64,
+    pub ratio: f64,
+    pub low: f64,
+    pub high: f64,
+}
+
+pub fn in_turn(n: usize, mut first: impl FnMut(), mut second: impl FnMut()) -> Pairs {
+    let time = |run: &mut dyn FnMut()| {
+        let started = Instant::now();
+        run();
+        started.elapsed().as_secs_f64() * 1e3
+    };
+    let (mut firsts, mut seconds, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..n {
+        let a = time(&mut first);
+        let b = time(&mut second);
+        firsts.push(a);
+        seconds.push(b);
+        ratios.push(a / b);
+    }
+    Pairs {
+        first_ms: median(firsts),
+        second_ms: median(seconds),
+        ratio: median(ratios.clone()),
+        low: ratios.iter().copied().fold(f64::INFINITY, f64::min),
+        high: ratios.iter().copied().fold(0.0, f64::max),
+    }
+}
