@@ -90,10 +90,8 @@ pub async fn post<A: Assemble>(
 #[derive(Default)]
 pub struct AnthropicStream {
     parts: AnthropicParts,
-    /// Each block's type, id, name and opening text, by index.
-    opened: BTreeMap<u64, Opened>,
-    /// Tool inputs read from closed blocks, by index.
-    inputs: BTreeMap<u64, Value>,
+    /// What the loop reads of each block, by index.
+    read: BTreeMap<u64, Read>,
     /// The usage counts and stop reason so far (the start's, then each delta's over them).
     counts: Counts,
     stop_reason: Option<String>,
@@ -122,13 +120,15 @@ struct Part {
     input: Option<String>,
 }
 
-/// A block's fields the loop reads.
+/// What the loop reads of a block: its type, id, name and opening text, and the tool input it
+/// closed with.
 #[derive(Default)]
-struct Opened {
+struct Read {
     kind: Option<String>,
     id: Option<String>,
     name: Option<String>,
     text: Option<String>,
+    input: Option<Value>,
 }
 
 /// Token counts as they stand; a field is whatever JSON value the API sent for it.
@@ -275,15 +275,11 @@ impl Assemble for AnthropicStream {
                 let start: BlockStart = raw
                     .and_then(|raw| serde_json::from_str(raw).ok())
                     .unwrap_or_default();
-                self.opened.insert(
-                    index,
-                    Opened {
-                        kind: string(start.kind),
-                        id: string(start.id),
-                        name: string(start.name),
-                        text: string(start.text),
-                    },
-                );
+                let read = self.read.entry(index).or_default();
+                read.kind = string(start.kind);
+                read.id = string(start.id);
+                read.name = string(start.name);
+                read.text = string(start.text);
                 self.parts.blocks.entry(index).or_default().start = raw.map(str::to_owned);
             }
             "content_block_delta" => {
@@ -318,7 +314,7 @@ impl Assemble for AnthropicStream {
                             message: format!("a streamed tool input is not JSON ({err})"),
                         }
                     })?;
-                    self.inputs.insert(index, input);
+                    self.read.entry(index).or_default().input = Some(input);
                     part.input = Some(json);
                 }
             }
@@ -356,10 +352,10 @@ impl Assemble for AnthropicStream {
     fn finish(mut self) -> Result<Exchange, ProviderError> {
         let mut content = Vec::new();
         for (index, part) in &self.parts.blocks {
-            let opened = self.opened.remove(index).unwrap_or_default();
-            match opened.kind.as_deref() {
+            let read = self.read.remove(index).unwrap_or_default();
+            match read.kind.as_deref() {
                 Some("text") => content.push(Block::Text {
-                    text: match (&part.text, opened.text) {
+                    text: match (&part.text, read.text) {
                         (Some(text), Some(opening)) if !opening.is_empty() => {
                             format!("{opening}{text}")
                         }
@@ -368,7 +364,7 @@ impl Assemble for AnthropicStream {
                     },
                 }),
                 Some("tool_use") => {
-                    let (Some(id), Some(name)) = (opened.id, opened.name) else {
+                    let (Some(id), Some(name)) = (read.id, read.name) else {
                         return Err(ProviderError::InvalidResponse {
                             message: "a `tool_use` block without `id` or `name`".into(),
                         });
@@ -376,7 +372,7 @@ impl Assemble for AnthropicStream {
                     content.push(Block::ToolUse {
                         id,
                         name,
-                        input: self.inputs.remove(index).unwrap_or_else(|| json!({})),
+                        input: read.input.unwrap_or_else(|| json!({})),
                     });
                 }
                 // Thinking and server-tool blocks carry nothing the loop acts on.
