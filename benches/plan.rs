@@ -29,15 +29,10 @@ fn validate_ratio() {
     };
     let (small, large) = (write(10_000), write(50_000));
     let validate = |path: &std::path::Path| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_runner"))
-            .arg("validate")
-            .arg(path)
-            .output()
-            .expect("run runner");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        common::succeeded(
+            std::process::Command::new(env!("CARGO_BIN_EXE_runner"))
+                .arg("validate")
+                .arg(path),
         );
     };
     let pairs = common::in_turn(9, || validate(&large), || validate(&small));

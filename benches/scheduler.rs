@@ -59,17 +59,12 @@ fn grid_workflow() -> String {
 fn timer(dir: &std::path::Path, uri: String) -> impl Fn(&[&str]) -> Duration + '_ {
     move |args: &[&str]| {
         let started = Instant::now();
-        let out = Command::new(env!("CARGO_BIN_EXE_runner"))
-            .args(args)
-            .current_dir(dir)
-            .env("ANTHROPIC_BASE_URL", &uri)
-            .env("ANTHROPIC_API_KEY", "bench")
-            .output()
-            .expect("run runner");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        common::succeeded(
+            Command::new(env!("CARGO_BIN_EXE_runner"))
+                .args(args)
+                .current_dir(dir)
+                .env("ANTHROPIC_BASE_URL", &uri)
+                .env("ANTHROPIC_API_KEY", "bench"),
         );
         started.elapsed()
     }

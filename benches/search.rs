@@ -74,15 +74,10 @@ fn pairs() {
 /// Runs one tool call in a child process, like `rg` runs; the number of lines it printed.
 fn runner_child(tool: &str) -> usize {
     let t = tree();
-    let out = Command::new(std::env::current_exe().expect("bench binary"))
-        .env("RUNNER_BENCH_CHILD", tool)
-        .env("RUNNER_BENCH_ROOT", t.root.as_str())
-        .output()
-        .expect("child");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = common::succeeded(
+        Command::new(std::env::current_exe().expect("bench binary"))
+            .env("RUNNER_BENCH_CHILD", tool)
+            .env("RUNNER_BENCH_ROOT", t.root.as_str()),
     );
     out.stdout.iter().filter(|b| **b == b'\n').count()
 }

@@ -45,3 +45,14 @@ pub fn in_turn(n: usize, mut first: impl FnMut(), mut second: impl FnMut()) -> P
         high: ratios.iter().copied().fold(0.0, f64::max),
     }
 }
+
+/// Runs `command` to its end; its output, which must be a success (its stderr says why not).
+pub fn succeeded(command: &mut std::process::Command) -> std::process::Output {
+    let out = command.output().expect("start the command");
+    assert!(
+        out.status.success(),
+        "{command:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
