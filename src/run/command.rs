@@ -45,6 +45,10 @@ pub async fn run(step: &PlannedStep, tools: &StepTools, events: &Emitter) -> Ste
             message.push_str(":\n");
             message.push_str(stderr.trim_end());
         }
+        if let Some(note) = ran.read_only_note(tools.context.bash.mode) {
+            message.push('\n');
+            message.push_str(note);
+        }
         return StepOutcome::Failed {
             kind: FailureKind::Command,
             message,

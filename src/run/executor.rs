@@ -46,12 +46,20 @@ pub struct ModelExecutor {
 }
 
 /// What a step's bash may never write, even when it may write its working directory: the state
-/// directory, and the checkout's `.git`, unless the step works in a worktree runner made (whose
-/// `.git` file runner checks when the step ends, and whose git directory is outside anyway).
-pub fn protected_paths(root: &Utf8Path, state_dir: &Utf8Path, worktree: bool) -> Vec<PathBuf> {
+/// directory, the cassette directory being recorded or replayed, and the checkout's `.git`,
+/// unless the step works in a worktree runner made (whose `.git` file runner checks when the step
+/// ends, and whose git directory is outside anyway).
+pub fn protected_paths(
+    root: &Utf8Path,
+    state_dir: &Utf8Path,
+    cassettes: Option<&Utf8Path>,
+    worktree: bool,
+) -> Vec<PathBuf> {
     let mut protected = Vec::new();
-    if let Ok(state) = state_dir.canonicalize_utf8() {
-        protected.push(state.into_std_path_buf());
+    for dir in std::iter::once(state_dir).chain(cassettes) {
+        if let Ok(dir) = dir.canonicalize_utf8() {
+            protected.push(dir.into_std_path_buf());
+        }
     }
     let git = root.join(".git");
     if !worktree && git.symlink_metadata().is_ok() {
@@ -76,6 +84,7 @@ impl ModelExecutor {
         bash.protected = protected_paths(
             workspace.root(),
             &self.state_dir,
+            self.team.tapes.as_ref().map(|t| t.dir()),
             step.isolation == Isolation::Worktree,
         );
         Ok(StepTools {

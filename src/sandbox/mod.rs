@@ -13,10 +13,12 @@
 //!
 //! What a step's bash may write follows from the step's tools: without `write_file` or
 //! `edit_file` it writes nothing but its private temporary directory ([`Mode::ReadOnly`]); with
-//! them, also its working directory, minus `.git` and the state directory ([`Mode::Workdir`]).
+//! them, also its working directory, its root included, minus `.git` and the state directory
+//! ([`Mode::Workdir`]), which are bound read-only in a mount namespace of the call's own.
 //! `--sandbox off` runs bash unconfined ([`Mode::Off`]), still under the supervisor.
 
 mod filter;
+mod mounts;
 mod ruleset;
 pub mod supervisor;
 

@@ -27,8 +27,10 @@ const ABI_WANTED: ABI = ABI::V6;
 /// protected path is refused rather than half-granted).
 const MAX_GRANTS: usize = 20_000;
 
-/// Restricts the calling (single-threaded) process.
-pub fn restrict(policy: &Policy) -> Result<RulesetStatus, String> {
+/// Restricts the calling (single-threaded) process. `bound`: the protected paths inside the
+/// working directory are read-only mounts already ([`super::mounts`]), so the directory can be
+/// granted whole, its root included.
+pub fn restrict(policy: &Policy, bound: bool) -> Result<RulesetStatus, String> {
     let all = AccessFs::from_all(ABI_WANTED);
     let read = AccessFs::from_read(ABI_WANTED);
     let file = AccessFs::from_file(ABI_WANTED);
@@ -53,7 +55,13 @@ pub fn restrict(policy: &Policy) -> Result<RulesetStatus, String> {
     created = add(created, &policy.tmp, all)?;
     if policy.mode == Mode::Workdir {
         let mut grants = Vec::new();
-        plan_grants(&policy.workdir, &policy.protected, &mut grants)?;
+        let around: Vec<_> = if bound {
+            let (_, outside) = split_protected(policy);
+            outside.into_iter().map(Path::to_path_buf).collect()
+        } else {
+            policy.protected.clone()
+        };
+        plan_grants(&policy.workdir, &around, &mut grants)?;
         for (path, is_dir) in grants {
             let Some(fd) = open_beneath(&path) else {
                 continue;
@@ -68,6 +76,16 @@ pub fn restrict(policy: &Policy) -> Result<RulesetStatus, String> {
         .restrict_self()
         .map_err(|e| err("cannot enforce the Landlock ruleset", &e))?;
     Ok(status.ruleset)
+}
+
+/// The protected paths strictly inside the working directory (which a read-only bind can
+/// cover), and the others.
+pub fn split_protected(policy: &Policy) -> (Vec<&Path>, Vec<&Path>) {
+    policy
+        .protected
+        .iter()
+        .map(|p| p.as_path())
+        .partition(|p| p.starts_with(&policy.workdir) && *p != policy.workdir)
 }
 
 fn add(

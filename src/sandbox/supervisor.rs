@@ -12,7 +12,7 @@ use nix::sys::signal::{SigSet, Signal, kill, killpg};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{Pid, getppid};
 
-use super::{Mode, Policy, SETUP_FAILED, SETUP_FAILED_PREFIX, filter, ruleset};
+use super::{Mode, Policy, SETUP_FAILED, SETUP_FAILED_PREFIX, filter, mounts, ruleset};
 
 /// The first argument that selects the supervisor.
 pub const ARG: &str = "__sandbox";
@@ -125,8 +125,11 @@ fn supervise(args: Vec<OsString>) -> Result<i32, String> {
 fn confine(args: Vec<OsString>) -> Result<i32, String> {
     let (policy, _, program, rest) = parse(args)?;
     if policy.mode != Mode::Off {
+        // Mounts need the capabilities that are dropped next, and Landlock forbids them after.
+        let bound = policy.mode == Mode::Workdir
+            && mounts::bind_read_only(&ruleset::split_protected(&policy).0).unwrap_or(false);
         drop_capabilities();
-        let status = ruleset::restrict(&policy)?;
+        let status = ruleset::restrict(&policy, bound)?;
         if status == RulesetStatus::NotEnforced && policy.mode == Mode::ReadOnly {
             return Err(
                 "this kernel has no Landlock, so a read-only bash cannot be enforced".into(),

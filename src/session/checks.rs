@@ -68,11 +68,13 @@ pub async fn run_round(
         let ran = run_sandboxed(&root, &text, Some(check.timeout), &tools.context.bash).await;
         let duration_ms = started.elapsed().as_millis() as u64;
         let (exit, tail, how) = match &ran {
-            Ok(ran) => (
-                Some(ran.exit),
-                tail(&ran.stdout, ran.stdout_total),
-                ran.exit.to_string(),
-            ),
+            Ok(ran) => {
+                let mut tail = tail(&ran.stdout, ran.stdout_total);
+                if let Some(note) = ran.read_only_note(tools.context.bash.mode) {
+                    tail.push_str(&format!("\n{note}"));
+                }
+                (Some(ran.exit), tail, ran.exit.to_string())
+            }
             Err(why) => (None, why.clone(), format!("could not run: {why}")),
         };
         let passed = exit == Some(Exit::Code(0));

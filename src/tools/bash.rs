@@ -234,6 +234,13 @@ pub async fn bash(ws: &Workspace, input: &Value, env: &BashEnv) -> ToolOutput {
         text.push_str("[stderr]\n");
         text.push_str(&cap(&ran.stderr, ran.stderr_total));
     }
+    if let Some(note) = ran.read_only_note(env.mode) {
+        if !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(note);
+        text.push('\n');
+    }
     if ran.exit == Exit::Code(0) {
         ToolOutput::ok(text)
     } else {
@@ -273,6 +280,30 @@ pub struct Ran {
     pub stderr: Vec<u8>,
     pub stderr_total: usize,
 }
+
+impl Ran {
+    /// Said under a failure in a read-only sandbox that looks like a refused write, so a build
+    /// tool's `Permission denied` is not taken for a broken project.
+    pub fn read_only_note(&self, mode: Mode) -> Option<&'static str> {
+        let refused = |bytes: &[u8]| {
+            let text = String::from_utf8_lossy(bytes);
+            [
+                "Permission denied",
+                "Read-only file system",
+                "Operation not permitted",
+            ]
+            .iter()
+            .any(|what| text.contains(what))
+        };
+        (mode == Mode::ReadOnly
+            && self.exit != Exit::Code(0)
+            && (refused(&self.stderr) || refused(&self.stdout)))
+        .then_some(READ_ONLY_NOTE)
+    }
+}
+
+/// See [`Ran::read_only_note`].
+pub const READ_ONLY_NOTE: &str = "note: this step's sandbox is read-only, so nothing here may be written (a build's lock file or `target/` included): a command step writes its working directory with `writes = true`, an agent step when its tools include `write_file` or `edit_file`";
 
 /// Runs `bash -c command` in `root` under the step's sandbox, as the `bash` tool, checks and
 /// command steps all do. `None` for `timeout`: until the caller drops the future (a command

@@ -333,6 +333,17 @@ async fn a_writing_step_writes_its_directory_but_not_git_state_or_outside() {
     )
     .await;
     assert_eq!(ok, ToolOutput::ok("exit code 0\ndone\n"));
+    // The root itself takes new files and folders, as `cargo test` (Cargo.lock, target/) and
+    // pytest (.pytest_cache/) need, and gives them up again.
+    let ok = run(
+        &p,
+        &env,
+        "touch Cargo.lock new.txt && mkdir -p target/debug tests && rm new.txt && mv tests t2 && rmdir t2 && echo done",
+    )
+    .await;
+    assert_eq!(ok, ToolOutput::ok("exit code 0\ndone\n"));
+    assert!(root.join("Cargo.lock").is_file() && root.join("target/debug").is_dir());
+    assert!(!root.join("new.txt").exists() && !root.join("t2").exists());
     assert_eq!(
         std::fs::read_to_string(root.join("README.md")).unwrap(),
         "changed\n"
@@ -346,6 +357,17 @@ async fn a_writing_step_writes_its_directory_but_not_git_state_or_outside() {
         format!("echo x > {}/planted", p.outside),
         "ln -s ../outside escape && echo x > escape/planted".to_owned(),
         "cd src && ln -s ../.git g && echo x > g/config".to_owned(),
+        // With the root writable, `.git` and the state directory must not be moved, removed,
+        // replaced or unmounted either.
+        "mv .git git-moved".to_owned(),
+        "rm -rf .git".to_owned(),
+        "rm -rf .runner".to_owned(),
+        "mv .runner elsewhere".to_owned(),
+        "umount .git".to_owned(),
+        "umount -l .runner".to_owned(),
+        "mount -o remount,rw .git".to_owned(),
+        "touch .git/new-file".to_owned(),
+        "mkdir .git/hooks2".to_owned(),
     ] {
         let out = run(&p, &env, &attempt).await;
         assert!(out.is_error, "`{attempt}` succeeded:\n{}", out.text);
@@ -355,6 +377,9 @@ async fn a_writing_step_writes_its_directory_but_not_git_state_or_outside() {
         "[core]\n"
     );
     assert!(!root.join(".git/hooks/pre-commit").exists());
+    assert!(root.join(".git/hooks").is_dir() && root.join(".runner/runs").is_dir());
+    assert!(!root.join(".git/new-file").exists() && !root.join(".git/hooks2").exists());
+    assert!(!root.join("git-moved").exists() && !root.join("elsewhere").exists());
     assert!(!root.join(".runner/runs/99999999T999999-ffff").exists());
     assert_eq!(std::fs::read_dir(&p.outside).unwrap().count(), 0);
 }

@@ -19,6 +19,7 @@ mod no_panic;
 mod plan;
 mod proxy;
 mod race;
+mod real_tools;
 mod run;
 mod scheduler;
 mod schema;
