@@ -24,10 +24,35 @@ pub const MAX_GREP_RESULTS: usize = 2000;
 /// Characters kept of a matching line.
 const MAX_MATCH_CHARS: usize = 500;
 
-fn walker(root: &Utf8Path) -> WalkBuilder {
-    let mut builder = WalkBuilder::new(root);
-    // .gitignore applies whether or not the directory is a git checkout, as users expect of rg.
-    builder.require_git(false);
+/// A walk from `base` that reads ignore files as git and rg do in a checkout at `root`: from
+/// the working directory down, never from the folders above it. A checkout inside a CI build
+/// folder whose own `.gitignore` says `*` (`gitlab-ci-local`'s `.gitlab-ci-local/builds/`) is
+/// searched in full (README "Tools in detail").
+fn walker(root: &Utf8Path, base: &Utf8Path) -> WalkBuilder {
+    let mut builder = WalkBuilder::new(base);
+    // .gitignore applies whether or not the directory is a git checkout, as users expect of rg;
+    // and since that lets ignore files of any parent apply, parents are read by hand below,
+    // only up to the working directory.
+    builder.require_git(false).parents(false);
+    let mut dir = base
+        .parent()
+        .filter(|_| base != root && base.starts_with(root));
+    while let Some(above) = dir {
+        for name in [".gitignore", ".ignore", ".rgignore"] {
+            let file = above.join(name);
+            if file.is_file() {
+                builder.add_ignore(file);
+            }
+        }
+        if above == root {
+            break;
+        }
+        dir = above.parent();
+    }
+    let exclude = root.join(".git/info/exclude");
+    if base != root && exclude.is_file() {
+        builder.add_ignore(exclude);
+    }
     let threads = std::thread::available_parallelism()
         .map_or(2, |n| n.get())
         .min(8);
@@ -142,7 +167,7 @@ pub fn glob(ws: &Workspace, input: &Value) -> ToolOutput {
     };
     let found = Mutex::new(Vec::new());
     let total = AtomicUsize::new(0);
-    walker(&base).build_parallel().run(|| {
+    walker(ws.root(), &base).build_parallel().run(|| {
         Box::new(|entry| {
             let Ok(entry) = entry else {
                 return WalkState::Continue;
@@ -226,7 +251,7 @@ pub fn grep(ws: &Workspace, input: &Value) -> ToolOutput {
         .clamp(1, MAX_GREP_RESULTS);
     let hits = Mutex::new(Vec::new());
     let count = AtomicUsize::new(0);
-    walker(&base).build_parallel().run(|| {
+    walker(ws.root(), &base).build_parallel().run(|| {
         let mut searcher = SearcherBuilder::new()
             .binary_detection(BinaryDetection::quit(0))
             .line_number(true)
@@ -331,6 +356,37 @@ mod tests {
         assert_eq!(out.text, "src/auth.rs\n");
         assert!(glob(&ws, &json!({"pattern": "*", "path": "/etc"})).is_error);
         assert!(glob(&ws, &json!({"pattern": "a["})).is_error);
+    }
+
+    /// A checkout inside a folder whose `.gitignore` says `*` (a CI engine's build folder) is
+    /// searched in full; the checkout's own ignore files still apply, from below too.
+    #[test]
+    fn ignore_files_above_the_working_directory_do_not_apply() {
+        let dir = tempfile::tempdir().unwrap();
+        let outer = Utf8PathBuf::from_path_buf(dir.path().to_owned()).unwrap();
+        std::fs::write(outer.join(".gitignore"), "*\n").unwrap();
+        std::fs::create_dir_all(outer.join(".git")).unwrap();
+        let root = outer.join(".gitlab-ci-local/builds/job");
+        for (path, text) in [
+            ("src/auth.rs", "fn login() {}\n"),
+            ("src/gen/out.rs", "fn login() {}\n"),
+            ("src/keep.log", "login\n"),
+            ("skip.tmp", "login\n"),
+            (".gitignore", "*.log\n"),
+            ("src/.gitignore", "gen/\n"),
+            (".git/info/exclude", "*.tmp\n"),
+        ] {
+            std::fs::create_dir_all(root.join(path).parent().unwrap()).unwrap();
+            std::fs::write(root.join(path), text).unwrap();
+        }
+        let ws = Workspace::new(&root).unwrap();
+        let out = grep(&ws, &json!({"pattern": "login"}));
+        assert_eq!(out.text, "src/auth.rs:1:fn login() {}\n");
+        // Searching a subfolder still reads the ignore files between it and the root.
+        let out = grep(&ws, &json!({"pattern": "login", "path": "src"}));
+        assert_eq!(out.text, "src/auth.rs:1:fn login() {}\n");
+        let out = glob(&ws, &json!({"pattern": "**/*"}));
+        assert_eq!(out.text, "src/auth.rs\n");
     }
 
     #[test]
