@@ -151,6 +151,10 @@ pub(crate) struct RunArgs {
     /// Answer model requests from the cassettes in DIR: no network, no key
     #[arg(long, value_name = "DIR")]
     pub(crate) replay: Option<Utf8PathBuf>,
+    /// With --replay: a request that differs from its recording fails its step (by default it
+    /// is answered and reported as drift)
+    #[arg(long, requires = "replay")]
+    pub(crate) replay_strict: bool,
     /// No live progress on stderr
     #[arg(long)]
     pub(crate) no_progress: bool,

@@ -73,6 +73,15 @@ pub enum EventKind {
         delay_ms: u64,
         error: String,
     },
+    /// A replayed request differs from its recording (README "Record and replay"); it was
+    /// answered from the recording all the same.
+    ReplayDrift {
+        step: String,
+        /// Which request of its conversation (from 1).
+        request: u32,
+        /// Where the two first differ, with a little of each side.
+        difference: String,
+    },
     TurnFinished {
         step: String,
         turn: u32,
@@ -168,6 +177,7 @@ impl EventKind {
             | EventKind::SessionStarted { step, .. }
             | EventKind::TurnStarted { step, .. }
             | EventKind::Retrying { step, .. }
+            | EventKind::ReplayDrift { step, .. }
             | EventKind::TokensArriving { step, .. }
             | EventKind::TurnFinished { step, .. }
             | EventKind::ToolStarted { step, .. }

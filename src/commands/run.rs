@@ -110,7 +110,9 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
             );
             return Exit::Invalid;
         }
-        (_, Some(dir)) => Some(Arc::new(Tapes::new(TapeMode::Replay, dir.clone(), &run_id))),
+        (_, Some(dir)) => Some(Arc::new(
+            Tapes::new(TapeMode::Replay, dir.clone(), &run_id).strict(args.replay_strict),
+        )),
         (None, None) => None,
     };
     let replaying = tapes.as_ref().is_some_and(|t| t.replaying());

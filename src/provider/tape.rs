@@ -4,9 +4,18 @@
 //! pretty JSON: the request (as hashed) and the replies, in the order they came, for a reviewer to
 //! read and diff.
 //!
+//! The order lives beside them, in `DIR/<step>/index.json`: for each conversation of the step
+//! (the step's own, and each subagent's by its id), which cassette and reply answered its first
+//! request, its second, and so on. A replay answers request N of a conversation with entry N and
+//! checks the request against the recorded one: a difference (a timing in a test's output) is
+//! still answered and reported as drift (`replay_drift`), or refused with `--replay-strict`.
+//! Cassettes recorded before the index existed are still found by their hash.
+//!
 //! What changes between two runs of the same pipeline without changing what is asked is taken
 //! out before hashing: the step's directory (a worktree's path holds the run id), today's date,
-//! and the seconds in a subagent's facts line.
+//! and the seconds in a subagent's facts line. The directory and run id are taken out of
+//! recorded replies too (a real model quotes its working directory), and put back as this run's
+//! when replayed.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -21,6 +30,7 @@ use super::error::ProviderError;
 use super::format::body::Wire;
 use super::message::{ChatRequest, ChatResponse};
 use super::{Exchange, ModelApi, Outgoing};
+use crate::event::{Emitter, EventKind};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Mode {
@@ -45,6 +55,27 @@ struct Reply {
     raw: Value,
 }
 
+/// The order a step's requests were recorded in: `index.json` beside its cassettes.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct Index {
+    /// By conversation: [`STEP_CONVERSATION`] for the step's own, a subagent's id for its.
+    conversations: BTreeMap<String, Vec<Entry>>,
+}
+
+/// Which reply of which cassette answered one request.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Entry {
+    cassette: String,
+    reply: usize,
+}
+
+/// The index's name for the step's own conversation (subagent ids always hold a `#`).
+const STEP_CONVERSATION: &str = "step";
+const INDEX_FILE: &str = "index.json";
+
+/// Characters of each side a drift report shows around the first difference.
+const DRIFT_CONTEXT: usize = 40;
+
 /// The cassettes of a run, shared by every step.
 #[derive(Debug)]
 pub struct Tapes {
@@ -52,8 +83,21 @@ pub struct Tapes {
     dir: Utf8PathBuf,
     /// The run's id, which branch names and state paths in requests hold.
     run_id: String,
-    /// Loaded or written cassettes, by file, and how many replies each has given (replay).
-    open: Mutex<BTreeMap<Utf8PathBuf, (Cassette, usize)>>,
+    /// `--replay-strict`: a request that differs from its recording fails its step.
+    strict: bool,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Loaded or written cassettes, by file, and how many replies each has given (replay by
+    /// hash, for cassettes without an index).
+    open: BTreeMap<Utf8PathBuf, (Cassette, usize)>,
+    /// Each step folder's index: read once when replaying (`None`: it has none), built up when
+    /// recording.
+    indexes: BTreeMap<String, Option<Index>>,
+    /// Requests each conversation has sent so far, by step folder and conversation.
+    sent: BTreeMap<(String, String), usize>,
 }
 
 impl Tapes {
@@ -62,8 +106,15 @@ impl Tapes {
             mode,
             dir,
             run_id: run_id.to_owned(),
-            open: Mutex::new(BTreeMap::new()),
+            strict: false,
+            state: Mutex::new(State::default()),
         }
+    }
+
+    /// Makes drift an error (`--replay-strict`).
+    pub fn strict(mut self, strict: bool) -> Self {
+        self.strict = strict;
+        self
     }
 
     /// Where the cassettes are: tools do not see it, so a run reads the same tree whether
@@ -76,27 +127,29 @@ impl Tapes {
         self.mode == Mode::Replay
     }
 
-    /// The API of one step (and its subagents), working in `roots`.
-    /// `wire` is the provider's, so a replayed request is written (and digested) as the
-    /// recorded one was.
+    /// The API of one conversation: a step's own, or one of its subagents' (`events` says
+    /// which, and hears of drift), working in `roots`. `wire` is the provider's, so a replayed
+    /// request is written (and digested) as the recorded one was.
     pub fn wrap(
         self: &Arc<Self>,
         inner: Option<Arc<dyn ModelApi>>,
         wire: Wire,
-        step: &str,
+        events: &Emitter,
         roots: Vec<String>,
     ) -> Arc<dyn ModelApi> {
         Arc::new(Taped {
             tapes: self.clone(),
             inner,
             wire,
-            step: step.to_owned(),
+            step: events.step().to_owned(),
+            conversation: events.agent().unwrap_or(STEP_CONVERSATION).to_owned(),
+            events: events.clone(),
             roots,
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<Utf8PathBuf, (Cassette, usize)>> {
-        self.open.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -106,26 +159,17 @@ struct Taped {
     inner: Option<Arc<dyn ModelApi>>,
     wire: Wire,
     step: String,
-    /// The step's directories, as they appear in requests.
+    /// [`STEP_CONVERSATION`], or the subagent's id.
+    conversation: String,
+    events: Emitter,
+    /// The step's directories, as they appear in requests; the first is where it works.
     roots: Vec<String>,
 }
 
 /// The request with what differs between equal runs replaced by placeholders.
 pub fn normalize(request: &ChatRequest, roots: &[String], run_id: &str) -> Value {
-    let mut text = serde_json::to_string(request).unwrap_or_default();
-    // A worktree step's branch (`runner/<run id>/<step>`) reaches the prompts after it; the
-    // run id is new every run.
-    if !run_id.is_empty() {
-        text = text
-            .replace(&format!("runner/{run_id}/"), "runner/<run>/")
-            .replace(&format!("runs/{run_id}"), "runs/<run>");
-    }
-    // Longest first, so a worktree inside the working directory is replaced whole.
-    let mut roots: Vec<&String> = roots.iter().filter(|r| r.len() > 1).collect();
-    roots.sort_by_key(|r| std::cmp::Reverse(r.len()));
-    for root in roots {
-        text = text.replace(root.as_str(), "<workdir>");
-    }
+    let text = serde_json::to_string(request).unwrap_or_default();
+    let mut text = placeholders(text, roots, run_id);
     text = replace_after(&text, "Today's date: ", 10, "<date>");
     text = facts_time(&text);
     serde_json::from_str(&text).unwrap_or(Value::Null)
@@ -190,54 +234,243 @@ fn safe(name: &str) -> String {
         .collect()
 }
 
+/// The directory and run id of this run in `text`, as placeholders; longest root first, so a
+/// worktree inside the working directory is replaced whole.
+fn placeholders(mut text: String, roots: &[String], run_id: &str) -> String {
+    // A worktree step's branch (`runner/<run id>/<step>`) reaches the prompts after it; the
+    // run id is new every run.
+    if !run_id.is_empty() {
+        text = text
+            .replace(&format!("runner/{run_id}/"), "runner/<run>/")
+            .replace(&format!("runs/{run_id}"), "runs/<run>");
+    }
+    let mut roots: Vec<&String> = roots.iter().filter(|r| r.len() > 1).collect();
+    roots.sort_by_key(|r| std::cmp::Reverse(r.len()));
+    for root in roots {
+        text = text.replace(root.as_str(), "<workdir>");
+    }
+    text
+}
+
+/// A recorded reply with this run's directory and run id in place of the placeholders.
+fn restored<T: Serialize + serde::de::DeserializeOwned>(
+    value: &T,
+    root: &str,
+    run_id: &str,
+) -> Option<T> {
+    let text = serde_json::to_string(value).ok()?;
+    if !text.contains("<workdir>") && !text.contains("<run>") {
+        return None;
+    }
+    // Inside JSON strings: the root is escaped as JSON would write it.
+    let root = serde_json::to_string(root).ok()?;
+    let root = &root[1..root.len() - 1];
+    let text = text
+        .replace("<workdir>", root)
+        .replace("runner/<run>/", &format!("runner/{run_id}/"))
+        .replace("runs/<run>", &format!("runs/{run_id}"));
+    serde_json::from_str(&text).ok()
+}
+
+/// A recorded reply with the directory and run id taken out.
+fn generalized<T: Serialize + serde::de::DeserializeOwned>(
+    value: &T,
+    roots: &[String],
+    run_id: &str,
+) -> Option<T> {
+    let text = serde_json::to_string(value).ok()?;
+    // Roots as JSON writes them inside a string (a Windows-style backslash would be doubled).
+    let escaped: Vec<String> = roots
+        .iter()
+        .filter_map(|r| serde_json::to_string(r).ok())
+        .map(|r| r[1..r.len() - 1].to_owned())
+        .collect();
+    serde_json::from_str(&placeholders(text, &escaped, run_id)).ok()
+}
+
+/// Where two requests first differ, with a little of each side: what a drift line shows.
+pub fn first_difference(recorded: &Value, sent: &Value) -> String {
+    let recorded = serde_json::to_string(recorded).unwrap_or_default();
+    let sent = serde_json::to_string(sent).unwrap_or_default();
+    let at = recorded
+        .char_indices()
+        .zip(sent.chars())
+        .find(|((_, a), b)| a != b)
+        .map_or(recorded.len().min(sent.len()), |((i, _), _)| i);
+    let around = |text: &str| {
+        let mut start = at.saturating_sub(DRIFT_CONTEXT / 2);
+        while !text.is_char_boundary(start) {
+            start -= 1;
+        }
+        let shown: String = text[start.min(text.len())..]
+            .chars()
+            .take(DRIFT_CONTEXT)
+            .collect();
+        let more = if start + shown.len() < text.len() {
+            "…"
+        } else {
+            ""
+        };
+        let less = if start > 0 { "…" } else { "" };
+        format!("`{less}{}{more}`", crate::terminal::clean(&shown))
+    };
+    format!(
+        "first difference at character {at}: recorded {}, sent {}",
+        around(&recorded),
+        around(&sent)
+    )
+}
+
 impl Taped {
+    fn folder(&self) -> String {
+        safe(&self.step)
+    }
+
     fn cassette_path(&self, normalized: &Value) -> Utf8PathBuf {
         let digest = Sha256::digest(serde_json::to_vec(normalized).unwrap_or_default());
         let hash: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
         self.tapes
             .dir
-            .join(safe(&self.step))
+            .join(self.folder())
             .join(format!("{hash}.json"))
     }
 
-    fn replay(&self, normalized: &Value) -> Result<Exchange, ProviderError> {
-        let path = self.cassette_path(normalized);
-        let mut open = self.tapes.lock();
-        if !open.contains_key(&path) {
-            let cassette = read(&path).map_err(|why| ProviderError::Tape {
-                message: format!(
+    fn tape_error(message: String) -> ProviderError {
+        ProviderError::Tape { message }
+    }
+
+    fn load<'s>(
+        &self,
+        state: &'s mut State,
+        path: &Utf8Path,
+    ) -> Result<&'s mut (Cassette, usize), ProviderError> {
+        if !state.open.contains_key(path) {
+            let cassette = read(path).map_err(|why| {
+                Self::tape_error(format!(
                     "step `{}` sent a request that was not recorded: {why} (its cassettes are in `{}`); the prompt, a tool result or the model changed since `--record`",
                     self.step,
-                    self.tapes.dir.join(safe(&self.step))
-                ),
+                    self.tapes.dir.join(self.folder())
+                ))
             })?;
-            open.insert(path.clone(), (cassette, 0));
+            state.open.insert(path.to_owned(), (cassette, 0));
         }
-        let Some((cassette, used)) = open.get_mut(&path) else {
-            return Err(ProviderError::Tape {
-                message: format!("cassette `{path}` went missing"),
-            });
+        state
+            .open
+            .get_mut(path)
+            .ok_or_else(|| Self::tape_error(format!("cassette `{path}` went missing")))
+    }
+
+    fn replay(&self, normalized: &Value) -> Result<Exchange, ProviderError> {
+        let folder = self.folder();
+        let mut state = self.tapes.lock();
+        let state = &mut *state;
+        let index = state
+            .indexes
+            .entry(folder.clone())
+            .or_insert_with(|| read_index(&self.tapes.dir.join(&folder).join(INDEX_FILE)))
+            .clone();
+        let number = {
+            let sent = state
+                .sent
+                .entry((folder.clone(), self.conversation.clone()))
+                .or_insert(0);
+            *sent += 1;
+            *sent
         };
+        let reply = match index {
+            Some(index) => self.replay_in_order(state, &index, number, normalized)?,
+            None => self.replay_by_hash(state, normalized)?,
+        };
+        let root = self.roots.first().map_or("", String::as_str);
+        let run_id = &self.tapes.run_id;
+        Ok(Exchange {
+            response: restored(&reply.response, root, run_id).unwrap_or(reply.response),
+            raw: restored(&reply.raw, root, run_id)
+                .unwrap_or(reply.raw)
+                .into(),
+        })
+    }
+
+    /// Request `number` (from 1) of this conversation, answered by its entry in the index.
+    fn replay_in_order(
+        &self,
+        state: &mut State,
+        index: &Index,
+        number: usize,
+        normalized: &Value,
+    ) -> Result<Reply, ProviderError> {
+        let folder = self.tapes.dir.join(self.folder());
+        let recorded = index
+            .conversations
+            .get(&self.conversation)
+            .map_or(&[][..], Vec::as_slice);
+        let Some(entry) = recorded.get(number - 1) else {
+            let whose = if self.conversation == STEP_CONVERSATION {
+                String::new()
+            } else {
+                format!(" (subagent `{}`)", self.conversation)
+            };
+            return Err(Self::tape_error(format!(
+                "step `{}`{whose} sent request {number}, but only {} were recorded (its cassettes are in `{folder}`); the step went further than when it was recorded",
+                self.step,
+                recorded.len()
+            )));
+        };
+        let path = folder.join(&entry.cassette);
+        let (cassette, _) = self.load(state, &path)?;
+        let reply = cassette.replies.get(entry.reply).cloned().ok_or_else(|| {
+            Self::tape_error(format!(
+                "cassette `{path}` has no reply {} (the index `{folder}/{INDEX_FILE}` names it)",
+                entry.reply + 1
+            ))
+        })?;
+        if &cassette.request != normalized {
+            let difference = first_difference(&cassette.request, normalized);
+            if self.tapes.strict {
+                return Err(Self::tape_error(format!(
+                    "step `{}` request {number} differs from its recording (`--replay-strict`): {difference}",
+                    self.step
+                )));
+            }
+            self.events.emit(EventKind::ReplayDrift {
+                step: self.step.clone(),
+                request: number as u32,
+                difference,
+            });
+        }
+        Ok(reply)
+    }
+
+    /// Cassettes recorded before the index: the reply of the cassette with the request's hash.
+    fn replay_by_hash(
+        &self,
+        state: &mut State,
+        normalized: &Value,
+    ) -> Result<Reply, ProviderError> {
+        let path = self.cassette_path(normalized);
+        let (cassette, used) = self.load(state, &path)?;
         // Asked more often than recorded: the last reply again.
         let reply = cassette
             .replies
             .get(*used)
             .or_else(|| cassette.replies.last())
             .cloned()
-            .ok_or_else(|| ProviderError::Tape {
-                message: format!("cassette `{path}` has no replies"),
-            })?;
+            .ok_or_else(|| Self::tape_error(format!("cassette `{path}` has no replies")))?;
         *used += 1;
-        Ok(Exchange {
-            response: reply.response,
-            raw: reply.raw.into(),
-        })
+        Ok(reply)
     }
 
     fn record(&self, normalized: Value, exchange: &Exchange) -> Result<(), ProviderError> {
         let path = self.cassette_path(&normalized);
-        let mut open = self.tapes.lock();
-        let (cassette, _) = open.entry(path.clone()).or_insert_with(|| {
+        let folder = self.folder();
+        let run_id = &self.tapes.run_id;
+        let response = generalized(&exchange.response, &self.roots, run_id)
+            .unwrap_or_else(|| exchange.response.clone());
+        let raw = exchange.raw.to_value();
+        let raw = generalized(&raw, &self.roots, run_id).unwrap_or(raw);
+        let mut state = self.tapes.lock();
+        let state = &mut *state;
+        let (cassette, _) = state.open.entry(path.clone()).or_insert_with(|| {
             (
                 Cassette {
                     step: self.step.clone(),
@@ -247,14 +480,36 @@ impl Taped {
                 0,
             )
         });
-        cassette.replies.push(Reply {
-            response: exchange.response.clone(),
-            raw: exchange.raw.to_value(),
-        });
-        write(&path, cassette).map_err(|err| ProviderError::Tape {
-            message: format!("cannot write cassette `{path}`: {err}"),
+        cassette.replies.push(Reply { response, raw });
+        let entry = Entry {
+            cassette: path.file_name().unwrap_or_default().to_owned(),
+            reply: cassette.replies.len() - 1,
+        };
+        write(&path, cassette)
+            .map_err(|err| Self::tape_error(format!("cannot write cassette `{path}`: {err}")))?;
+        let index = state
+            .indexes
+            .entry(folder.clone())
+            .or_insert_with(|| Some(Index::default()))
+            .get_or_insert_with(Index::default);
+        index
+            .conversations
+            .entry(self.conversation.clone())
+            .or_default()
+            .push(entry);
+        let index_path = self.tapes.dir.join(&folder).join(INDEX_FILE);
+        write(&index_path, index).map_err(|err| {
+            Self::tape_error(format!(
+                "cannot write the cassettes' index `{index_path}`: {err}"
+            ))
         })
     }
+}
+
+/// A step folder's index; `None` when it has none (cassettes recorded before the index).
+fn read_index(path: &Utf8Path) -> Option<Index> {
+    let text = crate::limits::read_text(path, crate::limits::MAX_RESPONSE_BYTES as u64).ok()?;
+    serde_json::from_str(&text).ok()
 }
 
 fn read(path: &Utf8Path) -> Result<Cassette, String> {
@@ -267,7 +522,7 @@ fn read(path: &Utf8Path) -> Result<Cassette, String> {
 /// temporary file is made new in the cassette's own folder (`O_EXCL`, a fresh random name), so a
 /// link planted where a cassette or its temporary file would go is replaced, never followed; a
 /// step's folder that is a link is refused.
-fn write(path: &Utf8Path, cassette: &Cassette) -> std::io::Result<()> {
+fn write(path: &Utf8Path, cassette: &impl Serialize) -> std::io::Result<()> {
     use std::io::Write as _;
     let parent = path.parent().unwrap_or(Utf8Path::new("."));
     std::fs::create_dir_all(parent)?;
@@ -359,5 +614,48 @@ mod tests {
             "",
         );
         assert_ne!(a, c);
+    }
+
+    #[test]
+    fn drift_names_the_first_difference_with_both_sides() {
+        let recorded = serde_json::json!({"text": "Ran 3 tests in 0.011s\nOK"});
+        let sent = serde_json::json!({"text": "Ran 3 tests in 0.013s\nOK"});
+        let said = first_difference(&recorded, &sent);
+        assert!(
+            said.starts_with("first difference at character 28:"),
+            "{said}"
+        );
+        assert!(
+            said.contains("recorded `") && said.contains("0.011s"),
+            "{said}"
+        );
+        assert!(said.contains("sent `") && said.contains("0.013s"), "{said}");
+        // One side longer than the other: the difference is where the shorter ends.
+        let said = first_difference(&serde_json::json!("ab"), &serde_json::json!("abc"));
+        assert!(
+            said.starts_with("first difference at character 3:"),
+            "{said}"
+        );
+    }
+
+    #[test]
+    fn replies_keep_placeholders_and_get_this_runs_directory_back() {
+        let reply = serde_json::json!({"path": "/tmp/rec/.runner/worktrees/r1/s/notes.txt", "branch": "runner/r1/s"});
+        let roots = vec![
+            "/tmp/rec/.runner/worktrees/r1/s".to_owned(),
+            "/tmp/rec".to_owned(),
+        ];
+        let kept = generalized(&reply, &roots, "r1").unwrap();
+        assert_eq!(
+            kept,
+            serde_json::json!({"path": "<workdir>/notes.txt", "branch": "runner/<run>/s"})
+        );
+        let back = restored(&kept, "/srv/other/wt", "r2").unwrap();
+        assert_eq!(
+            back,
+            serde_json::json!({"path": "/srv/other/wt/notes.txt", "branch": "runner/r2/s"})
+        );
+        // Nothing to put back: left alone.
+        assert!(restored(&serde_json::json!({"a": 1}), "/x", "r").is_none());
     }
 }

@@ -310,6 +310,17 @@ impl Sink for GithubSink {
                 let line = format!("{}retrying (attempt {attempt}): {error}", who(event));
                 self.note(step, line);
             }
+            EventKind::ReplayDrift {
+                step,
+                request,
+                difference,
+            } => {
+                let line = format!(
+                    "{}replay drift in request {request}: {difference}",
+                    who(event)
+                );
+                self.note(step, line);
+            }
             EventKind::SubagentStarted {
                 step,
                 id,

@@ -68,6 +68,14 @@ fn public(kind: &EventKind) -> Option<(&'static str, Value)> {
             "retrying",
             json!({"turn": turn, "attempt": attempt, "delay_ms": delay_ms, "error": error}),
         ),
+        EventKind::ReplayDrift {
+            request,
+            difference,
+            ..
+        } => (
+            "replay_drift",
+            json!({"request": request, "difference": difference}),
+        ),
         EventKind::ToolStarted {
             turn,
             id,

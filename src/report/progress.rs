@@ -99,6 +99,34 @@ fn agents(plan: &Plan) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// A line about something that happened on the way (a retry, a replay's drift), under the
+/// step's label, naming the subagent when it was one.
+fn note_line(label: &str, event: &Event) -> String {
+    let who = event
+        .agent
+        .as_deref()
+        .map_or_else(String::new, |a| format!(" › {}", terminal::clean(a)));
+    let what = match &event.kind {
+        EventKind::ReplayDrift {
+            request,
+            difference,
+            ..
+        } => format!("replay drift in request {request}: {difference}"),
+        EventKind::Retrying {
+            attempt,
+            delay_ms,
+            error,
+            ..
+        } => format!(
+            "attempt {attempt} failed, retrying in {}: {}",
+            seconds(*delay_ms),
+            terminal::clean(error)
+        ),
+        _ => String::new(),
+    };
+    format!("{label}{who}: {what}")
+}
+
 /// Plain lines, for logs and CI.
 pub struct PlainProgress {
     agents: BTreeMap<String, String>,
@@ -133,6 +161,9 @@ impl Sink for PlainProgress {
             }
             EventKind::CheckFinished { step, record, .. } => {
                 check_line(&format!("[{}] {step}", agent(step)), record)
+            }
+            EventKind::ReplayDrift { step, .. } | EventKind::Retrying { step, .. } => {
+                note_line(&format!("[{}] {step}", agent(step)), event)
             }
             _ => return Ok(()),
         };
@@ -281,6 +312,12 @@ impl Sink for LiveProgress {
                 let agent = self.agents.get(step_of(step)).map_or("?", String::as_str);
                 let line = finish_line(agent, step, record);
                 self.end(&(step.clone(), None), line);
+            }
+            EventKind::ReplayDrift { step, .. } => {
+                let agent = self.agents.get(step_of(step)).map_or("?", String::as_str);
+                let _ = self
+                    .multi
+                    .println(note_line(&format!("[{agent}] {step}"), event));
             }
             EventKind::SubagentStarted { step, id, .. } => {
                 let agent = self.agents.get(step_of(step)).map_or("?", String::as_str);

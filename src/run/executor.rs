@@ -110,7 +110,7 @@ impl Executor for ModelExecutor {
         };
         let api = self.team.api_for(
             &model.provider,
-            &step.id,
+            &job.events,
             vec![
                 job.root.to_string(),
                 job.root

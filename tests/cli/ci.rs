@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 
 use crate::fake::{Fake, anthropic_text, anthropic_tool};
-use crate::support::Test;
+use crate::support::{Test, init_repo};
 
 const KEY: &str = "sk-test-key-0000";
 const MODELS: &str = "[models]\ndefault = \"anthropic/m\"\n";
@@ -217,19 +217,34 @@ async fn a_recorded_run_replays_elsewhere_without_network_or_key() {
     let requests = fake.requests().await.len();
     assert_eq!(requests, 5);
 
-    // Cassettes are plain JSON, one per request, by step.
+    // Cassettes are plain JSON, one per request, by step, with the order beside them.
     let count = |step: &str| {
         std::fs::read_dir(recorded.path().join("cassettes").join(step))
             .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_name() != "index.json")
             .count()
     };
     assert_eq!((count("a"), count("b")), (2, 3));
+    let index: Value = serde_json::from_str(
+        &std::fs::read_to_string(recorded.path().join("cassettes/b/index.json")).unwrap(),
+    )
+    .unwrap();
+    let conversations = index["conversations"].as_object().unwrap();
+    assert_eq!(
+        conversations["step"].as_array().unwrap().len(),
+        2,
+        "{index}"
+    );
+    assert_eq!(
+        conversations["explore#1"].as_array().unwrap().len(),
+        1,
+        "{index}"
+    );
     let some = std::fs::read_dir(recorded.path().join("cassettes/a"))
         .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
+        .map(|e| e.unwrap().path())
+        .find(|p| !p.ends_with("index.json"))
+        .unwrap();
     let text = std::fs::read_to_string(some).unwrap();
     assert!(!text.contains(KEY));
     let cassette: Value = serde_json::from_str(&text).unwrap();
@@ -267,22 +282,54 @@ async fn a_recorded_run_replays_elsewhere_without_network_or_key() {
         "the replay sent nothing"
     );
 
-    // A changed prompt fails only its step, naming where its cassettes are.
+    // A changed prompt is still answered in order, and each request of the step that differs
+    // (both of `b`'s own, not its subagent's) is reported as drift, with both sides.
     std::fs::write(
         replay.path().join("w.toml"),
         PIPELINE.replace("MARK-b check", "MARK-b double-check"),
     )
     .unwrap();
-    let (out, _replay) = replay.run_async().await;
-    assert_eq!(out.status, 1, "{}", out.transcript());
+    let (out, replay) = replay.run_async().await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
     let changed: Value = serde_json::from_str(&out.stdout).unwrap();
-    assert_eq!(changed["steps"]["a"]["status"], "succeeded");
-    assert_eq!(changed["steps"]["a"]["summary"], "There is notes.txt.");
-    assert_eq!(changed["steps"]["b"]["status"], "failed");
-    let error = changed["steps"]["b"]["error"].as_str().unwrap();
+    assert_eq!(summaries(&changed), summaries(&original));
+    let drift: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("replay drift"))
+        .collect();
+    assert_eq!(drift.len(), 2, "{}", out.stderr);
     assert!(
-        error.contains("step `b` sent a request that was not recorded")
-            && error.contains("cassettes/b`"),
+        drift[0].starts_with("[code] b: replay drift in request 1: first difference at character")
+            && drift[0].contains("MARK-b check")
+            && drift[0].contains("MARK-b double-check"),
+        "{}",
+        drift[0]
+    );
+    assert!(drift[1].contains("request 2"), "{}", drift[1]);
+
+    // `--replay-strict` makes drift an error of the step, naming the request and the difference.
+    let (out, _replay) = replay
+        .clear_args()
+        .args(&[
+            "run",
+            "w.toml",
+            "--format",
+            "json",
+            "--replay",
+            "cassettes",
+            "--replay-strict",
+        ])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 1, "{}", out.transcript());
+    let strict: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(strict["steps"]["a"]["status"], "succeeded");
+    assert_eq!(strict["steps"]["b"]["status"], "failed");
+    let error = strict["steps"]["b"]["error"].as_str().unwrap();
+    assert!(
+        error.contains("step `b` request 1 differs from its recording (`--replay-strict`)")
+            && error.contains("MARK-b double-check"),
         "{error}"
     );
 }
@@ -612,4 +659,205 @@ async fn the_flagship_example_replays_from_cassettes_in_its_checkout() {
         assert_ne!(replayed["run_id"], recorded["run_id"]);
         test = again;
     }
+}
+
+/// The working directory a request names (`Working directory: …` in the step's prompt).
+fn workdir_of(body: &Value) -> String {
+    let text = body.to_string();
+    let at = text.find("Working directory: ").unwrap() + "Working directory: ".len();
+    text[at..].split("\\n").next().unwrap().to_owned()
+}
+
+/// A check whose output holds a timing (as unittest's, pytest's and cargo's summaries do) is
+/// recorded, then replayed: the requests that carry the timing differ from their recording,
+/// are answered all the same, and each is reported once as drift; `--replay-strict` refuses.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_timing_in_a_checks_output_is_drift_not_a_broken_replay() {
+    let fake = Fake::anthropic(vec![
+        anthropic_text("done"),
+        anthropic_tool(
+            "t1",
+            "write_file",
+            json!({"path": "fixed.txt", "content": "yes"}),
+        ),
+        anthropic_text("fixed"),
+    ])
+    .await;
+    let workflow = "name = \"t\"\n[models]\ndefault = \"anthropic/m\"\n[steps.s]\nagent = \"code\"\nprompt = \"Make the tests pass\"\nchecks = [\"sh check.sh\"]\n";
+    // Like `python3 -m unittest`: a summary line with how long the tests took, never the same.
+    let check = "echo \"Ran 1 test in 0.$(date +%N)s\"\ntest -f fixed.txt || { echo FAILED; exit 1; }\necho OK\n";
+    let test = Test::new().file("w.toml", workflow).file("check.sh", check);
+    let (out, test) = test
+        .anthropic_api(&fake.uri(), KEY)
+        .args(&["run", "w.toml", "--format", "json", "--record", "cassettes"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let recorded: Value = serde_json::from_str(&out.stdout).unwrap();
+    std::fs::remove_file(test.path().join("fixed.txt")).unwrap();
+    let (out, test) = test
+        .clear_args()
+        .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+        .args(&["run", "w.toml", "--format", "json", "--replay", "cassettes"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let replayed: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(summaries(&replayed), summaries(&recorded));
+    // Request 1 is the prompt; 2 carries the check's failure, 3 keeps it in its history.
+    let drift: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("replay drift"))
+        .collect();
+    assert_eq!(drift.len(), 2, "{}", out.stderr);
+    assert!(
+        drift[0].contains("request 2") && drift[0].contains("Ran 1 test in 0."),
+        "{}",
+        drift[0]
+    );
+    assert!(drift[1].contains("request 3"), "{}", drift[1]);
+    // The event stream says so too.
+    std::fs::remove_file(test.path().join("fixed.txt")).unwrap();
+    let (out, test) = test
+        .clear_args()
+        .args(&[
+            "run",
+            "w.toml",
+            "--format",
+            "jsonl",
+            "--replay",
+            "cassettes",
+        ])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let events: Vec<Value> = out
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|e: &Value| e["event"] == "replay_drift")
+        .collect();
+    assert_eq!(events.len(), 2, "{}\n{}", out.stdout, out.stderr);
+    assert_eq!(
+        (events[0]["step"].as_str(), events[0]["request"].as_u64()),
+        (Some("s"), Some(2))
+    );
+    assert!(
+        events[0]["difference"]
+            .as_str()
+            .unwrap()
+            .contains("recorded `")
+    );
+
+    std::fs::remove_file(test.path().join("fixed.txt")).unwrap();
+    let (out, _test) = test
+        .clear_args()
+        .args(&[
+            "run",
+            "w.toml",
+            "--format",
+            "json",
+            "--replay",
+            "cassettes",
+            "--replay-strict",
+        ])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 1, "{}", out.transcript());
+    let strict: Value = serde_json::from_str(&out.stdout).unwrap();
+    let error = strict["steps"]["s"]["error"].as_str().unwrap();
+    assert!(
+        error.contains("request 2 differs from its recording"),
+        "{error}"
+    );
+}
+
+/// A real model quotes its working directory (a worktree's path holds the run id): recorded at
+/// one path, replayed at another in a new run, the reply names the new directory, its tool call
+/// reads the file there, and nothing drifts.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reply_that_quotes_its_worktree_replays_at_another_path() {
+    let fake = Fake::anthropic_fn(|body| {
+        let dir = workdir_of(body);
+        if body["messages"].as_array().unwrap().len() == 1 {
+            anthropic_tool(
+                "t1",
+                "read_file",
+                json!({"path": format!("{dir}/notes.txt")}),
+            )
+        } else {
+            anthropic_text(&format!("I read {dir}/notes.txt: it says hello."))
+        }
+    })
+    .await;
+    let workflow = "name = \"q\"\n[models]\ndefault = \"anthropic/m\"\n[steps.s]\nagent = \"code\"\nisolation = \"worktree\"\nprompt = \"Read the notes\"\n";
+    let recorded = Test::new()
+        .file("w.toml", workflow)
+        .file("notes.txt", "hello\n")
+        .file(".gitignore", ".runner/\ncassettes/\n");
+    init_repo(recorded.path());
+    let (out, recorded) = recorded
+        .anthropic_api(&fake.uri(), KEY)
+        .args(&["run", "w.toml", "--format", "json", "--record", "cassettes"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let first: Value = serde_json::from_str(&out.stdout).unwrap();
+    let said = first["steps"]["s"]["summary"].as_str().unwrap().to_owned();
+    assert!(
+        said.contains(first["run_id"].as_str().unwrap()) || said.contains("worktree"),
+        "{said}"
+    );
+    let cassettes = std::fs::read_dir(recorded.path().join("cassettes/s"))
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .collect::<String>();
+    assert!(
+        !cassettes.contains(recorded.path().to_str().unwrap()),
+        "a path was recorded"
+    );
+
+    let replay = Test::new()
+        .file("w.toml", workflow)
+        .file("notes.txt", "hello\n")
+        .file(".gitignore", ".runner/\ncassettes/\n");
+    init_repo(replay.path());
+    copy_dir(
+        &recorded.path().join("cassettes"),
+        &replay.path().join("cassettes"),
+    );
+    let (out, replay) = replay
+        .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+        .args(&[
+            "run",
+            "w.toml",
+            "--format",
+            "json",
+            "--no-progress",
+            "--replay",
+            "cassettes",
+            "--replay-strict",
+        ])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    assert!(!out.stderr.contains("replay drift"), "{}", out.stderr);
+    let again: Value = serde_json::from_str(&out.stdout).unwrap();
+    let summary = again["steps"]["s"]["summary"].as_str().unwrap();
+    assert!(
+        summary.contains(again["run_id"].as_str().unwrap())
+            || summary.contains(
+                &std::fs::canonicalize(replay.path())
+                    .unwrap()
+                    .display()
+                    .to_string()
+            ),
+        "{summary}"
+    );
+    assert!(
+        !summary.contains(recorded.path().to_str().unwrap()),
+        "{summary}"
+    );
+    assert!(summary.ends_with("/notes.txt: it says hello."), "{summary}");
 }

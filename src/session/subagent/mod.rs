@@ -198,11 +198,6 @@ impl Delegation {
                 None => team.model(agent.default_alias)?,
             },
         };
-        let api = team.api_for(
-            &model.provider,
-            self.events.step(),
-            vec![ctx.workspace.root().to_string()],
-        )?;
         let files = context_files(ctx, &input.context_files)?;
         let id = match &input.resume {
             Some(id) => id.clone(),
@@ -214,6 +209,12 @@ impl Delegation {
             }
         };
         let events = self.events.subagent(&id);
+        // The subagent's own conversation, for cassettes too (replayed in its own order).
+        let api = team.api_for(
+            &model.provider,
+            &events,
+            vec![ctx.workspace.root().to_string()],
+        )?;
         let (history, first_message) = match saved {
             Some(saved) => (saved.messages, format!("{}{files}", input.prompt)),
             None if agent.fork_context => {

@@ -65,7 +65,7 @@ impl Team {
     pub fn api_for(
         &self,
         provider: &str,
-        step: &str,
+        events: &crate::event::Emitter,
         roots: Vec<String>,
     ) -> Result<Arc<dyn ModelApi>, String> {
         let wire = self
@@ -73,8 +73,8 @@ impl Team {
             .get(provider)
             .map_or(crate::provider::Wire::Anthropic, |p| p.wire());
         match &self.tapes {
-            Some(tapes) if tapes.replaying() => Ok(tapes.wrap(None, wire, step, roots)),
-            Some(tapes) => Ok(tapes.wrap(Some(self.api(provider)?), wire, step, roots)),
+            Some(tapes) if tapes.replaying() => Ok(tapes.wrap(None, wire, events, roots)),
+            Some(tapes) => Ok(tapes.wrap(Some(self.api(provider)?), wire, events, roots)),
             None => self.api(provider),
         }
     }
