@@ -109,6 +109,16 @@ pub enum EventKind {
         duration_ms: u64,
         output: String,
     },
+    /// The step reached its last allowed turn: that request offers no tools and asks for the
+    /// final answer.
+    OutOfTurns { step: String, turn: u32 },
+    /// A reply whose whole text was a call of an offered tool (a local model's chat template
+    /// writes calls as text) is run as that call.
+    ToolCallInText {
+        step: String,
+        turn: u32,
+        name: String,
+    },
     /// A final answer did not match `output_schema`; the model is asked again.
     OutputInvalid {
         step: String,
@@ -183,6 +193,8 @@ impl EventKind {
             | EventKind::ToolStarted { step, .. }
             | EventKind::ToolFinished { step, .. }
             | EventKind::OutputInvalid { step, .. }
+            | EventKind::OutOfTurns { step, .. }
+            | EventKind::ToolCallInText { step, .. }
             | EventKind::CheckStarted { step, .. }
             | EventKind::CheckFinished { step, .. }
             | EventKind::CommandFinished { step, .. }
@@ -307,6 +319,7 @@ pub struct Tally {
     /// USD of the replies with a known price.
     pub cost_usd: Option<f64>,
     pub checks: Vec<CheckRecord>,
+    pub ran_out_of_turns: bool,
 }
 
 impl Tally {
@@ -330,6 +343,7 @@ impl Tally {
             EventKind::CheckFinished { record, .. } if own => {
                 self.checks.push(record.clone());
             }
+            EventKind::OutOfTurns { .. } if own => self.ran_out_of_turns = true,
             _ => {}
         }
     }

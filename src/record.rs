@@ -138,6 +138,10 @@ pub struct StepRecord {
     /// Every run of the step's checks, round by round.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub checks: Vec<CheckRecord>,
+    /// The step used its last allowed turn: that turn offered no tools and asked for the final
+    /// answer with what the agent had (README "Agents that loop or run out of turns").
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ran_out_of_turns: bool,
     /// A fan-out instance's id (`X[0]`), in its step's `instances`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance: Option<String>,
@@ -187,6 +191,7 @@ impl StepRecord {
             subagents: Vec::new(),
             cost_usd: None,
             checks: Vec::new(),
+            ran_out_of_turns: false,
             instance: None,
             item: None,
             instances: Vec::new(),

@@ -26,9 +26,13 @@ pub enum ProviderError {
     /// The request itself is wrong (unknown model, bad parameter): not retried.
     #[error("the API rejected the request ({status}): {message}")]
     BadRequest { status: u16, message: String },
-    /// The API could not be reached, or the connection broke: retried.
+    /// The API could not be reached, or did not begin to answer: retried.
     #[error("could not reach the API: {message}")]
     Transport { message: String },
+    /// The reply had begun and broke off (the connection closed, or nothing more came within
+    /// the idle limit): retried.
+    #[error("the reply broke off while streaming: {message}")]
+    StreamBroke { message: String },
     /// The API cannot be reached as configured (its certificate is not trusted, TLS cannot be
     /// agreed, the URL or proxy is one runner cannot use): not retried, it would fail again.
     #[error("could not reach the API: {message}")]
@@ -49,6 +53,7 @@ impl ProviderError {
             ProviderError::RateLimited { .. }
                 | ProviderError::Overloaded { .. }
                 | ProviderError::Transport { .. }
+                | ProviderError::StreamBroke { .. }
         )
     }
 

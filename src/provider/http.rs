@@ -28,7 +28,7 @@ pub fn client() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(30))
-        .timeout(REQUEST_TIMEOUT)
+        .timeout(MCP_REQUEST_TIMEOUT)
         .redirect(reqwest::redirect::Policy::custom(|attempt| {
             let same_origin = attempt
                 .previous()
@@ -46,8 +46,72 @@ pub fn client() -> reqwest::Client {
         .unwrap_or_default()
 }
 
-/// How long one request may take, its reply read to the end.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(600);
+/// How long one MCP request may take, its reply read to the end.
+const MCP_REQUEST_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// How long a model request may wait: for the answer to begin, and for each next piece of it
+/// once it has (README "Models and providers"). There is no limit on the whole: a CPU server
+/// may stream for half an hour, and the step's `timeout` bounds it.
+#[derive(Debug, Clone, Copy)]
+pub struct Waits {
+    pub first_byte: Duration,
+    pub idle: Duration,
+}
+
+impl Waits {
+    /// Generous by default (a CPU server may think for minutes before its first token);
+    /// `RUNNER_FIRST_BYTE_TIMEOUT` and `RUNNER_IDLE_TIMEOUT` (`90s`, `20m`) change them.
+    pub fn from_env() -> Waits {
+        static WAITS: std::sync::OnceLock<Waits> = std::sync::OnceLock::new();
+        *WAITS.get_or_init(|| {
+            let read = |name: &str, default: u64| {
+                std::env::var(name)
+                    .ok()
+                    .and_then(|v| crate::workflow::duration::parse_duration(v.trim()).ok())
+                    .filter(|d| !d.is_zero())
+                    .unwrap_or(Duration::from_secs(default))
+            };
+            Waits {
+                first_byte: read("RUNNER_FIRST_BYTE_TIMEOUT", 600),
+                idle: read("RUNNER_IDLE_TIMEOUT", 300),
+            }
+        })
+    }
+}
+
+/// The name of the variable that raises a wait, for the error that says it ran out.
+fn waited(limit: Duration, variable: &str) -> String {
+    format!(
+        "{} (`{variable}` raises it)",
+        crate::workflow::duration::format_duration(limit)
+    )
+}
+
+/// The next piece of a reply, within the idle limit; `read` counts the bytes so far, for the
+/// message when it breaks off.
+async fn next_chunk(
+    reply: &mut Reply<'_>,
+    waits: Waits,
+    read: usize,
+) -> Result<Option<bytes::Bytes>, ProviderError> {
+    match tokio::time::timeout(waits.idle, reply.chunk()).await {
+        Ok(Ok(chunk)) => Ok(chunk),
+        Ok(Err(err)) => Err(ProviderError::StreamBroke {
+            message: format!(
+                "after {}: {}",
+                crate::limits::bytes(read as u64),
+                err.message
+            ),
+        }),
+        Err(_) => Err(ProviderError::StreamBroke {
+            message: format!(
+                "nothing more came for {} after {}",
+                waited(waits.idle, "RUNNER_IDLE_TIMEOUT"),
+                crate::limits::bytes(read as u64)
+            ),
+        }),
+    }
+}
 
 /// A model endpoint: where requests go, and the connections they go over. Redirects are not
 /// followed, as the providers' own SDKs do not: a followed redirect would carry the API key to
@@ -82,53 +146,53 @@ async fn json_body(reply: Reply<'_>) -> Result<Value, ProviderError> {
 /// Posts `body` asking for a stream of server-sent events and hands each event (its type and
 /// data) to `on_event` as it arrives; `Ok(None)` once the stream ended. A server that answers
 /// with one JSON body instead (it ignores `stream`) gets `Ok(Some(body))`. The stream is capped
-/// like a body; an error event is `on_event`'s to turn into an error. The whole exchange is
-/// bounded by [`REQUEST_TIMEOUT`].
+/// like a body; an error event is `on_event`'s to turn into an error. The answer must begin
+/// within the first-byte wait and each next piece come within the idle wait ([`Waits`]).
 pub async fn post_events(
     endpoint: &Endpoint,
     body: &Body,
     errors: &ErrorBodies,
     on_event: &mut (dyn FnMut(&str, &str) -> Result<(), ProviderError> + Send),
 ) -> Result<Option<Value>, ProviderError> {
-    let exchange = async {
-        let mut reply = post_checked(endpoint, body, errors).await?;
-        let streamed = reply
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("text/event-stream"));
-        if !streamed {
-            return json_body(reply).await.map(Some);
+    let waits = Waits::from_env();
+    let begun = tokio::time::timeout(waits.first_byte, post_checked(endpoint, body, errors)).await;
+    let mut reply = match begun {
+        Ok(reply) => reply?,
+        Err(_) => {
+            return Err(ProviderError::Transport {
+                message: format!(
+                    "no answer began within {}",
+                    waited(waits.first_byte, "RUNNER_FIRST_BYTE_TIMEOUT")
+                ),
+            });
         }
-        let mut events = super::sse::Events::new(MAX_RESPONSE_BYTES);
-        while let Some(chunk) = reply
-            .chunk()
-            .await
-            .map_err(|err| ProviderError::Transport {
-                message: format!("the stream broke: {}", err.message),
-            })?
-        {
-            match events.feed(&chunk, on_event) {
-                Ok(()) => {}
-                Err(super::sse::Stop::Handler(err)) => return Err(err),
-                Err(super::sse::Stop::TooLarge) => {
-                    return Err(ProviderError::InvalidResponse {
-                        message: format!(
-                            "the response stream is larger than {}",
-                            crate::limits::bytes(MAX_RESPONSE_BYTES as u64)
-                        ),
-                    });
-                }
+    };
+    let streamed = reply
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    if !streamed {
+        return json_body(reply).await.map(Some);
+    }
+    let mut events = super::sse::Events::new(MAX_RESPONSE_BYTES);
+    let mut read = 0;
+    while let Some(chunk) = next_chunk(&mut reply, waits, read).await? {
+        read += chunk.len();
+        match events.feed(&chunk, on_event) {
+            Ok(()) => {}
+            Err(super::sse::Stop::Handler(err)) => return Err(err),
+            Err(super::sse::Stop::TooLarge) => {
+                return Err(ProviderError::InvalidResponse {
+                    message: format!(
+                        "the response stream is larger than {}",
+                        crate::limits::bytes(MAX_RESPONSE_BYTES as u64)
+                    ),
+                });
             }
         }
-        Ok(None)
-    };
-    match tokio::time::timeout(REQUEST_TIMEOUT, exchange).await {
-        Ok(result) => result,
-        Err(_) => Err(ProviderError::Transport {
-            message: "the request timed out".into(),
-        }),
     }
+    Ok(None)
 }
 
 /// Sends the request; a reply with an error status becomes the error it means.
@@ -209,13 +273,7 @@ async fn read_body(mut reply: Reply<'_>) -> Result<String, ProviderError> {
         return Err(too_large());
     }
     let mut body = Vec::new();
-    while let Some(chunk) = reply
-        .chunk()
-        .await
-        .map_err(|err| ProviderError::Transport {
-            message: err.message,
-        })?
-    {
+    while let Some(chunk) = next_chunk(&mut reply, Waits::from_env(), body.len()).await? {
         if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
             return Err(too_large());
         }

@@ -71,6 +71,10 @@ pub struct ChatRequest {
     pub messages: Vec<Message>,
     pub tools: Vec<ToolDef>,
     pub max_tokens: u32,
+    /// The tools stay offered (the cached prefix holds them) but none may be called: a step's
+    /// last allowed turn. Left out of the JSON when false, so recorded requests are unchanged.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_tool_calls: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -159,5 +163,6 @@ pub fn one_tool_round(tool: &str, input: Value, result: &str, is_error: bool) ->
             input_schema: serde_json::json!({"type": "object"}),
         }],
         max_tokens: 100,
+        no_tool_calls: false,
     }
 }

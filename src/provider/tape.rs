@@ -583,6 +583,7 @@ mod tests {
             messages: vec![Message::user_text(text)],
             tools: Vec::new(),
             max_tokens: 10,
+            no_tool_calls: false,
         }
     }
 

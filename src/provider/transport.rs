@@ -10,8 +10,10 @@
 //! - TLS with the system's roots, loaded the first time an `https://` connection is made (a
 //!   plain `http://` endpoint never reads them);
 //! - credentials in the endpoint's URL (`http://user:pass@host`) sent as Basic authorization;
-//! - a connect timeout, kept-alive connections reused, and a request whose kept connection the
-//!   server closed while it was idle sent again on a new one (it never went out);
+//! - a connect timeout, kept-alive connections reused, and a request that fails on a kept
+//!   connection before any byte of its answer came sent again at once on a new one, not counted
+//!   as a retry: a server may close the connection after each streamed reply while advertising
+//!   keep-alive (llama.cpp's does), so the next request on it meets a closed socket;
 //! - no redirects: an answer is the endpoint's own (see [`super::http`]).
 
 use std::future::poll_fn;
@@ -196,17 +198,11 @@ impl Transport {
         })
     }
 
-    /// Posts `body` (with `Content-Length`); the reply's head, with its body to read. A kept
-    /// connection found closed when the request went out is replaced by a new one, once: the
-    /// request had not been sent.
+    /// Posts `body` (with `Content-Length`); the reply's head, with its body to read. A request
+    /// that fails on a kept connection before the answer's head came (the server had closed it,
+    /// or closes it now) is sent again at once on a new connection, once.
     pub async fn post(&self, body: Pieces) -> Result<Reply<'_>, TransportError> {
-        let mut request = Request::post(self.request_uri.clone())
-            .body(body)
-            .map_err(|err| TransportError {
-                message: format!("the request could not be made: {err}"),
-                lasting: true,
-            })?;
-        *request.headers_mut() = self.headers.clone();
+        let mut request = self.request(body)?;
         let mut fresh = false;
         loop {
             let kept = if fresh { None } else { self.checkout().await };
@@ -214,6 +210,7 @@ impl Transport {
                 Some(sender) => (sender, true),
                 None => (self.connect().await?, false),
             };
+            let spare = reused.then(|| request.body().clone());
             match sender.try_send_request(request).await {
                 Ok(response) => {
                     let (head, body) = response.into_parts();
@@ -224,15 +221,30 @@ impl Transport {
                         transport: self,
                     });
                 }
-                Err(mut failed) => match failed.take_message() {
-                    Some(unsent) if reused => {
+                Err(mut failed) => match (failed.take_message(), spare) {
+                    (Some(unsent), Some(_)) => {
                         request = unsent;
+                        fresh = true;
+                    }
+                    (None, Some(spare)) => {
+                        request = self.request(spare)?;
                         fresh = true;
                     }
                     _ => return Err(TransportError::passing(describe(failed.error()))),
                 },
             }
         }
+    }
+
+    fn request(&self, body: Pieces) -> Result<Request<Pieces>, TransportError> {
+        let mut request = Request::post(self.request_uri.clone())
+            .body(body)
+            .map_err(|err| TransportError {
+                message: format!("the request could not be made: {err}"),
+                lasting: true,
+            })?;
+        *request.headers_mut() = self.headers.clone();
+        Ok(request)
     }
 
     /// A kept connection ready for a request, the most recent first.

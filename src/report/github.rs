@@ -310,6 +310,13 @@ impl Sink for GithubSink {
                 let line = format!("{}retrying (attempt {attempt}): {error}", who(event));
                 self.note(step, line);
             }
+            EventKind::OutOfTurns { step, turn } => {
+                let line = format!(
+                    "{}out of turns: turn {turn} is its last, with no tools, asking for the final answer",
+                    who(event)
+                );
+                self.note(step, line);
+            }
             EventKind::ReplayDrift {
                 step,
                 request,

@@ -68,6 +68,10 @@ fn public(kind: &EventKind) -> Option<(&'static str, Value)> {
             "retrying",
             json!({"turn": turn, "attempt": attempt, "delay_ms": delay_ms, "error": error}),
         ),
+        EventKind::OutOfTurns { turn, .. } => ("out_of_turns", json!({"turn": turn})),
+        EventKind::ToolCallInText { turn, name, .. } => {
+            ("tool_call_in_text", json!({"turn": turn, "name": name}))
+        }
         EventKind::ReplayDrift {
             request,
             difference,

@@ -122,6 +122,9 @@ fn note_line(label: &str, event: &Event) -> String {
             seconds(*delay_ms),
             terminal::clean(error)
         ),
+        EventKind::OutOfTurns { turn, .. } => format!(
+            "warning: out of turns: turn {turn} is its last (max_turns), so it offers no tools and asks for the final answer"
+        ),
         _ => String::new(),
     };
     format!("{label}{who}: {what}")
@@ -162,7 +165,9 @@ impl Sink for PlainProgress {
             EventKind::CheckFinished { step, record, .. } => {
                 check_line(&format!("[{}] {step}", agent(step)), record)
             }
-            EventKind::ReplayDrift { step, .. } | EventKind::Retrying { step, .. } => {
+            EventKind::ReplayDrift { step, .. }
+            | EventKind::Retrying { step, .. }
+            | EventKind::OutOfTurns { step, .. } => {
                 note_line(&format!("[{}] {step}", agent(step)), event)
             }
             _ => return Ok(()),
@@ -313,7 +318,7 @@ impl Sink for LiveProgress {
                 let line = finish_line(agent, step, record);
                 self.end(&(step.clone(), None), line);
             }
-            EventKind::ReplayDrift { step, .. } => {
+            EventKind::ReplayDrift { step, .. } | EventKind::OutOfTurns { step, .. } => {
                 let agent = self.agents.get(step_of(step)).map_or("?", String::as_str);
                 let _ = self
                     .multi

@@ -6,6 +6,7 @@ pub mod checks;
 pub mod output;
 pub mod prompt;
 pub mod subagent;
+pub mod text_call;
 
 use std::time::Instant;
 
@@ -21,6 +22,9 @@ use crate::tools::StepTools;
 pub const DEFAULT_MAX_TOKENS: u32 = 8192;
 /// Extra turns a step gets to fix a final answer that does not match its `output_schema`.
 pub const OUTPUT_FIX_TURNS: u32 = 2;
+/// The same call with the same input this many times in a row is answered with an error
+/// instead of being run again (README "Agents that loop or run out of turns").
+pub const MAX_SAME_CALLS: u32 = 3;
 
 /// Why a step failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,8 +124,9 @@ async fn call_tools(
     step: &str,
     turn: u32,
     calls: Vec<(String, String, Value)>,
+    repeated: &[bool],
 ) -> (Vec<Block>, Option<String>) {
-    let one = |id: String, name: String, input: Value| async move {
+    let one = |id: String, name: String, input: Value, repeated: bool| async move {
         session.events.emit(EventKind::ToolStarted {
             step: step.to_owned(),
             turn,
@@ -130,7 +135,13 @@ async fn call_tools(
             input: input.clone(),
         });
         let started = Instant::now();
-        let mut output = session.tools.call(&name, &input).await;
+        let mut output = if repeated {
+            crate::tools::ToolOutput::error(format!(
+                "`{name}` was called with exactly this input {MAX_SAME_CALLS} times in a row, and its output is above: it was not run again. Use what it returned, or do something else."
+            ))
+        } else {
+            session.tools.call(&name, &input).await
+        };
         // The conversation keeps this text for the rest of the step: no spare capacity with it.
         output.text.shrink_to_fit();
         session.events.emit(EventKind::ToolFinished {
@@ -159,16 +170,17 @@ async fn call_tools(
     let mut tasks = Vec::new();
     let mut others = Vec::new();
     for (i, (id, name, input)) in calls.into_iter().enumerate() {
+        let repeated = repeated.get(i).copied().unwrap_or(false);
         if is_task(&name) {
-            tasks.push((i, one(id, name, input)));
+            tasks.push((i, one(id, name, input, repeated)));
         } else {
-            others.push((i, id, name, input));
+            others.push((i, id, name, input, repeated));
         }
     }
     let sequential = async {
         let mut done = Vec::with_capacity(others.len());
-        for (i, id, name, input) in others {
-            done.push((i, one(id, name, input).await));
+        for (i, id, name, input, repeated) in others {
+            done.push((i, one(id, name, input, repeated).await));
         }
         done
     };
@@ -232,6 +244,7 @@ pub async fn converse(mut session: Session<'_>) -> Conversation {
         messages: history,
         tools: definitions,
         max_tokens: session.max_tokens,
+        no_tool_calls: false,
     };
     let mut turns = 0;
     let mut tool_calls = 0;
@@ -275,6 +288,8 @@ async fn turns_until_done(
     let mut turn = 0;
     let mut check_round = 0;
     let mut last_failure: Option<checks::Failure> = None;
+    // The newest call's name and input, and how many times in a row it was made.
+    let mut same: Option<(String, Value, u32)> = None;
     while turn < turn_limit {
         // Before every request: a budget is passed by at most the replies already coming.
         if let Err(used_up) = session.meter.check() {
@@ -282,6 +297,24 @@ async fn turns_until_done(
         }
         turn += 1;
         *turns = turn;
+        // The last allowed turn asks for the answer with what the agent has, offering the
+        // tools (the cached prefix holds them) but allowing no call: a step out of turns ends
+        // with an answer rather than nothing.
+        if turn == turn_limit && turn > 1 && !request.tools.is_empty() && !request.no_tool_calls {
+            request.no_tool_calls = true;
+            encoder = None;
+            emit(EventKind::OutOfTurns {
+                step: step.clone(),
+                turn,
+            });
+            push_user_text(
+                &mut request.messages,
+                format!(
+                    "This is your last turn (max_turns = {}): no more tool calls. Give your final answer now with what you have found, and say plainly what is left undone.",
+                    session.max_turns
+                ),
+            );
+        }
         let wire = session.api.wire();
         let encoder = match &mut encoder {
             Some(encoder) if encoder.wire() == wire => encoder,
@@ -349,10 +382,37 @@ async fn turns_until_done(
             cost_usd,
             body: exchange.raw,
         });
-        let calls: Vec<(String, String, Value)> = response
+        let mut response = response;
+        let mut calls: Vec<(String, String, Value)> = response
             .tool_uses()
             .map(|(id, name, input)| (id.to_owned(), name.to_owned(), input.clone()))
             .collect();
+        if request.no_tool_calls && !calls.is_empty() {
+            // A server that ignored `tool_choice`: the calls are not run, and text that came
+            // with them ("Let me look.") is no answer.
+            return StepOutcome::failed(
+                FailureKind::MaxTurns,
+                format!(
+                    "reached max_turns ({}): asked for its final answer on its last turn, with no tools, it called tools again",
+                    session.max_turns
+                ),
+            );
+        } else if calls.is_empty()
+            && let Some((name, input)) = text_call::parse(&response.text(), &request.tools)
+        {
+            emit(EventKind::ToolCallInText {
+                step: step.clone(),
+                turn,
+                name: name.clone(),
+            });
+            let id = format!("call_text_{turn}");
+            response.content = vec![Block::ToolUse {
+                id: id.clone(),
+                name: name.clone(),
+                input: input.clone(),
+            }];
+            calls.push((id, name, input));
+        }
         // The final answer's text is read before the reply's blocks move into the conversation.
         let text = if calls.is_empty() {
             response.text()
@@ -372,7 +432,18 @@ async fn turns_until_done(
             // tools while they run (moved, not copied) and taken back after.
             let shared = &session.tools.context.conversation;
             *lock(shared) = Some(std::mem::take(request));
-            let (results, fatal) = call_tools(&session, &step, turn, calls).await;
+            let repeated: Vec<bool> = calls
+                .iter()
+                .map(|(_, name, input)| {
+                    let count = match &same {
+                        Some((n, i, count)) if n == name && i == input => count + 1,
+                        _ => 1,
+                    };
+                    same = Some((name.clone(), input.clone(), count));
+                    count >= MAX_SAME_CALLS
+                })
+                .collect();
+            let (results, fatal) = call_tools(&session, &step, turn, calls, &repeated).await;
             let Some(back) = lock(shared).take() else {
                 // Nothing else takes it: the tools only read it while they run.
                 return StepOutcome::failed(
@@ -396,10 +467,7 @@ async fn turns_until_done(
             StopReason::MaxTokens => {
                 return StepOutcome::Failed {
                     kind: FailureKind::CutOff,
-                    message: format!(
-                        "the model's answer was cut off at max_tokens ({}); raise `max_tokens`",
-                        session.max_tokens
-                    ),
+                    message: cut_off(&response.usage, session.max_tokens),
                     summary: text,
                 };
             }
@@ -469,6 +537,15 @@ async fn turns_until_done(
             }
         }
     }
+    if request.no_tool_calls {
+        return StepOutcome::failed(
+            FailureKind::MaxTurns,
+            format!(
+                "reached max_turns ({}): its last turn, asked for the final answer, gave none",
+                session.max_turns
+            ),
+        );
+    }
     if let Some(failure) = last_failure {
         return StepOutcome::failed(
             FailureKind::MaxTurns,
@@ -485,5 +562,22 @@ async fn turns_until_done(
             "reached max_turns ({}) without a final answer",
             session.max_turns
         ),
+    )
+}
+
+/// Why a reply stopped for length, naming the real limit: `max_tokens` when the reply reached
+/// it, else the model's context (a local server's context is often far smaller than the
+/// prompt and `max_tokens` together).
+fn cut_off(usage: &Usage, max_tokens: u32) -> String {
+    if usage.output_tokens >= u64::from(max_tokens) || usage.output_tokens == 0 {
+        return format!(
+            "the model's answer was cut off at max_tokens ({max_tokens}); raise `max_tokens`"
+        );
+    }
+    format!(
+        "the model's answer was cut off after {} tokens, below max_tokens ({max_tokens}): the model's context is full ({} prompt + {} reply tokens); use a model or server with a larger context window",
+        usage.output_tokens,
+        usage.total_input(),
+        usage.output_tokens
     )
 }

@@ -24,6 +24,7 @@ mod run;
 mod scheduler;
 mod schema;
 mod seams;
+mod servers;
 mod stream;
 mod support;
 mod trust;

@@ -500,10 +500,14 @@ async fn max_turns_ends_the_step() {
     let step = &run_json(&out)["steps"]["s"];
     assert_eq!(step["status"], "failed");
     assert_eq!(step["turns"], 2);
+    // The last turn asked for the answer with no tool calls; this model called one anyway.
     assert_eq!(
         step["error"],
-        "reached max_turns (2) without a final answer"
+        "reached max_turns (2): asked for its final answer on its last turn, with no tools, it called tools again"
     );
+    let bodies = fake.bodies().await;
+    assert_eq!(bodies[1]["tool_choice"]["type"], "none");
+    assert!(bodies[0].get("tool_choice").is_none());
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -121,6 +121,9 @@ pub(super) fn head(req: &ChatRequest) -> Vec<u8> {
             })
             .collect();
         put(&mut out, &tools);
+        if req.no_tool_calls {
+            out.extend_from_slice(b",\"tool_choice\":{\"type\":\"none\"}");
+        }
     }
     out.extend_from_slice(b",\"messages\":[");
     out

@@ -314,7 +314,9 @@ impl Body {
     }
 }
 
-/// A body's pieces on their way out.
+/// A body's pieces on their way out (cloned cheaply: the pieces are shared, for a request sent
+/// again on a new connection).
+#[derive(Clone)]
 pub struct Pieces {
     chunks: VecDeque<Bytes>,
     left: u64,

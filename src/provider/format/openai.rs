@@ -94,6 +94,9 @@ pub(super) fn head(req: &ChatRequest, completion_tokens: bool) -> Vec<u8> {
             })
             .collect();
         put(&mut out, &tools);
+        if req.no_tool_calls {
+            out.extend_from_slice(b",\"tool_choice\":\"none\"");
+        }
     }
     out.extend_from_slice(b",\"messages\":[");
     put(
@@ -278,14 +281,19 @@ pub fn parse_response(body: &Value) -> Result<ChatResponse, FormatError> {
 
 /// `error.message` of an error body (`{"error": {"message": ..}}` or `{"error": "..."}`).
 pub fn error_message(body: &Value) -> Option<String> {
-    match body.get("error")? {
-        Value::String(s) => Some(s.clone()),
-        Value::Object(e) => Some(
+    match body.get("error") {
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(Value::Object(e)) => Some(
             e.get("message")
                 .and_then(Value::as_str)
                 .unwrap_or("unknown error")
                 .to_owned(),
         ),
+        // vLLM: `{"object": "error", "message": ...}`.
+        _ if body.get("object").and_then(Value::as_str) == Some("error") => body
+            .get("message")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
         _ => None,
     }
 }
@@ -294,17 +302,49 @@ pub fn error_message(body: &Value) -> Option<String> {
 pub fn context_too_long(body: &Value) -> bool {
     let error = body.get("error");
     let code = error.and_then(|e| e.get("code")).and_then(Value::as_str);
+    // vLLM's errors carry their message at the top level.
     let message = error
         .and_then(|e| e.get("message"))
+        .or_else(|| body.get("message"))
         .and_then(Value::as_str)
         .unwrap_or_default();
-    code == Some("context_length_exceeded") || message.contains("maximum context length")
+    let kind = error.and_then(|e| e.get("type")).and_then(Value::as_str);
+    // OpenAI's code; llama.cpp's server's type and words; vLLM's and LiteLLM's words.
+    code == Some("context_length_exceeded")
+        || kind == Some("exceed_context_size_error")
+        || [
+            "maximum context length",
+            "exceeds the available context size",
+            "ContextWindowExceeded",
+            "context window exceeded",
+        ]
+        .iter()
+        .any(|words| message.contains(words))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::provider::message::one_tool_round;
+
+    /// The context errors of the servers that speak OpenAI's API, each as it words it.
+    #[test]
+    fn every_servers_context_error_is_too_long() {
+        for body in [
+            serde_json::json!({"error": {"code": "context_length_exceeded", "message": "This model's maximum context length is 128000 tokens."}}),
+            // llama.cpp's server (tools/server): HTTP 400.
+            serde_json::json!({"error": {"code": 400, "message": "the request exceeds the available context size, try increasing it", "type": "exceed_context_size_error", "n_prompt_tokens": 4100, "n_ctx": 4096}}),
+            // vLLM.
+            serde_json::json!({"object": "error", "message": "This model's maximum context length is 32768 tokens. However, you requested 33000 tokens in the messages, Please reduce the length of the messages.", "type": "BadRequestError", "param": null, "code": 400}),
+            // LiteLLM's proxy.
+            serde_json::json!({"error": {"message": "litellm.ContextWindowExceededError: prompt too long", "type": null, "code": "400"}}),
+        ] {
+            assert!(context_too_long(&body), "{body}");
+        }
+        assert!(!context_too_long(
+            &serde_json::json!({"error": {"message": "model not found", "code": 404}})
+        ));
+    }
 
     #[test]
     fn tool_results_and_user_text_are_written_as_the_derived_serializer_writes_them() {

@@ -169,6 +169,7 @@ mod tests {
             ],
             tools: Vec::new(),
             max_tokens: 10,
+            no_tool_calls: false,
         };
         let tools: BTreeSet<String> = ["read_file".to_owned()].into();
         let forked = fork(&parent, &tools);

@@ -1,0 +1,381 @@
+//! Real model servers and how they behave (README "Running against each kind of server"):
+//! llama.cpp's server closes the connection after each streamed reply while advertising
+//! keep-alive, a CPU server streams slowly for a long time, local models write tool calls as
+//! text, a full context ends a reply with `length`, and agents repeat themselves or run out of
+//! turns. Each behaviour is a test server here that behaves so: a raw HTTP/1.1 server on
+//! 127.0.0.1 speaking OpenAI's streamed Chat Completions, or the fake API.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use crate::fake::{Fake, ok, openai_text, openai_tools};
+use crate::support::{Output, Test};
+
+const KEY: &str = "sk-local-test-0000";
+
+fn workflow(url: &str, step: &str) -> String {
+    format!(
+        "name = \"local\"\n[providers.local]\nkind = \"openai\"\nbase_url = \"{url}\"\n[models]\ndefault = \"local/qwen2.5-coder-1.5b\"\n[steps.s]\nagent = \"explore\"\nretries = 0\nprompt = \"Look around\"\n{step}"
+    )
+}
+
+async fn run(url: &str, step: &str, env: &[(&str, &str)], format: &str) -> (Output, Value) {
+    let mut test = Test::new()
+        .file("w.toml", &workflow(url, step))
+        .file("notes.txt", "hello\n")
+        .env("OPENAI_API_KEY", KEY)
+        .args(&["run", "w.toml", "--format", format]);
+    for (name, value) in env {
+        test = test.env(name, value);
+    }
+    let (out, test) = test.run_async().await;
+    let record = std::fs::read_dir(test.path().join(".runner/runs"))
+        .ok()
+        .and_then(|mut runs| runs.next())
+        .and_then(|run| std::fs::read_to_string(run.ok()?.path().join("run.json")).ok())
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or(Value::Null);
+    (out, record)
+}
+
+/// One streamed Chat Completions reply, as llama.cpp's server writes it: `data:` lines, usage
+/// in the last chunk, `[DONE]`.
+fn stream_events(reply: &Reply) -> Vec<String> {
+    let chunk = |delta: Value, finish: Value| json!({"id": "c", "object": "chat.completion.chunk", "model": "m", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+    let mut events = vec![chunk(
+        json!({"role": "assistant", "content": null}),
+        Value::Null,
+    )];
+    match reply {
+        Reply::Tool(name, arguments) => events.push(chunk(
+            json!({"tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": name, "arguments": arguments.to_string()}}]}),
+            Value::Null,
+        )),
+        Reply::Text(parts) => {
+            for part in parts {
+                events.push(chunk(json!({"content": part}), Value::Null));
+            }
+        }
+    }
+    let finish = match reply {
+        Reply::Tool(..) => "tool_calls",
+        Reply::Text(_) => "stop",
+    };
+    let mut last = chunk(json!({}), json!(finish));
+    last["usage"] = json!({"prompt_tokens": 50, "completion_tokens": 10});
+    events.push(last);
+    let mut lines: Vec<String> = events.iter().map(|e| format!("data: {e}\n\n")).collect();
+    lines.push("data: [DONE]\n\n".into());
+    lines
+}
+
+#[derive(Clone)]
+enum Reply {
+    Tool(&'static str, Value),
+    Text(Vec<String>),
+}
+
+/// How the raw server behaves.
+#[derive(Clone, Copy)]
+enum Manner {
+    /// Advertises keep-alive, then drops the connection when the next request arrives on it,
+    /// before answering: what a request sent on llama.cpp's closed connection meets.
+    ClosesAfterEachReply,
+    /// Streams each event after a pause.
+    Slow(Duration),
+    /// Streams the first events, then falls silent (the connection stays open).
+    StallsAfter(usize),
+}
+
+/// Requests received, by connection.
+type Seen = Arc<Mutex<Vec<usize>>>;
+
+async fn read_request(socket: &mut tokio::net::TcpStream, got: &mut Vec<u8>) -> bool {
+    let mut buf = [0u8; 16384];
+    loop {
+        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&got[..end]).to_lowercase();
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            if got.len() >= end + 4 + length {
+                got.drain(..end + 4 + length);
+                return true;
+            }
+        }
+        match socket.read(&mut buf).await {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// A streaming OpenAI-compatible server on 127.0.0.1 answering with `replies` in order.
+async fn raw_server(replies: Vec<Reply>, manner: Manner) -> (String, Seen) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    let seen: Seen = Arc::default();
+    let record = seen.clone();
+    let replies = Arc::new(Mutex::new(std::collections::VecDeque::from(replies)));
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let connection = {
+                let mut seen = record.lock().unwrap();
+                seen.push(0);
+                seen.len() - 1
+            };
+            let (record, replies) = (record.clone(), replies.clone());
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                let mut answered = 0;
+                while read_request(&mut socket, &mut got).await {
+                    record.lock().unwrap()[connection] += 1;
+                    if answered > 0 && matches!(manner, Manner::ClosesAfterEachReply) {
+                        return;
+                    }
+                    let Some(reply) = replies.lock().unwrap().pop_front() else {
+                        return;
+                    };
+                    answered += 1;
+                    let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n";
+                    if socket.write_all(head.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    for (i, event) in stream_events(&reply).into_iter().enumerate() {
+                        match manner {
+                            Manner::Slow(pause) => tokio::time::sleep(pause).await,
+                            Manner::StallsAfter(n) if i == n => {
+                                // Silent, the connection open, until runner gives up on it.
+                                let mut rest = [0u8; 1];
+                                let _ = socket.read(&mut rest).await;
+                                return;
+                            }
+                            _ => {}
+                        }
+                        let chunk = format!("{:x}\r\n{event}\r\n", event.len());
+                        if socket.write_all(chunk.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                    if socket.write_all(b"0\r\n\r\n").await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (url, seen)
+}
+
+fn events(out: &Output) -> Vec<Value> {
+    out.stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// A request sent on a kept connection the server has closed is sent again at once on a new
+/// one, not counted as a retry: with `retries = 0`, every turn still succeeds.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_closes_after_each_streamed_reply_costs_no_retry() {
+    let (url, seen) = raw_server(
+        vec![
+            Reply::Tool("list_dir", json!({"path": "."})),
+            Reply::Tool("read_file", json!({"path": "notes.txt"})),
+            Reply::Text(vec!["It says hello.".into()]),
+        ],
+        Manner::ClosesAfterEachReply,
+    )
+    .await;
+    let (out, record) = run(&url, "", &[], "jsonl").await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    assert!(
+        !events(&out).iter().any(|e| e["event"] == "retrying"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(record["steps"]["s"]["summary"], "It says hello.");
+    assert_eq!(record["steps"]["s"]["turns"], 3);
+    // Each later request went out on the kept connection first, met it closed, and went again
+    // on a new one.
+    assert_eq!(*seen.lock().unwrap(), [2, 2, 1]);
+}
+
+/// No total limit cuts a reply that keeps streaming: pauses under the idle limit add up to far
+/// more than it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slow_stream_longer_than_the_idle_limit_is_not_cut() {
+    let parts: Vec<String> = (0..30).map(|i| format!("w{i} ")).collect();
+    let (url, _seen) = raw_server(
+        vec![Reply::Text(parts.clone())],
+        Manner::Slow(Duration::from_millis(100)),
+    )
+    .await;
+    let (out, record) = run(&url, "", &[("RUNNER_IDLE_TIMEOUT", "2s")], "json").await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    assert_eq!(record["steps"]["s"]["summary"], parts.concat());
+}
+
+/// A stream that falls silent is given up after the idle limit, and said to have broken off
+/// while streaming, not that the API could not be reached.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stream_that_falls_silent_is_reported_as_broken_off() {
+    let (url, _seen) = raw_server(
+        vec![Reply::Text(vec!["partial".into(), "never".into()])],
+        Manner::StallsAfter(2),
+    )
+    .await;
+    let (out, record) = run(&url, "", &[("RUNNER_IDLE_TIMEOUT", "1s")], "json").await;
+    assert_eq!(out.status, 1, "{}", out.transcript());
+    let error = record["steps"]["s"]["error"].as_str().unwrap();
+    assert!(
+        error.contains("the reply broke off while streaming: nothing more came for 1s")
+            && error.contains("`RUNNER_IDLE_TIMEOUT` raises it")
+            && !error.contains("could not reach"),
+        "{error}"
+    );
+}
+
+/// The tool results sent back in a Chat Completions request, in order.
+fn tool_results(body: &Value) -> Vec<String> {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// A model's fenced `{"name", "arguments"}` is run as the call it is, never taken as the
+/// step's answer.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tool_call_written_as_text_is_run_not_taken_as_the_answer() {
+    let fake = Fake::openai(vec![
+        openai_text(
+            "```json\n{\"name\": \"read_file\", \"arguments\": {\"path\": \"notes.txt\"}}\n```",
+        ),
+        openai_text("The notes say hello."),
+    ])
+    .await;
+    let (out, record) = run(&format!("{}/v1", fake.uri()), "", &[], "jsonl").await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    assert_eq!(record["steps"]["s"]["summary"], "The notes say hello.");
+    assert_eq!(record["steps"]["s"]["tool_calls"], 1);
+    let bodies = fake.bodies().await;
+    let results = tool_results(&bodies[1]);
+    assert_eq!(results.len(), 1);
+    assert!(results[0].contains("hello"), "{results:?}");
+    let noted: Vec<Value> = events(&out)
+        .into_iter()
+        .filter(|e| e["event"] == "tool_call_in_text")
+        .collect();
+    assert_eq!(noted.len(), 1, "{}", out.stdout);
+    assert_eq!(noted[0]["name"], "read_file");
+}
+
+/// `finish_reason: length` far below `max_tokens` is the context, and the error says so.
+#[tokio::test(flavor = "multi_thread")]
+async fn length_on_a_full_context_names_the_context_not_max_tokens() {
+    let fake = Fake::openai(vec![ok(json!({
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "The answer is"}, "finish_reason": "length"}],
+        "usage": {"prompt_tokens": 3932, "completion_tokens": 164}
+    }))])
+    .await;
+    let (out, record) = run(&format!("{}/v1", fake.uri()), "", &[], "json").await;
+    assert_eq!(out.status, 1, "{}", out.transcript());
+    let error = record["steps"]["s"]["error"].as_str().unwrap();
+    assert!(
+        error.contains("cut off after 164 tokens, below max_tokens (8192)")
+            && error.contains("context is full (3932 prompt + 164 reply tokens)"),
+        "{error}"
+    );
+    assert!(!error.contains("raise `max_tokens`"), "{error}");
+}
+
+/// llama.cpp's own context error is "too long", and not retried.
+#[tokio::test(flavor = "multi_thread")]
+async fn llama_cpps_context_error_is_too_long() {
+    let fake = Fake::openai(vec![wiremock::ResponseTemplate::new(400).set_body_json(json!({
+        "error": {"code": 400, "message": "the request exceeds the available context size, try increasing it", "type": "exceed_context_size_error", "n_prompt_tokens": 4200, "n_ctx": 4096}
+    }))])
+    .await;
+    let (out, record) = run(&format!("{}/v1", fake.uri()), "", &[], "json").await;
+    assert_eq!(out.status, 1, "{}", out.transcript());
+    let error = record["steps"]["s"]["error"].as_str().unwrap();
+    assert!(
+        error.contains("the conversation is too long for the model") && error.contains("1 attempt"),
+        "{error}"
+    );
+}
+
+/// The third identical call in a row is not run: the model reads that it has the output.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_same_call_three_times_in_a_row_gets_an_error_result() {
+    let call = || openai_tools(&[("c", "read_file", json!({"path": "notes.txt"}))]);
+    let fake = Fake::openai(vec![call(), call(), call(), openai_text("It says hello.")]).await;
+    let (out, record) = run(&format!("{}/v1", fake.uri()), "", &[], "json").await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    assert_eq!(record["steps"]["s"]["summary"], "It says hello.");
+    let last = tool_results(&fake.bodies().await[3]);
+    assert_eq!(last.len(), 3);
+    assert!(
+        last[0].contains("hello") && last[1].contains("hello"),
+        "{last:?}"
+    );
+    assert!(
+        last[2].contains("was called with exactly this input 3 times in a row")
+            && !last[2].contains("hello"),
+        "{last:?}"
+    );
+}
+
+/// A step that keeps calling tools gets, on its last allowed turn, no tool calls and a request
+/// for its answer: it ends with one, recorded as having run out of turns.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_last_turn_asks_for_the_answer_with_no_tools() {
+    let fake = Fake::openai_fn(|body| {
+        if body["tool_choice"] == "none" {
+            openai_text("Partial: notes.txt says hello; the rest is unread.")
+        } else {
+            let n = body["messages"].as_array().unwrap().len();
+            openai_tools(&[("c", "list_dir", json!({"path": format!("./{n}")}))])
+        }
+    })
+    .await;
+    let (out, record) = run(
+        &format!("{}/v1", fake.uri()),
+        "max_turns = 3\n",
+        &[],
+        "json",
+    )
+    .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let step = &record["steps"]["s"];
+    assert_eq!(step["status"], "succeeded");
+    assert_eq!(step["ran_out_of_turns"], true);
+    assert_eq!(step["turns"], 3);
+    assert!(step["summary"].as_str().unwrap().starts_with("Partial:"));
+    let bodies = fake.bodies().await;
+    assert_eq!(bodies.len(), 3);
+    assert!(bodies[..2].iter().all(|b| b.get("tool_choice").is_none()));
+    // Still offered (the cached prefix holds them), none callable, and the agent is told.
+    assert_eq!(bodies[2]["tool_choice"], "none");
+    assert!(!bodies[2]["tools"].as_array().unwrap().is_empty());
+    assert!(
+        bodies[2]
+            .to_string()
+            .contains("This is your last turn (max_turns = 3)")
+    );
+    assert!(
+        out.stderr.contains("warning: out of turns"),
+        "{}",
+        out.stderr
+    );
+}
