@@ -256,7 +256,9 @@ pub(crate) struct ExportArgs {
     /// pipeline needs no API key
     #[arg(long, value_name = "DIR")]
     pub(crate) replay: Option<Utf8PathBuf>,
-    /// Argo only: the container image every task runs in [default: docker.io/library/rust:1-bookworm]
+    /// The container image every job runs in [default for GitLab and Argo:
+    /// docker.io/library/rust:1-bookworm; GitHub: none, the runner's own machine]; `none` names
+    /// no image (a GitLab shell executor)
     #[arg(long, value_name = "IMAGE")]
     pub(crate) image: Option<String>,
     #[command(flatten)]

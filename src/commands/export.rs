@@ -25,23 +25,31 @@ pub fn export(args: ExportArgs, io: &mut Io<'_>) -> Exit {
         );
         return Exit::Invalid;
     };
+    if let Some(why) = args.image.as_deref().and_then(crate::export::unsafe_text) {
+        let _ = writeln!(io.err, "error: the `--image` holds {why}");
+        return Exit::Invalid;
+    }
+    // Every engine takes `--image`; GitHub's jobs run on the runner's machine unless it is
+    // given, and `none` leaves it out (a GitLab shell executor). Argo's tasks need one.
+    let image = match (args.image.as_deref(), &args.target) {
+        (Some("none"), ExportTarget::Argo) => {
+            let _ = writeln!(
+                io.err,
+                "error: `--image none`: every Argo task runs in a container; name its image"
+            );
+            return Exit::Invalid;
+        }
+        (Some("none"), _) | (None, ExportTarget::GithubActions) => None,
+        (Some(image), _) => Some(image),
+        (None, _) => Some(crate::export::DEFAULT_IMAGE),
+    };
     let options = Options {
         workflow_path: args.workflow.as_str(),
         inputs: &inputs,
         install: &install,
         replay: args.replay.as_ref().map(|d| d.as_str()),
+        image,
     };
-    if args.image.is_some() && !matches!(args.target, ExportTarget::Argo) {
-        let _ = writeln!(
-            io.err,
-            "error: `--image` is for `export argo`: the other engines run their jobs on their own runners"
-        );
-        return Exit::Invalid;
-    }
-    if let Some(why) = args.image.as_deref().and_then(crate::export::unsafe_text) {
-        let _ = writeln!(io.err, "error: the `--image` holds {why}");
-        return Exit::Invalid;
-    }
     let (errors, warnings) = match args.target {
         ExportTarget::GithubActions => github::check(&plan, &options),
         ExportTarget::GitlabCi => gitlab::check(&plan, &options),
@@ -62,7 +70,7 @@ pub fn export(args: ExportArgs, io: &mut Io<'_>) -> Exit {
         ExportTarget::Argo => argo::argo(
             &plan,
             &options,
-            args.image.as_deref().unwrap_or(argo::DEFAULT_IMAGE),
+            image.unwrap_or(crate::export::DEFAULT_IMAGE),
         ),
     };
     match &args.output {

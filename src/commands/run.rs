@@ -199,7 +199,7 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
         }
     }
     if github {
-        sinks.add(GithubSink::new(&plan, !args.no_progress && !terminal));
+        sinks.add(GithubSink::new(&plan, !args.no_progress && !terminal).only(&options.only));
     }
     if args.format == RunFormat::Jsonl {
         sinks.add(JsonlSink::stdout());

@@ -14,9 +14,6 @@ use crate::plan::Plan;
 
 /// The Secret the API keys are read from, one key a variable (`ANTHROPIC_API_KEY`).
 pub const KEYS_SECRET: &str = "runner-keys";
-/// The image tasks run in unless `--image` says: it has git, bash and a Rust toolchain, so the
-/// default install (`cargo install --git …`) works in it.
-pub const DEFAULT_IMAGE: &str = "docker.io/library/rust:1-bookworm";
 /// Where a task finds the repository, the runner binary and the state of its needs.
 const WORKDIR: &str = "/work";
 const RUNNER_DIR: &str = "/opt/runner";

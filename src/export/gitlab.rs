@@ -7,7 +7,8 @@
 use std::fmt::Write as _;
 
 use super::{
-    APPLY_JOB, BUILD_JOB, Job, Options, PushEnv, input_var, jobs, push_lines, quote, run_line,
+    APPLY_JOB, BUILD_JOB, Job, Options, PushEnv, input_var, jobs, literal_dollars, push_lines,
+    quote, run_line,
 };
 use crate::plan::Plan;
 
@@ -17,9 +18,51 @@ pub const KEYS_ENVIRONMENT: &str = "runner-models";
 /// How many jobs GitLab lets one `parallel: matrix` make.
 const MAX_MATRIX: usize = 200;
 
-/// What GitLab adds to the shared checks: nothing yet beyond its matrix size.
+/// Top-level keys of a `.gitlab-ci.yml` (and `pages`, a job name GitLab deploys as a site): a
+/// step with one of these ids gets the job name `step-<id>`, as do ids that are runner's own
+/// jobs.
+const RESERVED: &[&str] = &[
+    "default",
+    "include",
+    "stages",
+    "variables",
+    "workflow",
+    "image",
+    "services",
+    "cache",
+    "before_script",
+    "after_script",
+    "types",
+    "pages",
+    "spec",
+    BUILD_JOB,
+    APPLY_JOB,
+];
+
+/// The job a step runs as: its id, unless GitLab would read that id as something else.
+pub fn job_name(id: &str) -> String {
+    if RESERVED.contains(&id) {
+        format!("step-{id}")
+    } else {
+        id.to_owned()
+    }
+}
+
+/// What GitLab adds to the shared checks: its matrix size, and job names that two steps would
+/// share once keywords are renamed.
 pub fn check(plan: &Plan, options: &Options<'_>) -> (Vec<String>, Vec<String>) {
-    super::check(plan, options, "GitLab CI", MAX_MATRIX)
+    let (mut errors, warnings) = super::check(plan, options, "GitLab CI", MAX_MATRIX);
+    let mut seen = std::collections::BTreeMap::new();
+    for step in plan.steps() {
+        if let Some(other) = seen.insert(job_name(&step.id), &step.id) {
+            errors.push(format!(
+                "steps `{other}` and `{}` would both be the GitLab job `{}` (GitLab keywords become `step-<id>`); rename one",
+                step.id,
+                job_name(&step.id)
+            ));
+        }
+    }
+    (errors, warnings)
 }
 
 /// The `.gitlab-ci.yml` for `plan`.
@@ -53,31 +96,51 @@ pub fn gitlab_ci(plan: &Plan, options: &Options<'_>) -> String {
     if jobs.iter().any(|j| j.pushes) {
         let _ = writeln!(out, "  - {APPLY_JOB}");
     }
+    // A paid pipeline runs for merge requests and the default branch, not on every push.
+    let _ = writeln!(out, "workflow:");
+    let _ = writeln!(out, "  rules:");
+    let _ = writeln!(
+        out,
+        "    - if: $CI_PIPELINE_SOURCE == \"merge_request_event\""
+    );
+    let _ = writeln!(out, "    - if: $CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH");
+    // Every `$` runner writes into a value is doubled: GitLab reads `$$` as `$` and expands
+    // nothing there (an input `out=$(…)` or a default `${CI_JOB_TOKEN}` arrives as written).
     let _ = writeln!(out, "variables:");
     let _ = writeln!(
         out,
         "  # How the first job installs runner (pinned: a repository at a commit, or a checked binary)."
     );
-    let _ = writeln!(out, "  RUNNER_INSTALL: {}", quote(options.install));
+    let _ = writeln!(
+        out,
+        "  RUNNER_INSTALL: {}",
+        quote(&literal_dollars(options.install))
+    );
     for (name, def) in options.inputs {
         // Pipeline variables: set them when running the pipeline; the default is the workflow's.
         let value = def.default.as_deref().unwrap_or_default();
-        let _ = writeln!(out, "  {}: {}", input_var(name), quote(value));
+        let _ = writeln!(
+            out,
+            "  {}: {}",
+            input_var(name),
+            quote(&literal_dollars(value))
+        );
     }
-    build_job(&mut out);
+    build_job(&mut out, options);
     for job in &jobs {
         step_job(&mut out, job, options);
     }
     if jobs.iter().any(|j| j.pushes) {
-        apply_job(&mut out, &jobs);
+        apply_job(&mut out, &jobs, options);
     }
     out
 }
 
 /// Installs runner once; its binary is the artifact every step job runs.
-fn build_job(out: &mut String) {
+fn build_job(out: &mut String, options: &Options<'_>) {
     let _ = writeln!(out, "{BUILD_JOB}:");
     let _ = writeln!(out, "  stage: {BUILD_JOB}");
+    image(out, options);
     let _ = writeln!(out, "  script:");
     let _ = writeln!(out, "    - sh -c \"$RUNNER_INSTALL\"");
     let _ = writeln!(out, "    - mkdir -p runner-bin");
@@ -92,12 +155,20 @@ fn build_job(out: &mut String) {
     let _ = writeln!(out, "    expire_in: 1 day");
 }
 
+/// The job's `image`, unless `--image none` (a shell executor).
+fn image(out: &mut String, options: &Options<'_>) {
+    if let Some(image) = options.image {
+        let _ = writeln!(out, "  image: {}", quote(image));
+    }
+}
+
 fn step_job(out: &mut String, job: &Job<'_>, options: &Options<'_>) {
     let step = job.step;
-    let _ = writeln!(out, "{}:", step.id);
+    let _ = writeln!(out, "{}:", job_name(&step.id));
     let _ = writeln!(out, "  stage: wave-{}", step.wave + 1);
+    image(out, options);
     let mut needs: Vec<String> = vec![quote(BUILD_JOB)];
-    needs.extend(step.needs.iter().map(|n| quote(n)));
+    needs.extend(step.needs.iter().map(|n| quote(&job_name(n))));
     let _ = writeln!(out, "  needs: [{}]", needs.join(", "));
     let _ = writeln!(out, "  timeout: {}", quote(&format!("{}m", job.minutes)));
     if step.continue_on_error {
@@ -135,10 +206,11 @@ fn step_job(out: &mut String, job: &Job<'_>, options: &Options<'_>) {
 
 /// Pushes each succeeded worktree step's branch from its record: no model, no API key; it needs
 /// a project access token with `write_repository` as the masked variable `RUNNER_PUSH_TOKEN`.
-fn apply_job(out: &mut String, jobs: &[Job<'_>]) {
+fn apply_job(out: &mut String, jobs: &[Job<'_>], options: &Options<'_>) {
     let _ = writeln!(out, "{APPLY_JOB}:");
     let _ = writeln!(out, "  stage: {APPLY_JOB}");
-    let needs: Vec<String> = jobs.iter().map(|j| quote(j.id())).collect();
+    image(out, options);
+    let needs: Vec<String> = jobs.iter().map(|j| quote(&job_name(j.id()))).collect();
     let _ = writeln!(out, "  needs: [{}]", needs.join(", "));
     // Succeeded steps' branches are pushed even when another step failed.
     let _ = writeln!(out, "  when: always");
@@ -147,7 +219,8 @@ fn apply_job(out: &mut String, jobs: &[Job<'_>]) {
         run_id: "$CI_PIPELINE_ID",
         sha: "$CI_COMMIT_SHA",
         committer: "-c user.name=runner -c user.email=runner@localhost",
-        push: "git push \"https://oauth2:${RUNNER_PUSH_TOKEN}@${CI_SERVER_HOST}/${CI_PROJECT_PATH}.git\"",
+        // `ci.skip`: the pushed branches start no pipeline of their own (and no second bill).
+        push: "git push -o ci.skip \"https://oauth2:${RUNNER_PUSH_TOKEN}@${CI_SERVER_HOST}/${CI_PROJECT_PATH}.git\"",
     };
     for job in jobs.iter().filter(|j| j.pushes) {
         let _ = writeln!(out, "    - |");

@@ -31,6 +31,19 @@ pub struct Options<'a> {
     pub install: &'a str,
     /// Cassettes every job answers from (`--replay`): the pipeline needs no key.
     pub replay: Option<&'a str>,
+    /// The container image every job runs in (`--image`); `None` for `--image none`, or on
+    /// GitHub when not given (its jobs run on the runner's own machine).
+    pub image: Option<&'a str>,
+}
+
+/// The image jobs run in unless `--image` says: it has git, bash and a Rust toolchain, so the
+/// default install (`cargo install --git …`) works in it.
+pub const DEFAULT_IMAGE: &str = "docker.io/library/rust:1-bookworm";
+
+/// `text` with every `$` doubled: what GitLab (and `gitlab-ci-local`) read back as the text
+/// itself in a `variables:` value, instead of expanding `$HOME` or `${CI_JOB_TOKEN}` in it.
+pub fn literal_dollars(text: &str) -> String {
+    text.replace('$', "$$")
 }
 
 /// How jobs install runner unless `--install` says: this program's own repository at the commit

@@ -70,9 +70,31 @@ pub struct GithubSink {
     summary: Option<Utf8PathBuf>,
     /// Each running step's lines, printed in its group when it ends.
     lines: BTreeMap<String, Vec<String>>,
+    /// Steps this run left to other jobs (`--only`): no annotation, no summary row.
+    unselected: std::collections::BTreeSet<String>,
 }
 
 impl GithubSink {
+    /// With `--only`: a job of an exported pipeline reports the steps (and instances) it runs,
+    /// nothing of the others, which are other jobs' to report.
+    pub fn only(mut self, only: &std::collections::BTreeSet<String>) -> Self {
+        if !only.is_empty() {
+            let selected = |id: &str| {
+                only.contains(id)
+                    || only.iter().any(|o| {
+                        crate::plan::verified::split_instance(o).is_some_and(|(s, _)| s == id)
+                    })
+            };
+            self.unselected = self
+                .steps
+                .iter()
+                .map(|(id, _)| id.clone())
+                .filter(|id| !selected(id))
+                .collect();
+        }
+        self
+    }
+
     pub fn new(plan: &Plan, groups: bool) -> Self {
         Self {
             workflow: plan.name.clone(),
@@ -87,6 +109,7 @@ impl GithubSink {
                 .filter(|p| !p.is_empty())
                 .map(Utf8PathBuf::from),
             lines: BTreeMap::new(),
+            unselected: Default::default(),
         }
     }
 
@@ -164,7 +187,11 @@ impl GithubSink {
         let mut failures = Vec::new();
         let total: u64 = record.done_here().map(total_tokens).sum();
         for (id, _) in &self.steps {
-            let Some(r) = record.steps.get(id) else {
+            let Some(r) = record
+                .steps
+                .get(id)
+                .filter(|_| !self.unselected.contains(id))
+            else {
                 continue;
             };
             let status = match &r.reused_from {
@@ -341,6 +368,12 @@ impl Sink for GithubSink {
                 let label = format!("[{}] {step}", self.agent(step));
                 self.note(step, subagent_finish_line(&label, record));
             }
+            // A job of an exported pipeline runs one step (`--only`); the others are other
+            // jobs' to report.
+            EventKind::StepFinished { step, .. }
+                if self
+                    .unselected
+                    .contains(crate::plan::verified::step_of(step)) => {}
             EventKind::StepFinished { step, record, .. } => self.step_finished(step, record),
             EventKind::RunFinished { record, run_dir } => {
                 let Some(path) = &self.summary else {

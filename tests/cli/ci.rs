@@ -861,3 +861,39 @@ async fn a_reply_that_quotes_its_worktree_replays_at_another_path() {
     );
     assert!(summary.ends_with("/notes.txt: it says hello."), "{summary}");
 }
+
+/// A job of an exported GitHub workflow runs one step (`--only`): its log and summary speak of
+/// that step alone, no warning or row for the steps other jobs run.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_github_job_with_only_reports_its_own_step_alone() {
+    let fake = Fake::anthropic_routed(vec![
+        ("MARK-a", vec![anthropic_text("a done")]),
+        ("MARK-b", vec![anthropic_text("b done")]),
+    ])
+    .await;
+    let workflow = format!(
+        "name = \"gh\"\n{MODELS}[steps.a]\nagent = \"explore\"\nprompt = \"MARK-a\"\n[steps.b]\nagent = \"explore\"\nneeds = [\"a\"]\nprompt = \"MARK-b {{{{ steps.a.summary }}}}\"\n[steps.c]\nagent = \"explore\"\nprompt = \"MARK-c\"\n"
+    );
+    let test = Test::new().file("w.toml", &workflow).file("summary.md", "");
+    let summary = test.path().join("summary.md");
+    let mut test = test
+        .anthropic_api(&fake.uri(), KEY)
+        .env("GITHUB_ACTIONS", "true")
+        .env("GITHUB_STEP_SUMMARY", summary.to_str().unwrap());
+    for step in ["a", "b"] {
+        let (out, again) = test
+            .clear_args()
+            .args(&["run", "w.toml", "--only", step, "--run-id", "4242"])
+            .run_async()
+            .await;
+        test = again;
+        assert_eq!(out.status, 0, "{step}: {}", out.transcript());
+        assert!(!out.stderr.contains("::warning"), "{step}: {}", out.stderr);
+        assert_eq!(out.stderr.matches("::group::").count(), 1, "{}", out.stderr);
+    }
+    let text = std::fs::read_to_string(&summary).unwrap();
+    assert_eq!(text.matches("| `a` |").count(), 1, "{text}");
+    assert_eq!(text.matches("| `b` |").count(), 1, "{text}");
+    assert!(!text.contains("| `c` |"), "{text}");
+    assert!(!text.contains("skipped"), "{text}");
+}

@@ -29,12 +29,20 @@ fn gitlab_ci_local() -> &'static Path {
     })
 }
 
+/// `variables` is a GitLab keyword (the step runs as the job `step-variables`); the input's
+/// default holds what GitLab would expand if runner let it.
 const DIAMOND: &str = r#"name = "diamond"
+[inputs.odd]
+default = "$HOME $(id) ${CI_JOB_TOKEN} $$ end"
 [models]
 default = "anthropic/claude-test"
 [steps.a]
 agent = "explore"
-prompt = "STEP-a: find the entry point"
+prompt = "STEP-a: find the entry point {{ inputs.odd }}"
+[steps.variables]
+agent = "explore"
+needs = ["a"]
+prompt = "STEP-v: a keyword as a step id"
 [steps.b]
 agent = "explore"
 needs = ["a"]
@@ -58,6 +66,7 @@ async fn repository(workflow: &str) -> (Test, Value) {
         ("STEP-b", vec![anthropic_text("b looked")]),
         ("STEP-c", vec![anthropic_text("c looked")]),
         ("STEP-d", vec![anthropic_text("d planned")]),
+        ("STEP-v", vec![anthropic_text("v looked")]),
     ])
     .await;
     let test = Test::new()
@@ -91,6 +100,9 @@ async fn repository(workflow: &str) -> (Test, Value) {
             "cassettes",
             "--install",
             &install,
+            // gitlab-ci-local runs jobs that name an image in Docker; here they run in its shell.
+            "--image",
+            "none",
             "--output",
             test.path().join(".gitlab-ci.yml").to_str().unwrap(),
         ])
@@ -168,7 +180,7 @@ async fn the_exported_pipeline_runs_each_step_in_its_own_job_and_matches_a_local
     assert!(passed, "{log}");
     // gitlab-ci-local checks the file against GitLab's CI schema before it runs anything.
     assert!(log.contains("json schema validated"), "{log}");
-    for job in ["runner-build", "a", "b", "c", "d"] {
+    for job in ["runner-build", "a", "step-variables", "b", "c", "d"] {
         assert!(
             log.lines()
                 .any(|l| l.contains("PASS") && l.split_whitespace().nth(1) == Some(job)),
@@ -192,7 +204,86 @@ async fn the_exported_pipeline_runs_each_step_in_its_own_job_and_matches_a_local
         assert!(job.get("reused_from").is_none(), "{step} ran in its job");
     }
     assert_eq!(merged["d"]["summary"], "d planned");
+    assert_eq!(merged["variables"]["summary"], "v looked");
     assert_eq!(git(test.path(), &["status", "--porcelain"]), "");
+    // The input reached the step as written: nothing of it was expanded by GitLab.
+    let transcript = std::fs::read_dir(test.path().join(".runner/runs"))
+        .unwrap()
+        .map(|run| run.unwrap().path().join("steps/a/transcript.jsonl"))
+        .find(|p| p.is_file())
+        .unwrap();
+    let transcript = std::fs::read_to_string(transcript).unwrap();
+    assert!(
+        transcript.contains("find the entry point $HOME $(id) ${CI_JOB_TOKEN} $$ end"),
+        "{transcript}"
+    );
+    assert!(!log.contains("replay drift"), "{log}");
+}
+
+/// What a user commits: every job in an image, a pipeline only for merge requests and the
+/// default branch, values GitLab reads literally, keywords renamed, pushes that start no
+/// pipeline.
+#[test]
+fn the_gitlab_export_can_be_committed_as_it_is() {
+    let out = Test::new()
+        .file("w.toml", DIAMOND)
+        .args(&[
+            "export",
+            "gitlab-ci",
+            "w.toml",
+            "--install",
+            "cargo install --locked --git https://example.com/runner --rev $REV runner",
+        ])
+        .run();
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let text = out.stdout;
+    let jobs = ["runner-build", "a", "step-variables", "b", "c", "d"];
+    for job in jobs {
+        let at = text
+            .find(&format!("\n{job}:\n"))
+            .unwrap_or_else(|| panic!("no job {job}:\n{text}"));
+        let body: String = text[at + 1..]
+            .lines()
+            .skip(1)
+            .take_while(|l| l.starts_with(' '))
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(
+            body.contains("image: \"docker.io/library/rust:1-bookworm\""),
+            "{job}:\n{body}"
+        );
+    }
+    assert!(!text.contains("\nvariables:\n  stage"), "{text}");
+    assert!(
+        text.contains("  needs: [\"runner-build\", \"a\"]"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "workflow:\n  rules:\n    - if: $CI_PIPELINE_SOURCE == \"merge_request_event\"\n    - if: $CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("  INPUT_ODD: \"$$HOME $$(id) $${CI_JOB_TOKEN} $$$$ end\""),
+        "{text}"
+    );
+    assert!(text.contains("--rev $$REV runner"), "{text}");
+    // A worktree step's branch is pushed without starting a pipeline of its own.
+    let worktree = DIAMOND.replace(
+        "[steps.d]\nagent = \"plan\"",
+        "[steps.d]\nagent = \"code\"\nisolation = \"worktree\"",
+    );
+    let out = Test::new()
+        .file("w.toml", &worktree)
+        .args(&["export", "gitlab-ci", "w.toml", "--install", "true"])
+        .run();
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    assert!(
+        out.stdout.contains("git push -o ci.skip "),
+        "{}",
+        out.stdout
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
