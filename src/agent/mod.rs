@@ -74,6 +74,8 @@ pub struct Agent {
     pub system_prompt: String,
     /// As a subagent, it starts from the spawning agent's conversation.
     pub fork_context: bool,
+    /// Its file says `omitClaudeMd: true`: no project memory in its system prompt.
+    pub omit_project_memory: bool,
     /// MCP servers the agent's file declares (`mcpServers`).
     pub mcp_servers: BTreeMap<String, crate::workflow::McpServerDef>,
     /// Servers it names that are defined elsewhere (the workflow, the project's `.mcp.json`).
@@ -178,6 +180,17 @@ pub struct AgentFile {
     /// As a subagent, start from the spawning agent's conversation instead of a clean one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fork_context: Option<bool>,
+    /// Leave the project's `CLAUDE.md` / `AGENTS.md` out of this agent's system prompt (Claude
+    /// Code spelling).
+    #[serde(
+        default,
+        rename = "omitClaudeMd",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub omit_claude_md_camel: Option<bool>,
+    /// Leave the project's `CLAUDE.md` / `AGENTS.md` out of this agent's system prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub omit_claude_md: Option<bool>,
     /// The system prompt (TOML and YAML agent files; a Markdown file's body is its prompt).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_prompt: Option<String>,
@@ -388,6 +401,8 @@ fn build_agent(
     pair(both_turns, "maxTurns", "max_turns", &mut errors);
     let both_fork = def.fork_context_camel.is_some() && def.fork_context.is_some();
     pair(both_fork, "forkContext", "fork_context", &mut errors);
+    let both_omit = def.omit_claude_md_camel.is_some() && def.omit_claude_md.is_some();
+    pair(both_omit, "omitClaudeMd", "omit_claude_md", &mut errors);
 
     let system_prompt = match (body, &def.system_prompt) {
         (Some(_), Some(_)) => {
@@ -501,6 +516,10 @@ fn build_agent(
             max_turns: def.max_turns_camel.or(def.max_turns),
             system_prompt,
             fork_context: def.fork_context_camel.or(def.fork_context).unwrap_or(false),
+            omit_project_memory: def
+                .omit_claude_md_camel
+                .or(def.omit_claude_md)
+                .unwrap_or(false),
             mcp_servers,
             mcp_server_names,
         },

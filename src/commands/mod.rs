@@ -171,6 +171,7 @@ pub(crate) fn plan_options(
         max_subagents: limits.max_subagents,
         trust_workdir: args.trust_workdir,
         project_mcp: Default::default(),
+        project_memory: None,
     })
 }
 
@@ -247,6 +248,7 @@ pub(crate) fn load_plan_with(
     let registry = Registry::builtin();
     let trust = WorkdirTrust::new(args.trust_workdir, Some(&loaded.def));
     let mut options = options;
+    options.project_memory = crate::session::prompt::memory_file(dir.as_std_path());
     if trust.all {
         match project_mcp(&dir) {
             Ok(servers) => options.project_mcp = servers,

@@ -62,6 +62,9 @@ pub struct PlanOptions {
     /// The project's `.mcp.json` servers, when the working directory is trusted (else empty):
     /// what an agent file's `mcpServers: [name]` may name besides the workflow's.
     pub project_mcp: BTreeMap<String, crate::workflow::McpServerDef>,
+    /// The project memory file at the working directory's root (`CLAUDE.md`, else
+    /// `AGENTS.md`), if there is one: what `plan` says each step gets.
+    pub project_memory: Option<&'static str>,
 }
 
 /// A sealed plan: everything a run needs, with nothing left to resolve. Only [`build_plan`]
@@ -155,6 +158,10 @@ pub struct PlannedStep {
     pub sandbox: crate::sandbox::Mode,
     /// Whether the step's `bash` may open network connections.
     pub network: bool,
+    /// The project memory file its agent (and subagents) get: `CLAUDE.md` or `AGENTS.md` at
+    /// the root of its working directory, unless `project_memory = false`, its agent's
+    /// `omitClaudeMd`, or a command step. `Some` names the file found when planning.
+    pub project_memory: Option<&'static str>,
     /// Agents its `task` tool may spawn (empty without `task`).
     pub subagents: Vec<String>,
     /// How deep its subagents may nest.
@@ -236,6 +243,7 @@ pub fn build_plan(
         registry,
         project_mcp: &options.project_mcp,
         sandbox_off: options.sandbox_off,
+        project_memory: options.project_memory,
         file: &loaded.file,
         problems: loaded.problems.clone(),
         missing_aliases: BTreeMap::new(),
@@ -404,6 +412,7 @@ struct Builder<'a> {
     registry: &'a Registry,
     project_mcp: &'a BTreeMap<String, crate::workflow::McpServerDef>,
     sandbox_off: bool,
+    project_memory: Option<&'static str>,
     file: &'a Arc<SourceFile>,
     problems: Vec<Problem>,
     /// Undefined model aliases, reported once each.

@@ -47,6 +47,8 @@ struct JsonStep<'a> {
     /// What the step's bash may write: `read-only`, `workdir` or `off`.
     sandbox: &'static str,
     network: bool,
+    /// The project memory file the step's agent gets (`CLAUDE.md`, `AGENTS.md`), or null.
+    project_memory: Option<&'static str>,
     /// Whether this machine confines the step's bash as `sandbox` says (null without bash): a
     /// kernel without Landlock cannot.
     bash_confined: Option<bool>,
@@ -131,6 +133,7 @@ pub fn to_json(plan: &Plan, support: Support) -> String {
                 condition: s.condition.as_deref(),
                 sandbox: s.sandbox.as_str(),
                 network: s.network,
+                project_memory: s.project_memory,
                 bash_confined: s
                     .tools
                     .contains("bash")
@@ -318,6 +321,9 @@ fn step_text(out: &mut String, step: &PlannedStep, width: usize, support: Suppor
             step.check_retries,
             plural(step.check_retries as usize)
         );
+    }
+    if let Some(memory) = step.project_memory {
+        let _ = writeln!(out, "    {:<9}{memory} (project memory)", "memory");
     }
     if !step.subagents.is_empty() {
         let nesting = match step.max_subagent_depth {

@@ -150,6 +150,14 @@ impl Builder<'_> {
             isolation: step.isolation,
             sandbox,
             network: step.network.or(defaults.network).unwrap_or(false),
+            project_memory: self.project_memory.filter(|_| {
+                command.is_none()
+                    && step
+                        .project_memory
+                        .or(defaults.project_memory)
+                        .unwrap_or(true)
+                    && agent.is_some_and(|a| !a.omit_project_memory)
+            }),
             subagents,
             max_subagent_depth: step
                 .max_subagent_depth

@@ -143,6 +143,10 @@ impl Executor for ModelExecutor {
                 }
             }
             // A step with `task` gets subagents; they end with it, whatever ends it.
+            // The project's CLAUDE.md / AGENTS.md, from the step's own root (its worktree's).
+            let memory = step
+                .project_memory
+                .and_then(|_| session::prompt::project_memory(&tools.context.workspace));
             let scope = step.tools.contains(TASK).then(|| {
                 Arc::new(StepScope::new(
                     team,
@@ -153,6 +157,7 @@ impl Executor for ModelExecutor {
                     step.retries,
                     meter.clone(),
                     tools.registry.clone(),
+                    memory.clone(),
                 ))
             });
             let _stop_subagents = scope.as_ref().map(|s| s.cancel.clone().drop_guard());
@@ -168,9 +173,12 @@ impl Executor for ModelExecutor {
             let outcome = session::run(Session {
                 api: api.as_ref(),
                 model: &model.model,
-                system: session::prompt::system_prompt(
-                    &step.system_prompt,
-                    step.output_schema.as_ref(),
+                system: session::prompt::with_memory(
+                    session::prompt::system_prompt(
+                        &step.system_prompt,
+                        step.output_schema.as_ref(),
+                    ),
+                    memory.as_ref(),
                 ),
                 history: Vec::new(),
                 first_message: session::prompt::first_message(&workdir, &job.prompt),

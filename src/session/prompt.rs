@@ -3,7 +3,64 @@
 //! byte-identical, cacheable prefix; where and when the step runs goes into its first message,
 //! as Claude Code does.
 
+use std::io::Read as _;
+
 use serde_json::Value;
+
+use crate::tools::confine::Workspace;
+
+/// The project memory files agents get, in the order looked for: Claude Code's, then the one
+/// Codex and other agents read (README "Project memory").
+pub const MEMORY_FILES: [&str; 2] = ["CLAUDE.md", "AGENTS.md"];
+/// Bytes of a memory file an agent gets; the rest is cut, saying so (Claude Code warns past
+/// about 40 k characters).
+pub const MAX_MEMORY_BYTES: usize = 40 * 1024;
+
+/// Which memory file `dir` has at its root, if any: a regular file, not a link.
+pub fn memory_file(dir: &std::path::Path) -> Option<&'static str> {
+    MEMORY_FILES.into_iter().find(|name| {
+        dir.join(name)
+            .symlink_metadata()
+            .is_ok_and(|m| m.file_type().is_file())
+    })
+}
+
+/// The project memory at the root of `ws`: its file's name and text, read through the same
+/// confined opener as `read_file` (no link out, no special file), cut at
+/// [`MAX_MEMORY_BYTES`], with every known secret hidden.
+pub fn project_memory(ws: &Workspace) -> Option<(&'static str, String)> {
+    let root = ws.root().as_std_path();
+    let name = memory_file(root)?;
+    let (file, _) = ws.open_read(name).ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_MEMORY_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    let cut = bytes.len() > MAX_MEMORY_BYTES;
+    bytes.truncate(MAX_MEMORY_BYTES);
+    let mut text = String::from_utf8_lossy(&bytes).into_owned();
+    if cut {
+        text.push_str(&format!(
+            "\n[… {name} is longer than {}; the rest is left out]",
+            crate::limits::bytes(MAX_MEMORY_BYTES as u64)
+        ));
+    }
+    Some((name, crate::secrets::redact_owned(text)))
+}
+
+/// `system` with the project memory appended under a heading of its own.
+pub fn with_memory(mut system: String, memory: Option<&(&'static str, String)>) -> String {
+    if let Some((name, text)) = memory {
+        system.push_str(&format!(
+            "\n\n# Project memory ({name})\nThe project's own instructions for agents working in it:\n\n{}",
+            text.trim_end()
+        ));
+    }
+    system
+}
 
 /// The agent's prompt plus, with `output_schema`, the shape its final answer must have.
 pub fn system_prompt(agent_prompt: &str, output_schema: Option<&Value>) -> String {

@@ -181,6 +181,10 @@ pub struct Defaults {
     /// Whether `bash` may open network connections (default false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<bool>,
+    /// Whether agents get the project's `CLAUDE.md` (or `AGENTS.md`) in their system prompt
+    /// (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project_memory: Option<bool>,
     /// How deep subagents may nest: 1 (the default) lets a step spawn subagents that cannot spawn
     /// their own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -308,6 +312,10 @@ pub struct Step {
     /// Whether `bash` may open network connections (default false, or `[defaults]`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<bool>,
+    /// Whether the step's agent (and its subagents) get the project's `CLAUDE.md` (or
+    /// `AGENTS.md`) in their system prompt (default true, or `[defaults]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project_memory: Option<bool>,
     /// Agents this step's `task` tool may spawn (default: every agent the workflow sees).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subagents: Option<Vec<String>>,

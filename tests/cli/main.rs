@@ -14,6 +14,7 @@ mod hostile;
 mod limits;
 mod live;
 mod mcp;
+mod memory;
 mod newcomer;
 mod no_panic;
 mod plan;

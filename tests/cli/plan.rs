@@ -99,6 +99,7 @@ fn check_json_shape(plan: &serde_json::Value) {
                 "model",
                 "needs",
                 "network",
+                "project_memory",
                 "prompt",
                 "run",
                 "sandbox",

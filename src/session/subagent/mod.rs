@@ -314,7 +314,13 @@ impl Delegation {
         let conversation = super::converse(Session {
             api: job.api.as_ref(),
             model: &job.model.model,
-            system: prompt::system_prompt(&job.agent.system_prompt, None),
+            system: prompt::with_memory(
+                prompt::system_prompt(&job.agent.system_prompt, None),
+                scope
+                    .memory
+                    .as_ref()
+                    .filter(|_| !job.agent.omit_project_memory),
+            ),
             history: job.history,
             first_message: job.first_message,
             max_turns: job.agent.max_turns.unwrap_or(scope.max_turns),

@@ -130,6 +130,9 @@ pub struct StepScope {
     pub meter: crate::budget::Meter,
     /// The step's tools (its MCP servers' included).
     pub registry: Arc<Registry>,
+    /// The project memory the step got, which its subagents get too unless their agent omits
+    /// it (`omitClaudeMd`).
+    pub memory: Option<(&'static str, String)>,
     state: Mutex<State>,
 }
 
@@ -190,10 +193,12 @@ impl StepScope {
         retries: u32,
         meter: crate::budget::Meter,
         registry: Arc<Registry>,
+        memory: Option<(&'static str, String)>,
     ) -> Self {
         Self {
             meter,
             registry,
+            memory,
             team,
             spawnable,
             max_depth,
