@@ -40,6 +40,8 @@ pub(crate) enum Command {
     Diff(DiffArgs),
     /// Turn a workflow into a CI workflow with one job per step
     Export(ExportArgs),
+    /// Remove the worktrees and `runner/*` branches that finished runs left (--dry-run first)
+    Clean(CleanArgs),
     /// MCP servers: `mcp list WORKFLOW` starts a workflow's servers and lists their tools
     #[command(subcommand)]
     Mcp(McpCommand),
@@ -278,6 +280,23 @@ pub(crate) struct DiffArgs {
     /// Output format: `text` for people, `json` for programs
     #[arg(long, value_enum, default_value_t)]
     pub(crate) format: Format,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CleanArgs {
+    /// Say what would be removed, and remove nothing
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+    /// Also remove worktrees with uncommitted changes and branches with commits not pushed
+    /// anywhere
+    #[arg(long)]
+    pub(crate) force: bool,
+    /// The repository's working directory [default: current directory]
+    #[arg(long, value_name = "DIR")]
+    pub(crate) workdir: Option<Utf8PathBuf>,
+    /// Where runs are recorded [default: <workdir>/.runner]: a run still going is left alone
+    #[arg(long, value_name = "DIR")]
+    pub(crate) state_dir: Option<Utf8PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -118,6 +118,9 @@ pub struct StepRecord {
     pub duration_ms: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub branch: Option<String>,
+    /// The worktree of a step that did not succeed, kept because it holds work: where it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<String>,
     /// Unified diff of a worktree step against its base.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diff: Option<String>,
@@ -185,6 +188,7 @@ impl StepRecord {
             cache_read_input_tokens: 0,
             duration_ms: 0,
             branch: None,
+            worktree: None,
             diff: None,
             fingerprint: String::new(),
             reused_from: None,

@@ -2,6 +2,7 @@
 //! (loading a workflow into a plan, reporting problems).
 
 pub mod agents;
+pub mod clean;
 pub mod diff;
 pub mod export;
 pub mod graph;
@@ -82,6 +83,7 @@ pub fn run_cli(args: Vec<OsString>, io: &mut Io<'_>) -> Exit {
         Command::Schema(args) => schema::schema(args, io),
         Command::Diff(args) => diff::diff(args, io),
         Command::Export(args) => export::export(args, io),
+        Command::Clean(args) => clean::clean(args, io),
         Command::Mcp(McpCommand::List(args)) => mcp::list(args, io),
     }
 }

@@ -153,6 +153,28 @@ pub fn summary_table(plan: &Plan, record: &RunRecord, run_dir: &camino::Utf8Path
             let _ = writeln!(out, "    {line}");
         }
     }
+    // Work that was kept, and where: a worktree never disappears without a word.
+    for (id, r) in record.steps.iter().flat_map(|(id, r)| {
+        std::iter::once((id.as_str(), r)).chain(
+            r.instances
+                .iter()
+                .map(|i| (i.instance.as_deref().unwrap_or(id), i)),
+        )
+    }) {
+        if let (Some(path), Some(branch)) = (&r.worktree, &r.branch) {
+            let how = if r.status == StepStatus::Cancelled {
+                "its changes uncommitted"
+            } else {
+                "its changes committed there"
+            };
+            let _ = writeln!(
+                out,
+                "kept: {id}: its worktree at {} on branch {} ({how}); `runner clean` removes it when you are done",
+                terminal::clean(path),
+                terminal::clean(branch)
+            );
+        }
+    }
     if let Some(error) = &record.storage_error {
         let _ = writeln!(
             out,

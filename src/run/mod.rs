@@ -6,6 +6,7 @@ pub mod decide;
 pub mod executor;
 pub mod fanout;
 pub mod keys;
+pub mod lock;
 pub mod outcome;
 pub mod resume;
 pub mod scheduler;

@@ -156,7 +156,7 @@ pub fn clean_up_after(workdir: &Utf8Path, resumed: &RunRecord) -> Vec<String> {
     }
     repo.clean_up_run(&resumed.run_id, &succeeded)
         .into_iter()
-        .map(|what| format!("removed the {what} left by run {}", resumed.run_id))
+        .map(|what| format!("{what} (left by run {})", resumed.run_id))
         .collect()
 }
 

@@ -78,6 +78,20 @@ pub struct Finished {
     pub branch: Option<String>,
     /// Unified diff against the base.
     pub diff: String,
+    /// The worktree, when it was kept because it holds work (see [`Keep`]).
+    pub kept: Option<Utf8PathBuf>,
+}
+
+/// What becomes of a worktree that holds changes when its step ends (README "Worktrees").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keep {
+    /// The step succeeded: its changes are committed on its branch, the worktree goes.
+    Nothing,
+    /// It failed or timed out: its changes are committed on its branch, and the worktree stays
+    /// where it is, to look into or go on from.
+    Tree,
+    /// It was interrupted: the worktree stays as it was, uncommitted.
+    Uncommitted,
 }
 
 /// Runs git with the safe configuration. `repo` is `(git dir, work tree)`; `None` lets git find
@@ -210,22 +224,16 @@ impl Repo {
     }
 
     /// Commits what the step changed on its branch and removes the worktree; with no change the
-    /// branch goes too. With `keep_changes_only`, a worktree that holds changes is left in place
-    /// uncommitted (an interrupted step's partial work stays for inspection). A worktree whose
+    /// branch goes too. A worktree that holds changes is kept as `keep` says. A worktree whose
     /// `.git` file the step changed is discarded, and that is an error.
-    pub fn finish(
-        &self,
-        tree: &Worktree,
-        step: &str,
-        keep_changes_only: bool,
-    ) -> Result<Finished, String> {
+    pub fn finish(&self, tree: &Worktree, step: &str, keep: Keep) -> Result<Finished, String> {
         if !tree.untouched() {
             self.discard(tree);
             return Err(format!(
                 "step `{step}` changed its worktree's `.git` file; its changes were discarded and nothing was committed"
             ));
         }
-        match self.record(tree, step, keep_changes_only) {
+        match self.record(tree, step, keep) {
             Ok(finished) => Ok(finished),
             Err(err) => {
                 // Whatever failed, nothing of the step's tree stays behind to confuse a later run.
@@ -235,12 +243,7 @@ impl Repo {
         }
     }
 
-    fn record(
-        &self,
-        tree: &Worktree,
-        step: &str,
-        keep_changes_only: bool,
-    ) -> Result<Finished, String> {
+    fn record(&self, tree: &Worktree, step: &str, keep: Keep) -> Result<Finished, String> {
         let in_tree = |args: &[&str]| git(&tree.path, Some((&tree.git_dir, &tree.path)), args);
         in_tree(&["add", "-A"])?;
         // `--ignore-submodules=all`: a repository the step made inside its tree is never
@@ -248,15 +251,17 @@ impl Repo {
         let changed = !in_tree(&["status", "--porcelain", "--ignore-submodules=all"])?
             .trim()
             .is_empty();
-        if changed && keep_changes_only {
+        if changed && keep == Keep::Uncommitted {
             return Ok(Finished {
                 branch: Some(tree.branch.clone()),
                 diff: String::new(),
+                kept: Some(tree.path.clone()),
             });
         }
         let mut finished = Finished {
             branch: None,
             diff: String::new(),
+            kept: None,
         };
         if changed {
             let message = format!("runner: {step}");
@@ -270,6 +275,10 @@ impl Repo {
                 "HEAD",
             ])?;
             finished.branch = Some(tree.branch.clone());
+            if keep == Keep::Tree {
+                finished.kept = Some(tree.path.clone());
+                return Ok(finished);
+            }
         }
         // Not `git worktree remove`: it would look inside (and refuses trees holding a nested
         // repository). The files go without following links, then git forgets the tree.
@@ -291,19 +300,31 @@ impl Repo {
         let _ = self.main(&["branch", "-D", "--quiet", &tree.branch]);
     }
 
-    /// Removes what a run that was killed left behind: its worktrees, and its branches that hold
-    /// no commit of their own, except those of steps in `keep` (steps that succeeded). Returns
-    /// what was removed, for the user.
+    /// Removes what a run that was killed left behind: its worktrees that hold no work, and its
+    /// branches that hold no commit of their own, except those of steps in `keep` (steps that
+    /// succeeded). A worktree that holds work is never removed here (`runner clean --force`
+    /// does that). Returns what was done, for the user.
     pub fn clean_up_run(&self, run_id: &str, keep: &[String]) -> Vec<String> {
         let mut removed = Vec::new();
         let dir = self.worktrees.join(run_id);
         if let Ok(entries) = dir.read_dir_utf8() {
-            for entry in entries.flatten() {
-                if keep.iter().any(|k| k == entry.file_name()) {
+            // In name order, so what the user reads does not depend on the file system's.
+            let mut trees: Vec<Utf8PathBuf> =
+                entries.flatten().map(|e| e.path().to_owned()).collect();
+            trees.sort();
+            for tree in trees {
+                let step = tree.file_name().unwrap_or_default();
+                if keep.iter().any(|k| k == step) {
                     continue;
                 }
-                if std::fs::remove_dir_all(entry.path()).is_ok() {
-                    removed.push(format!("worktree of step `{}`", entry.file_name()));
+                if let Some(work) = self.tree_work(&tree) {
+                    removed.push(format!(
+                        "left the worktree of step `{step}` at {tree} as it is: it holds {work} (`runner clean` lists what runner left)"
+                    ));
+                    continue;
+                }
+                if std::fs::remove_dir_all(&tree).is_ok() {
+                    removed.push(format!("removed the worktree of step `{step}`"));
                 }
             }
             let _ = std::fs::remove_dir(&dir);
@@ -327,10 +348,167 @@ impl Repo {
                 .map(|n| n.trim() != "0")
                 .unwrap_or(true);
             if !own && self.main(&["branch", "-D", "--quiet", branch]).is_ok() {
-                removed.push(format!("branch `{branch}`"));
+                removed.push(format!("removed the branch `{branch}`"));
             }
         }
         removed
+    }
+
+    /// What work a worktree runner made holds, if any: changes git sees, or files in a folder
+    /// whose `.git` is gone or was changed. An empty folder holds none.
+    fn tree_work(&self, path: &Utf8Path) -> Option<String> {
+        let mut entries = path.read_dir_utf8().ok()?;
+        entries.next()?.ok()?;
+        let git_dir = std::fs::read_to_string(path.join(".git"))
+            .ok()
+            .and_then(|text| text.strip_prefix("gitdir:").map(|d| absolute(path, d)))
+            .filter(|d| d.starts_with(&self.admin));
+        let Some(git_dir) = git_dir else {
+            return Some("files and no `.git` runner made".into());
+        };
+        match git(
+            path,
+            Some((&git_dir, path)),
+            &["status", "--porcelain", "--ignore-submodules=all"],
+        ) {
+            Ok(status) if status.trim().is_empty() => None,
+            Ok(status) => Some(format!(
+                "{} uncommitted change{}",
+                status.lines().count(),
+                if status.lines().count() == 1 { "" } else { "s" }
+            )),
+            Err(_) => Some("a tree git cannot read".into()),
+        }
+    }
+
+    /// What a branch holds that would be lost with it: commits that neither the checkout's HEAD
+    /// nor any remote-tracking branch has.
+    fn branch_work(&self, branch: &str) -> Option<String> {
+        let own: u64 = self
+            .main(&["rev-list", "--count", &format!("HEAD..{branch}")])
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        if own == 0 {
+            return None;
+        }
+        let unpushed: u64 = self
+            .main(&["rev-list", "--count", branch, "--not", "HEAD", "--remotes"])
+            .ok()
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(own);
+        (unpushed > 0).then(|| {
+            format!(
+                "{unpushed} commit{} not pushed anywhere",
+                if unpushed == 1 { "" } else { "s" }
+            )
+        })
+    }
+
+    /// Everything of runner's in this repository: its worktrees (`<run>/<step>` under
+    /// [`Repo::worktrees`]) and its `runner/<run>/<step>` branches, each with the work it
+    /// holds. Worktrees first: a branch checked out in one goes after it.
+    pub fn leftovers(&self) -> Vec<Leftover> {
+        let mut found = Vec::new();
+        let mut runs: Vec<Utf8PathBuf> = self
+            .worktrees
+            .read_dir_utf8()
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path().to_owned())
+            .collect();
+        runs.sort();
+        for run in runs {
+            let run_id = run.file_name().unwrap_or_default().to_owned();
+            let mut trees: Vec<Utf8PathBuf> = run
+                .read_dir_utf8()
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.path().to_owned())
+                .collect();
+            trees.sort();
+            for tree in trees {
+                found.push(Leftover {
+                    work: self.tree_work(&tree),
+                    run_id: run_id.clone(),
+                    what: LeftoverKind::Worktree(tree),
+                });
+            }
+            if found.iter().all(|l| l.run_id != run_id) {
+                // An empty run folder.
+                found.push(Leftover {
+                    run_id,
+                    what: LeftoverKind::Worktree(run),
+                    work: None,
+                });
+            }
+        }
+        let branches = self
+            .main(&[
+                "for-each-ref",
+                "--format=%(refname:short)",
+                "refs/heads/runner/",
+            ])
+            .unwrap_or_default();
+        for branch in branches.lines().map(str::trim).filter(|b| !b.is_empty()) {
+            let run_id = branch
+                .strip_prefix("runner/")
+                .and_then(|rest| rest.split('/').next())
+                .unwrap_or_default()
+                .to_owned();
+            found.push(Leftover {
+                work: self.branch_work(branch),
+                run_id,
+                what: LeftoverKind::Branch(branch.to_owned()),
+            });
+        }
+        found
+    }
+
+    /// Removes one thing [`Repo::leftovers`] found: a worktree's files (no link followed) and
+    /// git's record of it, or a branch.
+    pub fn remove_leftover(&self, leftover: &Leftover) -> Result<(), String> {
+        match &leftover.what {
+            LeftoverKind::Worktree(path) => {
+                std::fs::remove_dir_all(path)
+                    .map_err(|e| format!("cannot remove `{path}`: {e}"))?;
+                if let Some(run) = path.parent().filter(|p| *p != self.worktrees) {
+                    // The run's folder goes with its last worktree.
+                    let _ = std::fs::remove_dir(run);
+                }
+                self.main(&["worktree", "prune"]).map(|_| ())
+            }
+            LeftoverKind::Branch(branch) => {
+                self.main(&["branch", "-D", "--quiet", branch]).map(|_| ())
+            }
+        }
+    }
+}
+
+/// A worktree or branch runner made, as `runner clean` sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leftover {
+    pub run_id: String,
+    pub what: LeftoverKind,
+    /// The work removing it would lose, when it would.
+    pub work: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeftoverKind {
+    Worktree(Utf8PathBuf),
+    Branch(String),
+}
+
+impl std::fmt::Display for Leftover {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.what {
+            LeftoverKind::Worktree(path) => write!(f, "worktree {path}"),
+            LeftoverKind::Branch(branch) => write!(f, "branch {branch}"),
+        }
     }
 }
 
@@ -395,7 +573,7 @@ mod tests {
         let tree = repo.add("r1", "edit").unwrap();
         assert!(tree.workdir.join("a.txt").exists());
         std::fs::write(tree.workdir.join("a.txt"), "two\n").unwrap();
-        let done = repo.finish(&tree, "edit", false).unwrap();
+        let done = repo.finish(&tree, "edit", Keep::Nothing).unwrap();
         assert_eq!(done.branch.as_deref(), Some("runner/r1/edit"));
         assert!(done.diff.contains("-one\n+two"), "{}", done.diff);
         assert!(!tree.path.exists());
@@ -415,12 +593,13 @@ mod tests {
         let (_d, root) = repo();
         let repo = Repo::discover(&root).unwrap();
         let tree = repo.add("r1", "look").unwrap();
-        let done = repo.finish(&tree, "look", false).unwrap();
+        let done = repo.finish(&tree, "look", Keep::Nothing).unwrap();
         assert_eq!(
             done,
             Finished {
                 branch: None,
-                diff: String::new()
+                diff: String::new(),
+                kept: None,
             }
         );
         assert!(!tree.path.exists());
@@ -445,7 +624,7 @@ mod tests {
             format!("gitdir: {}\n", root.join(".git")),
         )
         .unwrap();
-        let err = repo.finish(&tree, "evil", false).unwrap_err();
+        let err = repo.finish(&tree, "evil", Keep::Nothing).unwrap_err();
         assert!(err.contains("changed its worktree's `.git` file"), "{err}");
         assert_eq!(git(&root, None, &["rev-parse", "HEAD"]).unwrap(), main_head);
         assert_eq!(git(&root, None, &["status", "--porcelain"]).unwrap(), "");
@@ -487,7 +666,7 @@ mod tests {
         let repo = Repo::discover(&root).unwrap();
         let tree = repo.add("r1", "edit").unwrap();
         std::fs::write(tree.workdir.join("a.txt"), "two\n").unwrap();
-        repo.finish(&tree, "edit", false).unwrap();
+        repo.finish(&tree, "edit", Keep::Nothing).unwrap();
         assert!(!planted.exists(), "git ran a planted command");
     }
 
@@ -497,18 +676,29 @@ mod tests {
         let repo = Repo::discover(&root).unwrap();
         let kept = repo.add("r9", "done").unwrap();
         std::fs::write(kept.workdir.join("a.txt"), "two\n").unwrap();
-        repo.finish(&kept, "done", false).unwrap();
-        // A step killed mid-way: its worktree and empty branch stay behind.
+        repo.finish(&kept, "done", Keep::Nothing).unwrap();
+        // Steps killed mid-way: their worktrees and empty branches stay behind. One had
+        // written nothing yet; the other's partial work is left where it is.
         let left = repo.add("r9", "killed").unwrap();
-        std::fs::write(left.workdir.join("partial.txt"), "x\n").unwrap();
+        let worked = repo.add("r9", "worked").unwrap();
+        std::fs::write(worked.workdir.join("partial.txt"), "x\n").unwrap();
         let removed = repo.clean_up_run("r9", &["done".to_owned()]);
         assert_eq!(
             removed,
-            ["worktree of step `killed`", "branch `runner/r9/killed`"]
+            [
+                "removed the worktree of step `killed`".to_owned(),
+                format!(
+                    "left the worktree of step `worked` at {} as it is: it holds 1 uncommitted change (`runner clean` lists what runner left)",
+                    worked.path
+                ),
+                "removed the branch `runner/r9/killed`".to_owned(),
+            ]
         );
         assert!(!left.path.exists());
+        assert!(worked.path.join("partial.txt").exists());
         let branches = git(&root, None, &["branch", "--list", "runner/*"]).unwrap();
-        assert_eq!(branches.trim(), "runner/r9/done");
+        assert!(!branches.contains("runner/r9/killed"), "{branches}");
+        assert!(branches.contains("runner/r9/done") && branches.contains("runner/r9/worked"));
         assert!(
             !git(&root, None, &["worktree", "list"])
                 .unwrap()

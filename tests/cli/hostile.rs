@@ -469,7 +469,7 @@ async fn resume_cleans_up_what_a_killed_run_left() {
     assert_eq!(out.status, 0, "{}", out.transcript());
     assert!(
         out.stderr
-            .contains("note: removed the worktree of step `s` left by run")
+            .contains("note: removed the worktree of step `s` (left by run")
             && out
                 .stderr
                 .contains(&format!("removed the branch `{killed_branch}`")),

@@ -4,6 +4,7 @@ mod agents;
 mod bash;
 mod budget;
 mod ci;
+mod clean;
 mod delegate;
 mod demo;
 mod diagnostics;

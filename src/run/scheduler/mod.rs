@@ -15,7 +15,7 @@ use super::decide::{Prepared, prepare};
 use super::executor::{Executor, StepJob};
 use super::outcome::{CancelReason, Outcome, SkipReason};
 use super::walker::Walker;
-use super::worktree::{Repo, Worktree};
+use super::worktree::{Keep, Repo, Worktree};
 use super::{RunError, RunOptions};
 use crate::error::Problem;
 use crate::event::pump::Pump;
@@ -111,6 +111,8 @@ pub async fn execute(
     let run_dir = options.state_dir.join("runs").join(&record.run_id);
     std::fs::create_dir_all(&run_dir)
         .map_err(|err| RunError::Storage(format!("cannot create `{run_dir}`: {err}")))?;
+    // Held until the run ends: `runner clean` leaves a live run's worktrees alone.
+    let _running = super::lock::hold(&run_dir);
     // Keep run records out of the user's `git status`.
     let ignore = options.state_dir.join(".gitignore");
     if !ignore.exists() {
@@ -461,10 +463,18 @@ impl Scheduler<'_> {
         };
         outcome.record(entry);
         if let (Some(repo), Some(tree)) = (&repo, &run.worktree) {
-            match repo.finish(tree, &id, cancelled) {
+            // Work is never thrown away: a step that did not succeed keeps a worktree that
+            // holds changes, and the table says where (README "Worktrees").
+            let keep = match entry.status {
+                _ if cancelled => Keep::Uncommitted,
+                StepStatus::Succeeded => Keep::Nothing,
+                _ => Keep::Tree,
+            };
+            match repo.finish(tree, &id, keep) {
                 Ok(done) => {
                     entry.branch = done.branch;
                     entry.diff = Some(done.diff);
+                    entry.worktree = done.kept.map(|p| p.to_string());
                 }
                 Err(err) => Outcome::failed(
                     FailureKind::Worktree,

@@ -1,0 +1,84 @@
+//! `runner clean`: lists and removes the worktrees and `runner/*` branches that finished runs
+//! left (README "Worktrees"). Nothing that holds work goes without `--force`: a worktree with
+//! uncommitted changes, a branch with commits no remote and no checkout has. A run still going
+//! (it holds its run lock) is left alone whatever the flags.
+
+use camino::Utf8PathBuf;
+
+use crate::cli::{CleanArgs, Io};
+use crate::error::Exit;
+use crate::run::worktree::Repo;
+
+pub fn clean(args: CleanArgs, io: &mut Io<'_>) -> Exit {
+    let workdir = args
+        .workdir
+        .clone()
+        .unwrap_or_else(|| Utf8PathBuf::from("."));
+    let state_dir = args
+        .state_dir
+        .clone()
+        .unwrap_or_else(|| crate::run::default_state_dir(&workdir));
+    let Some(repo) = Repo::discover(&workdir) else {
+        let _ = writeln!(
+            io.err,
+            "error: `{workdir}` is not inside a git repository with a commit: runner makes worktrees and branches only there"
+        );
+        return Exit::Invalid;
+    };
+    let (mut removed, mut kept, mut failed) = (0, 0, 0);
+    let verb = if args.dry_run {
+        "would remove"
+    } else {
+        "removed"
+    };
+    for leftover in repo.leftovers() {
+        let shown = crate::terminal::clean(&leftover.to_string()).into_owned();
+        let run_dir = state_dir.join("runs").join(&leftover.run_id);
+        if crate::run::lock::is_running(&run_dir) {
+            kept += 1;
+            let _ = writeln!(
+                io.out,
+                "kept {shown}: run {} is still going",
+                leftover.run_id
+            );
+            continue;
+        }
+        if let (Some(work), false) = (&leftover.work, args.force) {
+            kept += 1;
+            let _ = writeln!(
+                io.out,
+                "kept {shown}: it holds {work} (`--force` removes it)"
+            );
+            continue;
+        }
+        if args.dry_run {
+            removed += 1;
+            let _ = writeln!(io.out, "{verb} {shown}");
+            continue;
+        }
+        match repo.remove_leftover(&leftover) {
+            Ok(()) => {
+                removed += 1;
+                let _ = writeln!(io.out, "{verb} {shown}");
+            }
+            Err(err) => {
+                failed += 1;
+                let _ = writeln!(io.err, "error: cannot remove {shown}: {err}");
+            }
+        }
+    }
+    let _ = writeln!(
+        io.err,
+        "{verb} {removed}, kept {kept}{}",
+        if failed > 0 {
+            format!(", {failed} could not be removed")
+        } else {
+            String::new()
+        }
+    );
+    if failed > 0 {
+        Exit::Unexpected
+    } else {
+        Exit::Success
+    }
+}
