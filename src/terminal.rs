@@ -88,6 +88,23 @@ fn skip_string(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) {
     }
 }
 
+/// The width of the terminal stderr is, when it is one.
+pub fn stderr_width() -> Option<usize> {
+    use std::io::IsTerminal as _;
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let mut size = nix::libc::winsize {
+        ws_row: 0,
+        ws_col: 0,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCGWINSZ fills the winsize it is given, which lives for the call.
+    let done = unsafe { nix::libc::ioctl(2, nix::libc::TIOCGWINSZ, &mut size) } == 0;
+    (done && size.ws_col > 0).then_some(usize::from(size.ws_col))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

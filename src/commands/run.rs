@@ -19,7 +19,7 @@ use crate::report::github::GithubSink;
 use crate::report::jsonl::JsonlSink;
 use crate::report::junit::JunitSink;
 use crate::report::progress::{LiveProgress, PlainProgress};
-use crate::report::summary_table;
+use crate::report::summary_table_within;
 use crate::run::executor::ModelExecutor;
 use crate::run::{self, RunOptions, RunStatus};
 use crate::sandbox::Support;
@@ -187,6 +187,28 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
         run_id: Some(run_id),
         interrupt,
     };
+    // A worktree starts from HEAD: what the checkout has not committed does not reach it.
+    let worktree_steps: Vec<&str> = plan
+        .steps()
+        .iter()
+        .filter(|s| s.isolation == crate::workflow::Isolation::Worktree)
+        .map(|s| s.id.as_str())
+        .collect();
+    if !worktree_steps.is_empty()
+        && let Some(repo) = crate::run::worktree::Repo::discover(&options.workdir)
+    {
+        let changed = repo.uncommitted();
+        if changed > 0 {
+            let _ = writeln!(
+                io.err,
+                "warning: the checkout has {changed} uncommitted change{} (`git status`); worktree steps ({}) start from HEAD and will not see {}: commit first to include {}",
+                if changed == 1 { "" } else { "s" },
+                worktree_steps.join(", "),
+                if changed == 1 { "it" } else { "them" },
+                if changed == 1 { "it" } else { "them" },
+            );
+        }
+    }
     let mut sinks = Sinks::default();
     let terminal = std::io::stderr().is_terminal();
     // In a GitHub Actions job, its sink prints the log lines (grouped by step) instead.
@@ -228,7 +250,11 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
         }
     };
     let run_dir = options.state_dir.join("runs").join(&record.run_id);
-    let _ = write!(io.err, "{}", summary_table(&plan, &record, &run_dir));
+    let _ = write!(
+        io.err,
+        "{}",
+        summary_table_within(&plan, &record, &run_dir, crate::terminal::stderr_width())
+    );
     if args.format == RunFormat::Json {
         let _ = writeln!(io.out, "{}", record.to_json());
     }

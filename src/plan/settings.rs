@@ -149,11 +149,44 @@ impl Builder<'_> {
                 }
             }
         }
+        // What `--model` may set: the workflow's aliases, the built-in agents' (which fall back
+        // to `default` when the file leaves them out), and any a step names.
+        let mut known: std::collections::BTreeSet<&str> =
+            ["default", "small", "plan"].into_iter().collect();
+        known.extend(self.loaded.def.models.keys().map(String::as_str));
+        known.extend(
+            self.loaded
+                .def
+                .steps
+                .values()
+                .filter_map(|s| s.model.as_deref())
+                .filter(|m| !m.contains('/')),
+        );
         for (alias, value) in &options.models {
             if alias.contains('/') || alias.is_empty() {
                 self.problems.push(Problem::error(format!(
                     "`--model {alias}={value}`: the alias must be a name such as `default` or `small`"
                 )));
+                continue;
+            }
+            if !known.contains(alias.as_str()) {
+                let help = did_you_mean(alias, known.iter().copied()).unwrap_or_else(|| {
+                    format!(
+                        "the aliases this workflow uses are {}",
+                        known
+                            .iter()
+                            .map(|k| format!("`{k}`"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                });
+                self.problems.push(
+                    Problem::error(format!(
+                        "`--model {alias}={value}`: this workflow has no model alias `{alias}`"
+                    ))
+                    .in_file(self.file)
+                    .with_help(Some(help)),
+                );
                 continue;
             }
             match model_ref(value, providers, "") {

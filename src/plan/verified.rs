@@ -182,7 +182,9 @@ impl Builder<'_> {
             Value::String(expression) => {
                 let Some((item, known)) = self.for_each_expression(ctx, expression, inputs, env)
                 else {
-                    return (None, None);
+                    // The expression's own error says it all: the prompt's `item` is still an
+                    // instance's, not a second error.
+                    return (None, Some(Ty::any()));
                 };
                 (ForEachSource::Expression(expression.clone()), item, known)
             }

@@ -47,6 +47,65 @@ pub fn table<R: AsRef<[String]>>(rows: &[R]) -> String {
     out
 }
 
+/// The width of rows laid out by [`table`].
+fn table_width<R: AsRef<[String]>>(rows: &[R]) -> usize {
+    table(rows)
+        .lines()
+        .map(|l| l.chars().count())
+        .max()
+        .unwrap_or(0)
+}
+
+/// Makes `rows` fit in `width` columns: first the branch column drops the run's prefix
+/// (`runner/<run id>/`, said once in the returned note), then the widest column's longest
+/// cells are cut with `…` until the table fits or no cell is wider than 8 characters.
+fn fit(rows: &mut [Vec<String>], width: usize, run_id: &str) -> Option<String> {
+    if table_width(rows) <= width {
+        return None;
+    }
+    let prefix = format!("runner/{run_id}/");
+    let mut note = None;
+    let branch = rows
+        .first()
+        .and_then(|header| header.iter().position(|c| c == "BRANCH"));
+    if let Some(column) = branch {
+        for row in rows.iter_mut().skip(1) {
+            if let Some(cell) = row.get_mut(column)
+                && let Some(step) = cell.strip_prefix(&prefix)
+            {
+                *cell = format!("…/{step}");
+                note = Some(format!("branches: {prefix}<step>\n"));
+            }
+        }
+    }
+    while table_width(rows) > width {
+        let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+        let widest = (0..columns)
+            .map(|c| {
+                let w = rows
+                    .iter()
+                    .filter_map(|r| r.get(c))
+                    .map(|cell| cell.chars().count())
+                    .max()
+                    .unwrap_or(0);
+                (w, c)
+            })
+            .max();
+        let Some((w, column)) = widest.filter(|(w, _)| *w > 8) else {
+            break;
+        };
+        for row in rows.iter_mut() {
+            if let Some(cell) = row.get_mut(column)
+                && cell.chars().count() == w
+            {
+                let kept: String = cell.chars().take(w - 2).collect();
+                *cell = format!("{kept}…");
+            }
+        }
+    }
+    note
+}
+
 /// One row of the final table.
 fn row(id: String, status: String, r: &StepRecord, costs: bool, branches: bool) -> Vec<String> {
     let input = r.input_tokens + r.cache_creation_input_tokens + r.cache_read_input_tokens;
@@ -69,6 +128,17 @@ fn row(id: String, status: String, r: &StepRecord, costs: bool, branches: bool) 
 
 /// The final table: status, turns, tool calls, tokens and time of every step.
 pub fn summary_table(plan: &Plan, record: &RunRecord, run_dir: &camino::Utf8Path) -> String {
+    summary_table_within(plan, record, run_dir, None)
+}
+
+/// [`summary_table`] in at most `width` columns (a terminal's): branches lose their
+/// `runner/<run id>/` prefix (said once below the table), then the widest cells are cut.
+pub fn summary_table_within(
+    plan: &Plan,
+    record: &RunRecord,
+    run_dir: &camino::Utf8Path,
+    width: Option<usize>,
+) -> String {
     // A cost column only when a price is known, a branch column only when a step made one.
     let costs = record.steps.values().any(|s| s.cost_usd.is_some());
     let branches = record
@@ -131,7 +201,14 @@ pub fn summary_table(plan: &Plan, record: &RunRecord, run_dir: &camino::Utf8Path
         rows.push(row);
     }
     let mut out = String::from("\n");
+    let mut note = None;
+    if let Some(width) = width {
+        note = fit(&mut rows, width, &record.run_id);
+    }
     out.push_str(&table(&rows));
+    if let Some(note) = note {
+        out.push_str(&note);
+    }
     // Why each failed step failed, so that a CI log without progress lines still says it.
     for step in plan.steps() {
         let Some(r) = record.steps.get(&step.id) else {
@@ -197,4 +274,57 @@ pub fn summary_table(plan: &Plan, record: &RunRecord, run_dir: &camino::Utf8Path
     );
     let _ = writeln!(out, "record and transcripts: {run_dir}");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows() -> Vec<Vec<String>> {
+        let row = |cells: &[&str]| cells.iter().map(|c| (*c).to_owned()).collect::<Vec<_>>();
+        vec![
+            row(&[
+                "STEP",
+                "STATUS",
+                "TURNS",
+                "TOOLS",
+                "TOKENS IN/OUT",
+                "TIME",
+                "BRANCH",
+            ]),
+            row(&[
+                "implement_the_migration",
+                "succeeded",
+                "12",
+                "30",
+                "120.5k/8.1k",
+                "95.2s",
+                "runner/20261206T071950343-5602/implement_the_migration",
+            ]),
+            row(&["review", "failed", "1", "0", "1.2k/180", "0.0s", ""]),
+        ]
+    }
+
+    /// The final table fits a narrow terminal: branches lose the run's prefix (said once),
+    /// then the widest cells are cut; a wide terminal changes nothing.
+    #[test]
+    fn the_final_table_fits_the_terminal() {
+        let mut wide = rows();
+        assert_eq!(fit(&mut wide, 200, "20261206T071950343-5602"), None);
+        assert_eq!(wide, rows());
+        for width in [100, 80, 60] {
+            let mut narrow = rows();
+            let note = fit(&mut narrow, width, "20261206T071950343-5602");
+            assert_eq!(
+                note.as_deref(),
+                Some("branches: runner/20261206T071950343-5602/<step>\n")
+            );
+            let text = table(&narrow);
+            assert!(
+                text.lines().all(|l| l.chars().count() <= width),
+                "{width}:\n{text}"
+            );
+            assert!(text.contains("review") && text.contains("failed"), "{text}");
+        }
+    }
 }

@@ -186,6 +186,13 @@ impl Repo {
         })
     }
 
+    /// How many paths of the main checkout differ from HEAD (changed, staged or untracked):
+    /// none of them reach a worktree made from HEAD.
+    pub fn uncommitted(&self) -> usize {
+        self.main(&["status", "--porcelain", "--ignore-submodules=all"])
+            .map_or(0, |status| status.lines().count())
+    }
+
     /// git on the main checkout.
     fn main(&self, args: &[&str]) -> Result<String, String> {
         git(&self.top, Some((&self.git_dir, &self.top)), args)

@@ -194,6 +194,38 @@ pub fn parse(file: &Arc<SourceFile>, syntax: Syntax) -> Result<Spanned<Node>, Ve
 fn parse_toml(file: &Arc<SourceFile>) -> Result<Spanned<Node>, Vec<Problem>> {
     let (table, errors) = toml::de::DeTable::parse_recoverable(&file.text);
     if !errors.is_empty() {
+        // An array or inline table left open swallows the rest of the file, and the parser
+        // reports every line after it: one error, where it opens, says what is wrong.
+        let unclosed = errors.iter().any(|e| e.message().starts_with("unclosed"));
+        if let Some((at, open)) = unclosed.then(|| unclosed_opener(&file.text)).flatten() {
+            let (what, close) = if open == '[' {
+                ("array", ']')
+            } else {
+                ("inline table", '}')
+            };
+            let mut problems: Vec<Problem> = errors
+                .iter()
+                .filter(|e| e.span().is_some_and(|s| s.end <= at))
+                .map(|e| {
+                    let message = e.message().trim_end().trim_end_matches('.');
+                    Problem::error(format!("invalid TOML: {message}")).at(
+                        file,
+                        e.span().unwrap_or(0..0),
+                        "here",
+                    )
+                })
+                .collect();
+            problems.push(
+                Problem::error(format!(
+                    "invalid TOML: this {what} is never closed (`{close}` missing)"
+                ))
+                .at(file, at..at + 1, "opens here")
+                .help(format!(
+                    "close it with `{close}` where it ends: everything after it was read as part of it"
+                )),
+            );
+            return Err(problems);
+        }
         let mut problems = Vec::new();
         // Inside a table defined twice, every key is a duplicate too: one error says it all.
         let mut in_duplicate_table = false;
@@ -244,6 +276,50 @@ fn parse_toml(file: &Arc<SourceFile>) -> Result<Spanned<Node>, Vec<Problem>> {
         span,
         value: Node::Map(entries),
     })
+}
+
+/// Where the first array (`[`) or inline table (`{`) of a TOML text that is never closed opens,
+/// skipping strings and comments; table headers open and close on their line.
+fn unclosed_opener(text: &str) -> Option<(usize, char)> {
+    let bytes = text.as_bytes();
+    let mut open: Vec<(usize, char)> = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'#' => {
+                while i < bytes.len() && bytes[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            quote @ (b'"' | b'\'') => {
+                let triple = bytes.get(i..i + 3) == Some(&[quote, quote, quote][..]);
+                i += if triple { 3 } else { 1 };
+                while i < bytes.len() {
+                    if quote == b'"' && bytes[i] == b'\\' {
+                        i += 2;
+                        continue;
+                    }
+                    if triple {
+                        if bytes.get(i..i + 3) == Some(&[quote, quote, quote][..]) {
+                            i += 2;
+                            break;
+                        }
+                    } else if bytes[i] == quote || bytes[i] == b'\n' {
+                        break;
+                    }
+                    i += 1;
+                }
+            }
+            b'[' => open.push((i, '[')),
+            b'{' => open.push((i, '{')),
+            b']' | b'}' => {
+                open.pop();
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    open.first().copied()
 }
 
 /// The line of `text` that holds byte `at`.

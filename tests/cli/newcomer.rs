@@ -432,3 +432,103 @@ async fn reasoning_models_get_max_completion_tokens() {
     assert_eq!(last["max_completion_tokens"], 777);
     assert!(last.get("max_tokens").is_none());
 }
+
+/// `--model smal=…` (a typo of `small`) is an error that names the alias it meant; an alias a
+/// built-in agent falls back from (`small`, `plan`) is fine even when the file leaves it out.
+#[test]
+fn a_mistyped_model_alias_is_an_error_with_did_you_mean() {
+    let workflow = format!("name: w\n{MODELS}steps:\n  look:\n    agent: explore\n    prompt: x\n");
+    let out = Test::new()
+        .file("w.yaml", &workflow)
+        .args(&["plan", "w.yaml", "--model", "smal=anthropic/haiku"])
+        .run();
+    assert_eq!(out.status, 2, "{}", out.transcript());
+    assert!(
+        out.stderr
+            .contains("`--model smal=anthropic/haiku`: this workflow has no model alias `smal`")
+            && out.stderr.contains("did you mean `small`?"),
+        "{}",
+        out.stderr
+    );
+    let out = Test::new()
+        .file("w.yaml", &workflow)
+        .args(&[
+            "plan",
+            "w.yaml",
+            "--model",
+            "small=anthropic/haiku",
+            "--format",
+            "json",
+        ])
+        .run();
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    assert!(out.stdout.contains("anthropic/haiku"), "{}", out.stdout);
+}
+
+/// One unclosed TOML array is one error, at the line where it opens, not one per line after.
+#[test]
+fn an_unclosed_toml_array_is_one_error_where_it_opens() {
+    let out = Test::new()
+        .file(
+            "w.toml",
+            "name = \"w\"\n[models]\ndefault = \"anthropic/m\"\n[steps.a]\nagent = \"explore\"\ntools = [\"read_file\", \"grep\"\nprompt = \"look\"\n[steps.b]\nagent = \"explore\"\nprompt = \"more\"\nneeds = [\"a\"]\n",
+        )
+        .args(&["validate", "w.toml"])
+        .run();
+    assert_eq!(out.status, 2, "{}", out.transcript());
+    assert_eq!(out.stderr.matches('×').count(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("this array is never closed (`]` missing)")
+            && out.stderr.contains("[w.toml:6:9]")
+            && out.stderr.contains("is invalid: 1 error"),
+        "{}",
+        out.stderr
+    );
+}
+
+/// A `for_each` that does not evaluate is one error: the prompt's `item` is not blamed too.
+#[test]
+fn a_bad_for_each_is_one_error() {
+    let out = Test::new()
+        .file(
+            "w.yaml",
+            &format!("name: w\n{MODELS}steps:\n  a:\n    agent: explore\n    for_each: \"[1, 2\"\n    prompt: \"look at {{{{ item }}}} ({{{{ item_index }}}})\"\n"),
+        )
+        .args(&["validate", "w.yaml"])
+        .run();
+    assert_eq!(out.status, 2, "{}", out.transcript());
+    assert_eq!(out.stderr.matches('×').count(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("invalid `for_each` expression"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("reads `item`"), "{}", out.stderr);
+}
+
+/// A worktree starts from HEAD: a checkout with uncommitted changes is warned about.
+#[test]
+fn a_worktree_step_from_a_dirty_checkout_warns() {
+    let test = Test::new()
+        .file(
+            "w.yaml",
+            &format!("name: w\n{MODELS}steps:\n  impl:\n    agent: code\n    isolation: worktree\n    retries: 0\n    prompt: x\n"),
+        )
+        .file(".gitignore", ".runner/\n");
+    crate::support::init_repo(test.path());
+    std::fs::write(test.path().join("notes.txt"), "not committed\n").unwrap();
+    // Nothing answers: the step fails at once, after the warning.
+    let out = test
+        .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+        .env("ANTHROPIC_API_KEY", "sk-unused")
+        .args(&["run", "w.yaml", "--no-progress"])
+        .run();
+    assert!(
+        out.stderr.contains(
+            "warning: the checkout has 1 uncommitted change (`git status`); worktree steps (impl) start from HEAD and will not see it: commit first to include it"
+        ),
+        "{}",
+        out.stderr
+    );
+}
