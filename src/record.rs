@@ -303,8 +303,24 @@ pub struct SubagentRecord {
     pub tool_calls: u32,
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Cache writes and reads, as a step's record counts them (not in `input_tokens`).
+    #[serde(default)]
+    pub cache_creation_input_tokens: u64,
+    #[serde(default)]
+    pub cache_read_input_tokens: u64,
     pub duration_ms: u64,
     pub error: Option<String>,
+}
+
+impl SubagentRecord {
+    /// Every token it sent and received, cached or not: what its facts line and its progress
+    /// line both say.
+    pub fn total_tokens(&self) -> u64 {
+        self.input_tokens
+            + self.cache_creation_input_tokens
+            + self.cache_read_input_tokens
+            + self.output_tokens
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -305,7 +305,12 @@ fn step_text(out: &mut String, step: &PlannedStep, width: usize, support: Suppor
         let _ = writeln!(out, "    {:<9}{}", "sandbox", mode);
     } else {
         let tools: Vec<&str> = step.tools.iter().map(String::as_str).collect();
-        let _ = writeln!(out, "    {:<9}{}", "tools", tools.join(", "));
+        let tools = if tools.is_empty() {
+            "none (`tools = []`: the agent only answers)".to_owned()
+        } else {
+            tools.join(", ")
+        };
+        let _ = writeln!(out, "    {:<9}{tools}", "tools");
     }
     if !step.checks.is_empty() {
         let checks: Vec<String> = step

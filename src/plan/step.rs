@@ -237,9 +237,32 @@ impl Builder<'_> {
         tools: Option<&BTreeSet<String>>,
     ) -> Vec<String> {
         let delegates = tools.is_some_and(|t| t.contains(crate::tools::TASK));
+        // A subagent's tools are its agent's within the step's: an agent whose tools (it has
+        // some) share none with the step's could do nothing as one.
+        let delegation = [crate::tools::TASK, crate::tools::TASK_OUTPUT];
+        let step_tools: BTreeSet<&str> = tools
+            .into_iter()
+            .flatten()
+            .map(String::as_str)
+            .filter(|t| !delegation.contains(t))
+            .collect();
+        let registry = self.registry;
+        let useless = |agent: &Agent| {
+            let own: BTreeSet<String> = agent
+                .tools
+                .expand(registry)
+                .into_iter()
+                .filter(|t| !agent.disallowed.contains(t) && !delegation.contains(&t.as_str()))
+                .collect();
+            !own.is_empty() && !own.iter().any(|t| step_tools.contains(t.as_str()))
+        };
         let Some(list) = &step.subagents else {
             return if delegates {
-                catalog.names().map(str::to_owned).collect()
+                catalog
+                    .names()
+                    .filter(|name| !catalog.get(name).is_some_and(useless))
+                    .map(str::to_owned)
+                    .collect()
             } else {
                 Vec::new()
             };
@@ -255,7 +278,24 @@ impl Builder<'_> {
         }
         let mut names = BTreeSet::new();
         for (i, name) in list.iter().enumerate() {
-            if catalog.get(name).is_some() {
+            if let Some(agent) = catalog.get(name) {
+                if delegates && useless(agent) {
+                    let span = self.span(&path!["steps", id, "subagents", i]);
+                    let step_list: Vec<&str> = step_tools.iter().copied().collect();
+                    self.error(
+                        format!(
+                            "step `{id}` may spawn `{name}`, but its tools and the step's share none: every call would fail"
+                        ),
+                        span,
+                        "no tools in common",
+                        Some(format!(
+                            "a subagent gets its agent's tools within the step's: agent `{name}` has {}, step `{id}` has {}; give the step one of them, or spawn another agent",
+                            super::tools_check::describe_tools(&agent.tools),
+                            if step_list.is_empty() { "none besides `task`".to_owned() } else { step_list.iter().map(|t| format!("`{t}`")).collect::<Vec<_>>().join(", ") }
+                        )),
+                    );
+                    continue;
+                }
                 names.insert(name.clone());
                 continue;
             }

@@ -84,7 +84,10 @@ impl Builder<'_> {
                 return None;
             }
         }
-        if tools.is_empty() {
+        // `tools = []` on purpose: a step that only formats or judges what it is given.
+        let none_on_purpose =
+            matches!(&step_tools, Some(ToolSet::Some(listed)) if listed.is_empty());
+        if tools.is_empty() && !none_on_purpose {
             let key = if step.tools.is_some() {
                 "tools"
             } else if !step.disallowed_tools.is_empty() {
@@ -251,7 +254,7 @@ impl Builder<'_> {
     }
 }
 
-fn describe_tools(tools: &ToolSet) -> String {
+pub(super) fn describe_tools(tools: &ToolSet) -> String {
     match tools {
         ToolSet::All => "all tools".into(),
         ToolSet::Some(set) if set.is_empty() => "no tools".into(),

@@ -67,7 +67,7 @@ pub fn subagent_finish_line(label: &str, record: &SubagentRecord) -> String {
         record.id,
         record.tool_calls,
         seconds(record.duration_ms),
-        tokens(record.input_tokens + record.output_tokens)
+        tokens(record.total_tokens())
     );
     if let Some(error) = &record.error {
         line.push_str(&format!(": {}", terminal::clean(error)));

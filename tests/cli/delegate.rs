@@ -944,3 +944,47 @@ async fn agent_files_without_a_model_inherit_the_callers() {
         |b: &Value| serde_json::to_string(&b["messages"].as_array().unwrap()[..2]).unwrap();
     assert_eq!(prefix(fork), prefix(parent));
 }
+
+/// A subagent's tokens are counted one way everywhere: its facts line, its progress line and its
+/// record (which keeps cache reads and writes apart, as a step's does).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subagents_tokens_read_the_same_in_its_facts_progress_and_record() {
+    let fake = Fake::anthropic_routed(vec![
+        (
+            "MARK-lead",
+            vec![
+                anthropic_tool("t1", "task", task("look", "MARK-sub look", "explore")),
+                anthropic_text("done"),
+            ],
+        ),
+        // 10 input, 150 cache reads, 30 output.
+        ("MARK-sub", vec![anthropic_text("looked")]),
+    ])
+    .await;
+    let (out, _test) = run_lead(&fake, "", "MARK-lead", &[]).await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let run = json_of(&out);
+    let sub = &run["steps"]["lead"]["subagents"][0];
+    assert_eq!(
+        (
+            sub["input_tokens"].as_u64(),
+            sub["cache_read_input_tokens"].as_u64(),
+            sub["cache_creation_input_tokens"].as_u64(),
+            sub["output_tokens"].as_u64()
+        ),
+        (Some(10), Some(150), Some(0), Some(30))
+    );
+    let bodies = fake.bodies().await;
+    let second = bodies
+        .iter()
+        .filter(|b| prompt_of(b).contains("MARK-lead"))
+        .nth(1)
+        .unwrap();
+    let (facts_text, _) = result_for(second, "t1");
+    assert!(facts_text.ends_with("190 tokens]"), "{facts_text}");
+    assert!(
+        out.stderr.contains("explore#1 done (0 tools, ") && out.stderr.contains(", 190 tokens)"),
+        "{}",
+        out.stderr
+    );
+}

@@ -532,3 +532,64 @@ fn a_worktree_step_from_a_dirty_checkout_warns() {
         out.stderr
     );
 }
+
+/// `tools = []` is a step that only answers (a verdict, a formatting pass): valid, and it runs
+/// with no tools offered.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_step_with_no_tools_on_purpose_is_valid_and_runs() {
+    let fake = crate::fake::Fake::anthropic(vec![crate::fake::anthropic_text("LGTM")]).await;
+    let (out, _test) = Test::new()
+        .file(
+            "w.yaml",
+            &format!("name: w\n{MODELS}steps:\n  verdict:\n    agent: plan\n    tools: []\n    prompt: judge\n"),
+        )
+        .anthropic_api(&fake.uri(), "sk-none")
+        .args(&["run", "w.yaml", "--format", "json"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let body = &fake.bodies().await[0];
+    assert!(body.get("tools").is_none(), "{body}");
+    let plan = Test::new()
+        .file(
+            "w.yaml",
+            &format!("name: w\n{MODELS}steps:\n  verdict:\n    agent: plan\n    tools: []\n    prompt: judge\n"),
+        )
+        .args(&["plan", "w.yaml"])
+        .run();
+    assert!(
+        plan.stdout.contains("tools    none (`tools = []`"),
+        "{}",
+        plan.stdout
+    );
+}
+
+/// A subagent's tools are its agent's within the step's: naming one that shares none is an
+/// error before anything runs; by default such agents are not offered.
+#[test]
+fn a_subagent_that_could_do_nothing_is_refused() {
+    let workflow = |subagents: &str| {
+        format!(
+            "name: w\n{MODELS}steps:\n  edit:\n    agent: code\n    tools: [task, write_file]\n{subagents}    prompt: do\n"
+        )
+    };
+    let out = Test::new()
+        .file("w.yaml", &workflow("    subagents: [explore]\n"))
+        .args(&["validate", "w.yaml"])
+        .run();
+    assert_eq!(out.status, 2, "{}", out.transcript());
+    assert!(
+        out.stderr
+            .contains("step `edit` may spawn `explore`, but its tools and the step's share none")
+            && out.stderr.contains("no tools in common"),
+        "{}",
+        out.stderr
+    );
+    let out = Test::new()
+        .file("w.yaml", &workflow(""))
+        .args(&["plan", "w.yaml", "--format", "json"])
+        .run();
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let plan: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(plan["steps"][0]["subagents"], serde_json::json!(["code"]));
+}

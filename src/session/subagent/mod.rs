@@ -355,9 +355,7 @@ impl Delegation {
             record.tool_calls,
             if record.tool_calls == 1 { "" } else { "s" },
             elapsed.as_secs_f64(),
-            crate::units::tokens(
-                conversation.usage.total_input() + conversation.usage.output_tokens
-            )
+            crate::units::tokens(record.total_tokens())
         );
         self.events.emit(EventKind::SubagentFinished {
             step: self.events.step().to_owned(),
@@ -426,6 +424,8 @@ fn record(
         // As a step's record counts them: cache reads and writes are not input tokens.
         input_tokens: conversation.usage.input_tokens,
         output_tokens: conversation.usage.output_tokens,
+        cache_creation_input_tokens: conversation.usage.cache_creation_input_tokens,
+        cache_read_input_tokens: conversation.usage.cache_read_input_tokens,
         duration_ms: elapsed.as_millis() as u64,
         error,
     }
