@@ -529,9 +529,18 @@ impl Assemble for OpenAiStream {
             if let Some(name) = call.pointer("/function/name").and_then(Value::as_str) {
                 entry.1.push_str(name);
             }
-            if let Some(args) = call.pointer("/function/arguments").and_then(Value::as_str) {
-                self.chars += args.len();
-                entry.2.push_str(args);
+            match call.pointer("/function/arguments") {
+                Some(Value::String(args)) => {
+                    self.chars += args.len();
+                    entry.2.push_str(args);
+                }
+                // Ollama streams a call whole, its arguments as an object.
+                Some(args @ Value::Object(_)) => {
+                    let args = args.to_string();
+                    self.chars += args.len();
+                    entry.2.push_str(&args);
+                }
+                _ => {}
             }
         }
         if let Some(reason) = choice.get("finish_reason").filter(|r| !r.is_null()) {

@@ -33,12 +33,21 @@ async fn run(url: &str, step: &str, env: &[(&str, &str)], format: &str) -> (Outp
         test = test.env(name, value);
     }
     let (out, test) = test.run_async().await;
-    let record = std::fs::read_dir(test.path().join(".runner/runs"))
+    let run_dir = std::fs::read_dir(test.path().join(".runner/runs"))
         .ok()
         .and_then(|mut runs| runs.next())
-        .and_then(|run| std::fs::read_to_string(run.ok()?.path().join("run.json")).ok())
+        .and_then(|run| Some(run.ok()?.path()));
+    let mut record = run_dir
+        .as_ref()
+        .and_then(|dir| std::fs::read_to_string(dir.join("run.json")).ok())
         .and_then(|text| serde_json::from_str(&text).ok())
         .unwrap_or(Value::Null);
+    // The step's transcript rides along, for tests that read what the tools returned.
+    if let Some(transcript) =
+        run_dir.and_then(|dir| std::fs::read_to_string(dir.join("steps/s/transcript.jsonl")).ok())
+    {
+        record["transcript"] = Value::String(transcript);
+    }
     (out, record)
 }
 
@@ -46,6 +55,11 @@ async fn run(url: &str, step: &str, env: &[(&str, &str)], format: &str) -> (Outp
 /// in the last chunk, `[DONE]`.
 fn stream_events(reply: &Reply) -> Vec<String> {
     let chunk = |delta: Value, finish: Value| json!({"id": "c", "object": "chat.completion.chunk", "model": "m", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+    if let Reply::Chunks(chunks) = reply {
+        let mut lines: Vec<String> = chunks.iter().map(|e| format!("data: {e}\n\n")).collect();
+        lines.push("data: [DONE]\n\n".into());
+        return lines;
+    }
     let mut events = vec![chunk(
         json!({"role": "assistant", "content": null}),
         Value::Null,
@@ -60,10 +74,11 @@ fn stream_events(reply: &Reply) -> Vec<String> {
                 events.push(chunk(json!({"content": part}), Value::Null));
             }
         }
+        Reply::Chunks(_) => {}
     }
     let finish = match reply {
         Reply::Tool(..) => "tool_calls",
-        Reply::Text(_) => "stop",
+        Reply::Text(_) | Reply::Chunks(_) => "stop",
     };
     let mut last = chunk(json!({}), json!(finish));
     last["usage"] = json!({"prompt_tokens": 50, "completion_tokens": 10});
@@ -77,6 +92,8 @@ fn stream_events(reply: &Reply) -> Vec<String> {
 enum Reply {
     Tool(&'static str, Value),
     Text(Vec<String>),
+    /// These chunks exactly, then `[DONE]`.
+    Chunks(Vec<Value>),
 }
 
 /// How the raw server behaves.
@@ -378,4 +395,81 @@ async fn the_last_turn_asks_for_the_answer_with_no_tools() {
         "{}",
         out.stderr
     );
+}
+
+/// The ways OpenAI-compatible servers bend the stream, each taken where its meaning is clear:
+/// `reasoning_content` (not the answer), a call with no id and its arguments as an object
+/// (Ollama), `finish_reason: stop` alongside tool calls, usage only in the last chunk, and
+/// arguments encoded twice.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_quirks_of_openai_compatible_streams_are_understood() {
+    let chunk = |delta: Value, finish: Value| json!({"id": "c", "model": "m", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+    let mut last = chunk(json!({}), json!("stop"));
+    last["usage"] = json!({"prompt_tokens": 70, "completion_tokens": 9});
+    let ollama = Reply::Chunks(vec![
+        chunk(
+            json!({"role": "assistant", "content": "", "reasoning_content": "The notes first."}),
+            Value::Null,
+        ),
+        chunk(
+            json!({"tool_calls": [{"index": 0, "function": {"name": "read_file", "arguments": {"path": "notes.txt"}}}]}),
+            Value::Null,
+        ),
+        last,
+    ]);
+    let encoded_twice = json!(json!({"path": "notes.txt", "limit": 1}).to_string()).to_string();
+    let mut last = chunk(json!({}), json!("tool_calls"));
+    last["usage"] = json!({"prompt_tokens": 90, "completion_tokens": 7});
+    let twice = Reply::Chunks(vec![
+        chunk(
+            json!({"tool_calls": [{"index": 0, "id": "call_2", "type": "function", "function": {"name": "read_file", "arguments": encoded_twice}}]}),
+            Value::Null,
+        ),
+        last,
+    ]);
+    let (url, _seen) = raw_server(
+        vec![ollama, twice, Reply::Text(vec!["It says hello.".into()])],
+        Manner::Slow(Duration::ZERO),
+    )
+    .await;
+    let (out, record) = run(&url, "", &[], "json").await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let step = &record["steps"]["s"];
+    assert_eq!(step["summary"], "It says hello.");
+    assert_eq!(
+        (step["tool_calls"].as_u64(), step["turns"].as_u64()),
+        (Some(2), Some(3)),
+        "{step}"
+    );
+    // Usage from each last chunk: 70 + 90 + 50 in, 9 + 7 + 10 out.
+    assert_eq!(
+        (
+            step["input_tokens"].as_u64(),
+            step["output_tokens"].as_u64()
+        ),
+        (Some(210), Some(26)),
+        "{step}"
+    );
+    assert!(
+        !step["summary"]
+            .as_str()
+            .unwrap()
+            .contains("The notes first.")
+    );
+    // Both calls read the file: their inputs were understood.
+    let finished: Vec<Value> = record["transcript"]
+        .as_str()
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["event"] == "tool_finished")
+        .collect();
+    assert_eq!(finished.len(), 2);
+    for event in &finished {
+        assert_eq!(event["is_error"], false, "{event}");
+        assert!(
+            event["output"].as_str().unwrap().contains("hello"),
+            "{event}"
+        );
+    }
 }

@@ -192,14 +192,19 @@ fn user_message(out: &mut Vec<u8>, content: &str) {
     out.push(b'}');
 }
 
-/// Tool-call arguments: a JSON string as the API says, or an object as some servers send.
+/// Tool-call arguments: a JSON string as the API says, an object as some servers send (Ollama),
+/// or a JSON string of a JSON string (double-encoded, as some local servers' templates write).
 fn arguments(raw: Option<&Value>) -> Value {
     match raw {
         None | Some(Value::Null) => json!({}),
         Some(Value::String(s)) if s.trim().is_empty() => json!({}),
-        Some(Value::String(s)) => {
-            serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.clone()))
-        }
+        Some(Value::String(s)) => match serde_json::from_str(s) {
+            Ok(Value::String(inner)) => {
+                serde_json::from_str(&inner).unwrap_or(Value::String(inner))
+            }
+            Ok(value) => value,
+            Err(_) => Value::String(s.clone()),
+        },
         Some(other) => other.clone(),
     }
 }
