@@ -18,7 +18,7 @@ pub fn clean(args: CleanArgs, io: &mut Io<'_>) -> Exit {
         .state_dir
         .clone()
         .unwrap_or_else(|| crate::run::default_state_dir(&workdir));
-    let Some(repo) = Repo::discover(&workdir) else {
+    let Some(repo) = Repo::discover(&workdir).map(|r| r.keeping_worktrees_in(&state_dir)) else {
         let _ = writeln!(
             io.err,
             "error: `{workdir}` is not inside a git repository with a commit: runner makes worktrees and branches only there"

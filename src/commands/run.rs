@@ -78,7 +78,7 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
     let resume = match &args.resume {
         Some(which) => match run::load_resume(&state_dir, which) {
             Ok(record) => {
-                for note in run::clean_up_after(&workdir, &record) {
+                for note in run::clean_up_after(&workdir, &state_dir, &record) {
                     let _ = writeln!(io.err, "note: {note}");
                 }
                 Some(record)

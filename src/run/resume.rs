@@ -136,10 +136,15 @@ fn read_record(runs: &Utf8Path, id: &str) -> Result<RunRecord, String> {
 
 /// Removes the worktrees and empty branches a killed run left (its steps that did not succeed).
 /// Returns notes for the user.
-pub fn clean_up_after(workdir: &Utf8Path, resumed: &RunRecord) -> Vec<String> {
+pub fn clean_up_after(
+    workdir: &Utf8Path,
+    state_dir: &Utf8Path,
+    resumed: &RunRecord,
+) -> Vec<String> {
     let Some(repo) = Repo::discover(workdir) else {
         return Vec::new();
     };
+    let repo = repo.keeping_worktrees_in(state_dir);
     let mut succeeded: Vec<String> = resumed
         .steps
         .iter()

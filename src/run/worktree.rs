@@ -7,6 +7,7 @@
 //! fsmonitor, external diff drivers, credential helpers and transports off, never entering a
 //! repository nested in the tree, and with a clean environment. A worktree whose `.git` file changed fails its step and is thrown away.
 
+use std::collections::BTreeSet;
 use std::process::Command;
 
 use camino::{Utf8Path, Utf8PathBuf};
@@ -51,8 +52,13 @@ pub struct Repo {
     pub git_dir: Utf8PathBuf,
     /// The working directory, relative to `top` (steps work in the same place in the worktree).
     pub prefix: Utf8PathBuf,
-    /// Where runner keeps its worktrees: inside the git directory, out of every checkout.
+    /// Where runner keeps its worktrees: `<state dir>/worktrees` once the run says where its
+    /// state directory is ([`Repo::keeping_worktrees_in`]), which tools never see; inside the
+    /// git directory until then (where runs before that kept them).
     pub worktrees: Utf8PathBuf,
+    /// Where runner kept its worktrees before they moved to the state directory: `runner
+    /// clean` still finds what is left there.
+    legacy_worktrees: Utf8PathBuf,
     /// Where git keeps the administrative directory of each linked worktree.
     admin: Utf8PathBuf,
 }
@@ -182,8 +188,26 @@ impl Repo {
             git_dir,
             prefix,
             worktrees: common.join("runner-worktrees"),
+            legacy_worktrees: common.join("runner-worktrees"),
             admin: common.join("worktrees"),
         })
+    }
+
+    /// Keeps worktrees in `<state_dir>/worktrees` (README "Worktrees"): hidden from every
+    /// tool like the rest of the state directory, and out of the git directory, where an agent
+    /// told its path went looking around. The path is made absolute (git runs in the checkout's
+    /// top, not where runner was started).
+    pub fn keeping_worktrees_in(mut self, state_dir: &Utf8Path) -> Self {
+        let dir = state_dir.join("worktrees");
+        self.worktrees = match state_dir.canonicalize_utf8() {
+            Ok(state) => state.join("worktrees"),
+            Err(_) if dir.is_absolute() => dir,
+            Err(_) => std::env::current_dir()
+                .ok()
+                .and_then(|cwd| Utf8PathBuf::from_path_buf(cwd).ok())
+                .map_or(dir.clone(), |cwd| cwd.join(&dir)),
+        };
+        self
     }
 
     /// How many paths of the main checkout differ from HEAD (changed, staged or untracked):
@@ -418,12 +442,11 @@ impl Repo {
     /// holds. Worktrees first: a branch checked out in one goes after it.
     pub fn leftovers(&self) -> Vec<Leftover> {
         let mut found = Vec::new();
-        let mut runs: Vec<Utf8PathBuf> = self
-            .worktrees
-            .read_dir_utf8()
+        let mut runs: Vec<Utf8PathBuf> = [&self.worktrees, &self.legacy_worktrees]
             .into_iter()
-            .flatten()
-            .flatten()
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .flat_map(|dir| dir.read_dir_utf8().into_iter().flatten().flatten())
             .map(|e| e.path().to_owned())
             .collect();
         runs.sort();
@@ -482,7 +505,10 @@ impl Repo {
             LeftoverKind::Worktree(path) => {
                 std::fs::remove_dir_all(path)
                     .map_err(|e| format!("cannot remove `{path}`: {e}"))?;
-                if let Some(run) = path.parent().filter(|p| *p != self.worktrees) {
+                if let Some(run) = path
+                    .parent()
+                    .filter(|p| *p != self.worktrees && *p != self.legacy_worktrees)
+                {
                     // The run's folder goes with its last worktree.
                     let _ = std::fs::remove_dir(run);
                 }

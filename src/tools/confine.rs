@@ -69,11 +69,14 @@ impl Workspace {
 
     /// Keeps tools out of runner's state directory.
     pub fn with_state_dir(mut self, state_dir: &Utf8Path) -> Self {
-        self.state_dir = Some(
-            state_dir
-                .canonicalize_utf8()
-                .unwrap_or_else(|_| state_dir.to_owned()),
-        );
+        let state = state_dir
+            .canonicalize_utf8()
+            .unwrap_or_else(|_| state_dir.to_owned());
+        // A worktree step works inside the state directory (in `worktrees/`): everything
+        // outside its root is refused already, and its root itself is its own.
+        if !self.root.starts_with(&state) {
+            self.state_dir = Some(state);
+        }
         self
     }
 

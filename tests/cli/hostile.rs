@@ -449,7 +449,7 @@ async fn resume_cleans_up_what_a_killed_run_left() {
     );
     let killed_branch = killed_branch.trim();
     assert!(!killed_branch.is_empty(), "the killed step left no branch");
-    assert!(git(test.path(), &["worktree", "list"]).contains("runner-worktrees"));
+    assert!(git(test.path(), &["worktree", "list"]).contains(".runner/worktrees/"));
 
     let fake = Fake::anthropic(vec![
         anthropic_tool(

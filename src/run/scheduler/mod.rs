@@ -113,6 +113,8 @@ pub async fn execute(
         .map_err(|err| RunError::Storage(format!("cannot create `{run_dir}`: {err}")))?;
     // Held until the run ends: `runner clean` leaves a live run's worktrees alone.
     let _running = super::lock::hold(&run_dir);
+    // Worktrees live in the state directory, which exists now (README "Worktrees").
+    let repo = repo.map(|r| r.keeping_worktrees_in(&options.state_dir));
     // Keep run records out of the user's `git status`.
     let ignore = options.state_dir.join(".gitignore");
     if !ignore.exists() {
