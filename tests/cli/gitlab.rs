@@ -323,3 +323,321 @@ async fn a_failing_step_fails_the_pipeline_and_its_dependents_never_run() {
     assert_eq!(merged["b"]["status"], "succeeded");
     assert!(merged.get("d").is_none());
 }
+
+/// Copies a folder of the repository into `to`.
+fn copy_into(from: &str, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    let copied = Command::new("cp")
+        .arg("-R")
+        .arg(format!("{}/{from}/.", crate::support::REPO))
+        .arg(to)
+        .status()
+        .unwrap();
+    assert!(copied.success(), "cp {from}");
+}
+
+/// The flagship workflow as shipped, exported and run by gitlab-ci-local against the demo's
+/// recorded cassettes: a command step, two searches, a plan, a worktree step whose check (the
+/// project's tests, `make test`) fails once and then passes, and a user agent's review, each in
+/// a job of its own. Every step's record equals a local replay's. (`runner-apply` pushes to the
+/// GitLab server and is left out: there is none here.)
+#[tokio::test(flavor = "multi_thread")]
+async fn the_flagship_workflow_runs_as_an_exported_pipeline_from_the_demo_cassettes() {
+    let test = Test::new().file(".gitignore", ".runner/\n.gitlab-ci-local/\nrunner-bin/\n");
+    let dir = test.path().to_owned();
+    copy_into("demo/repo", &dir);
+    copy_into("demo/cassettes", &dir.join("cassettes"));
+    copy_into("agents", &dir.join("agents"));
+    std::fs::create_dir_all(dir.join("workflows")).unwrap();
+    std::fs::copy(
+        Path::new(crate::support::REPO).join("workflows/jwt-migration.toml"),
+        dir.join("workflows/jwt-migration.toml"),
+    )
+    .unwrap();
+    init_repo(&dir);
+    let (out, test) = test
+        .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+        .args(&[
+            "run",
+            "workflows/jwt-migration.toml",
+            "--replay",
+            "cassettes",
+            "--format",
+            "json",
+        ])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let local: Value = serde_json::from_str(&out.stdout).unwrap();
+    std::fs::remove_dir_all(dir.join(".runner")).unwrap();
+    for branch in git(
+        &dir,
+        &[
+            "for-each-ref",
+            "--format=%(refname:short)",
+            "refs/heads/runner/",
+        ],
+    )
+    .lines()
+    {
+        git(&dir, &["branch", "-D", branch]);
+    }
+    let install = format!(
+        "mkdir -p runner-bin && cp {} runner-bin/runner",
+        env!("CARGO_BIN_EXE_runner")
+    );
+    let (out, _test) = test
+        .clear_args()
+        .args(&[
+            "export",
+            "gitlab-ci",
+            "workflows/jwt-migration.toml",
+            "--replay",
+            "cassettes",
+            "--image",
+            "none",
+            "--install",
+            &install,
+            "--output",
+            ".gitlab-ci.yml",
+        ])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    init_repo(&dir);
+    let (passed, log) = tokio::task::spawn_blocking({
+        let dir = dir.clone();
+        move || {
+            let out = Command::new(gitlab_ci_local())
+                .args([
+                    "--shell-isolation",
+                    "--concurrency",
+                    "4",
+                    "--needs",
+                    "review",
+                ])
+                .current_dir(&dir)
+                .env("HOME", dir.join(".home"))
+                .env_remove("ANTHROPIC_API_KEY")
+                .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+                .output()
+                .unwrap();
+            (
+                out.status.success(),
+                format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                ),
+            )
+        }
+    })
+    .await
+    .unwrap();
+    assert!(passed, "{log}");
+    assert!(!log.contains("runner-apply"), "{log}");
+    let merged = merged_steps(&dir);
+    for step in [
+        "baseline",
+        "find_auth",
+        "find_sessions",
+        "plan",
+        "implement",
+        "review",
+    ] {
+        let (job, here) = (&merged[step], &local["steps"][step]);
+        assert_eq!(job["status"], "succeeded", "{step}: {job}");
+        assert_eq!(job["status"], here["status"], "{step}");
+        assert_eq!(job["turns"], here["turns"], "{step}");
+        assert_eq!(job["tool_calls"], here["tool_calls"], "{step}");
+        assert_eq!(job["diff"], here["diff"], "{step}");
+        if step != "baseline" {
+            // The command step's summary is the tests' own output, timing included.
+            assert_eq!(job["summary"], here["summary"], "{step}");
+        }
+    }
+    let checks: Vec<bool> = merged["implement"]["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["passed"].as_bool().unwrap())
+        .collect();
+    assert_eq!(checks, [false, true]);
+}
+
+/// The smallest value a JSON Schema accepts (one item for each array, so a fan-out gets an
+/// instance): what a scripted model answers a step that must end with JSON.
+fn instance_of(schema: &Value) -> Value {
+    if let Some(first) = schema["enum"].as_array().and_then(|e| e.first()) {
+        return first.clone();
+    }
+    match schema["type"].as_str().unwrap_or("object") {
+        "object" => {
+            let mut object = serde_json::Map::new();
+            for name in schema["required"].as_array().into_iter().flatten() {
+                let name = name.as_str().unwrap();
+                object.insert(name.to_owned(), instance_of(&schema["properties"][name]));
+            }
+            Value::Object(object)
+        }
+        "array" => Value::Array(vec![instance_of(&schema["items"])]),
+        "integer" | "number" => Value::from(1),
+        "boolean" => Value::Bool(true),
+        _ => Value::String("src".into()),
+    }
+}
+
+/// A scripted model for any workflow: a step told to end with JSON gets the smallest value its
+/// schema accepts, any other a short answer naming its prompt's start.
+fn any_workflow(body: &Value) -> wiremock::ResponseTemplate {
+    let system = body["system"][0]["text"].as_str().unwrap_or_default();
+    let marker = "matching this JSON Schema (a ```json fenced block is fine):\n";
+    if let Some(at) = system.find(marker) {
+        let schema: Value = serde_json::from_str(&system[at + marker.len()..]).unwrap();
+        return anthropic_text(&instance_of(&schema).to_string());
+    }
+    let prompt = crate::fake::prompt_of(body);
+    let start: String = prompt.chars().take(24).collect();
+    anthropic_text(&format!("done: {start}"))
+}
+
+/// Every other shipped workflow, recorded against a scripted model, exported and run by
+/// gitlab-ci-local step by step in jobs of their own: the records the jobs leave equal a local
+/// replay's. (The flagship has its own test, from the demo's cassettes.)
+#[tokio::test(flavor = "multi_thread")]
+async fn every_shipped_workflow_runs_as_an_exported_pipeline() {
+    let fake = Fake::anthropic_fn(any_workflow).await;
+    for (workflow, inputs) in [
+        ("delegate.toml", vec![]),
+        (
+            "flaky-test-triage.toml",
+            vec![("test", "tests/test_session.py")],
+        ),
+        ("module-review.toml", vec![]),
+        ("pr-review.yaml", vec![]),
+    ] {
+        let test = Test::new().file(".gitignore", ".runner/\n.gitlab-ci-local/\nrunner-bin/\n");
+        let dir = test.path().to_owned();
+        copy_into("demo/repo", &dir);
+        copy_into("workflows", &dir.join("workflows"));
+        copy_into("agents", &dir.join("agents"));
+        init_repo(&dir);
+        let path = format!("workflows/{workflow}");
+        let mut args = vec!["run", path.as_str(), "--format", "json"];
+        let given: Vec<String> = inputs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        for input in &given {
+            args.extend(["-i", input.as_str()]);
+        }
+        let (out, test) = test
+            .anthropic_api(&fake.uri(), "sk-recording-only")
+            .args(&args)
+            .args(&["--record", "cassettes"])
+            .run_async()
+            .await;
+        assert!(out.status <= 1, "{workflow}: {}", out.transcript());
+        let (out, test) = test
+            .clear_args()
+            .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+            .env("ANTHROPIC_API_KEY", "")
+            .args(&args)
+            .args(&["--replay", "cassettes", "--replay-strict"])
+            .run_async()
+            .await;
+        let local: Value = serde_json::from_str(&out.stdout)
+            .unwrap_or_else(|e| panic!("{workflow}: {e}: {}", out.transcript()));
+        std::fs::remove_dir_all(dir.join(".runner")).unwrap();
+        for branch in git(
+            &dir,
+            &[
+                "for-each-ref",
+                "--format=%(refname:short)",
+                "refs/heads/runner/",
+            ],
+        )
+        .lines()
+        {
+            git(&dir, &["branch", "-D", branch]);
+        }
+        let install = format!(
+            "mkdir -p runner-bin && cp {} runner-bin/runner",
+            env!("CARGO_BIN_EXE_runner")
+        );
+        let (out, _test) = test
+            .clear_args()
+            .args(&[
+                "export",
+                "gitlab-ci",
+                &path,
+                "--replay",
+                "cassettes",
+                "--image",
+                "none",
+                "--install",
+                &install,
+                "--output",
+                ".gitlab-ci.yml",
+            ])
+            .run_async()
+            .await;
+        assert_eq!(out.status, 0, "{workflow}: {}", out.transcript());
+        init_repo(&dir);
+        // Every step's job and what it needs; not `runner-apply`, which pushes to a GitLab
+        // server (there is none here).
+        let steps: Vec<String> = local["steps"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        let variables: Vec<String> = inputs
+            .iter()
+            .map(|(k, v)| format!("INPUT_{}={v}", k.to_uppercase()))
+            .collect();
+        let (passed, log) = tokio::task::spawn_blocking({
+            let dir = dir.clone();
+            let steps = steps.clone();
+            move || {
+                let mut command = Command::new(gitlab_ci_local());
+                command.args(["--shell-isolation", "--concurrency", "4", "--needs"]);
+                command.args(&steps);
+                for variable in &variables {
+                    command.args(["--variable", variable]);
+                }
+                let out = command
+                    .current_dir(&dir)
+                    .env("HOME", dir.join(".home"))
+                    .env_remove("ANTHROPIC_API_KEY")
+                    .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+                    .output()
+                    .unwrap();
+                (
+                    out.status.success(),
+                    format!(
+                        "{}{}",
+                        String::from_utf8_lossy(&out.stdout),
+                        String::from_utf8_lossy(&out.stderr)
+                    ),
+                )
+            }
+        })
+        .await
+        .unwrap();
+        let local_passed = local["status"] == "succeeded";
+        assert_eq!(passed, local_passed, "{workflow}:\n{log}");
+        let merged = merged_steps(&dir);
+        for step in &steps {
+            let (job, here) = (&merged[step.as_str()], &local["steps"][step.as_str()]);
+            assert_eq!(
+                job["status"], here["status"],
+                "{workflow} {step}: {job}\n{log}"
+            );
+            assert_eq!(job["summary"], here["summary"], "{workflow} {step}");
+            assert_eq!(job["output"], here["output"], "{workflow} {step}");
+            assert_eq!(
+                job["instances"].as_array().map(Vec::len),
+                here["instances"].as_array().map(Vec::len),
+                "{workflow} {step}"
+            );
+        }
+    }
+}
