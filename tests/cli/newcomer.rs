@@ -593,3 +593,28 @@ fn a_subagent_that_could_do_nothing_is_refused() {
     let plan: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(plan["steps"][0]["subagents"], serde_json::json!(["code"]));
 }
+
+/// Plain progress says when a request is retried and why, instead of falling silent.
+#[test]
+fn plain_progress_says_when_a_request_is_retried() {
+    let out = Test::new()
+        .file(
+            "w.yaml",
+            &format!("name: w\n{MODELS}steps:\n  look:\n    agent: explore\n    retries: 1\n    prompt: x\n"),
+        )
+        .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+        .env("ANTHROPIC_API_KEY", "sk-unused")
+        .args(&["run", "w.yaml"])
+        .run();
+    assert_eq!(out.status, 1, "{}", out.transcript());
+    let line = out
+        .stderr
+        .lines()
+        .find(|l| l.contains("retrying"))
+        .unwrap_or_else(|| panic!("{}", out.stderr));
+    assert!(
+        line.starts_with("[explore] look: attempt 1 failed, retrying in ")
+            && line.contains("could not reach the API"),
+        "{line}"
+    );
+}
