@@ -120,8 +120,14 @@ async fn repository(workflow: &str) -> (Test, Value) {
 
 /// Runs the pipeline; its exit status and log.
 fn pipeline(dir: &Path) -> (bool, String) {
+    pipeline_with(dir, &[])
+}
+
+/// [`pipeline`] with more of gitlab-ci-local's arguments (`--needs JOB…`, `--variable`).
+fn pipeline_with(dir: &Path, more: &[String]) -> (bool, String) {
     let out = Command::new(gitlab_ci_local())
         .args(["--shell-isolation", "--concurrency", "4"])
+        .args(more)
         .current_dir(dir)
         .env("HOME", dir.join(".home"))
         .env_remove("ANTHROPIC_API_KEY")
@@ -324,6 +330,51 @@ async fn a_failing_step_fails_the_pipeline_and_its_dependents_never_run() {
     assert!(merged.get("d").is_none());
 }
 
+/// Forgets the local run in `dir` (its state and branches: only the pipeline's jobs leave
+/// them from now on), writes `workflow`'s export answering from `cassettes/` into
+/// `.gitlab-ci.yml` (jobs in gitlab-ci-local's shell, runner copied from this build) and
+/// commits everything.
+async fn export_for_the_pipeline(test: Test, workflow: &str) -> Test {
+    let dir = test.path().to_owned();
+    std::fs::remove_dir_all(dir.join(".runner")).unwrap();
+    for branch in git(
+        &dir,
+        &[
+            "for-each-ref",
+            "--format=%(refname:short)",
+            "refs/heads/runner/",
+        ],
+    )
+    .lines()
+    {
+        git(&dir, &["branch", "-D", branch]);
+    }
+    let install = format!(
+        "mkdir -p runner-bin && cp {} runner-bin/runner",
+        env!("CARGO_BIN_EXE_runner")
+    );
+    let (out, test) = test
+        .clear_args()
+        .args(&[
+            "export",
+            "gitlab-ci",
+            workflow,
+            "--replay",
+            "cassettes",
+            "--image",
+            "none",
+            "--install",
+            &install,
+            "--output",
+            ".gitlab-ci.yml",
+        ])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{workflow}: {}", out.transcript());
+    init_repo(&dir);
+    test
+}
+
 /// Copies a folder of the repository into `to`.
 fn copy_into(from: &str, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
@@ -369,68 +420,10 @@ async fn the_flagship_workflow_runs_as_an_exported_pipeline_from_the_demo_casset
         .await;
     assert_eq!(out.status, 0, "{}", out.transcript());
     let local: Value = serde_json::from_str(&out.stdout).unwrap();
-    std::fs::remove_dir_all(dir.join(".runner")).unwrap();
-    for branch in git(
-        &dir,
-        &[
-            "for-each-ref",
-            "--format=%(refname:short)",
-            "refs/heads/runner/",
-        ],
-    )
-    .lines()
-    {
-        git(&dir, &["branch", "-D", branch]);
-    }
-    let install = format!(
-        "mkdir -p runner-bin && cp {} runner-bin/runner",
-        env!("CARGO_BIN_EXE_runner")
-    );
-    let (out, _test) = test
-        .clear_args()
-        .args(&[
-            "export",
-            "gitlab-ci",
-            "workflows/jwt-migration.toml",
-            "--replay",
-            "cassettes",
-            "--image",
-            "none",
-            "--install",
-            &install,
-            "--output",
-            ".gitlab-ci.yml",
-        ])
-        .run_async()
-        .await;
-    assert_eq!(out.status, 0, "{}", out.transcript());
-    init_repo(&dir);
+    let _test = export_for_the_pipeline(test, "workflows/jwt-migration.toml").await;
     let (passed, log) = tokio::task::spawn_blocking({
         let dir = dir.clone();
-        move || {
-            let out = Command::new(gitlab_ci_local())
-                .args([
-                    "--shell-isolation",
-                    "--concurrency",
-                    "4",
-                    "--needs",
-                    "review",
-                ])
-                .current_dir(&dir)
-                .env("HOME", dir.join(".home"))
-                .env_remove("ANTHROPIC_API_KEY")
-                .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
-                .output()
-                .unwrap();
-            (
-                out.status.success(),
-                format!(
-                    "{}{}",
-                    String::from_utf8_lossy(&out.stdout),
-                    String::from_utf8_lossy(&out.stderr)
-                ),
-            )
-        }
+        move || pipeline_with(&dir, &["--needs".into(), "review".into()])
     })
     .await
     .unwrap();
@@ -545,42 +538,7 @@ async fn every_shipped_workflow_runs_as_an_exported_pipeline() {
             .await;
         let local: Value = serde_json::from_str(&out.stdout)
             .unwrap_or_else(|e| panic!("{workflow}: {e}: {}", out.transcript()));
-        std::fs::remove_dir_all(dir.join(".runner")).unwrap();
-        for branch in git(
-            &dir,
-            &[
-                "for-each-ref",
-                "--format=%(refname:short)",
-                "refs/heads/runner/",
-            ],
-        )
-        .lines()
-        {
-            git(&dir, &["branch", "-D", branch]);
-        }
-        let install = format!(
-            "mkdir -p runner-bin && cp {} runner-bin/runner",
-            env!("CARGO_BIN_EXE_runner")
-        );
-        let (out, _test) = test
-            .clear_args()
-            .args(&[
-                "export",
-                "gitlab-ci",
-                &path,
-                "--replay",
-                "cassettes",
-                "--image",
-                "none",
-                "--install",
-                &install,
-                "--output",
-                ".gitlab-ci.yml",
-            ])
-            .run_async()
-            .await;
-        assert_eq!(out.status, 0, "{workflow}: {}", out.transcript());
-        init_repo(&dir);
+        let _test = export_for_the_pipeline(test, &path).await;
         // Every step's job and what it needs; not `runner-apply`, which pushes to a GitLab
         // server (there is none here).
         let steps: Vec<String> = local["steps"]
@@ -589,36 +547,17 @@ async fn every_shipped_workflow_runs_as_an_exported_pipeline() {
             .keys()
             .cloned()
             .collect();
-        let variables: Vec<String> = inputs
-            .iter()
-            .map(|(k, v)| format!("INPUT_{}={v}", k.to_uppercase()))
-            .collect();
+        let mut more = vec!["--needs".to_owned()];
+        more.extend(steps.iter().cloned());
+        for (k, v) in &inputs {
+            more.extend([
+                "--variable".to_owned(),
+                format!("INPUT_{}={v}", k.to_uppercase()),
+            ]);
+        }
         let (passed, log) = tokio::task::spawn_blocking({
             let dir = dir.clone();
-            let steps = steps.clone();
-            move || {
-                let mut command = Command::new(gitlab_ci_local());
-                command.args(["--shell-isolation", "--concurrency", "4", "--needs"]);
-                command.args(&steps);
-                for variable in &variables {
-                    command.args(["--variable", variable]);
-                }
-                let out = command
-                    .current_dir(&dir)
-                    .env("HOME", dir.join(".home"))
-                    .env_remove("ANTHROPIC_API_KEY")
-                    .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
-                    .output()
-                    .unwrap();
-                (
-                    out.status.success(),
-                    format!(
-                        "{}{}",
-                        String::from_utf8_lossy(&out.stdout),
-                        String::from_utf8_lossy(&out.stderr)
-                    ),
-                )
-            }
+            move || pipeline_with(&dir, &more)
         })
         .await
         .unwrap();
