@@ -3,21 +3,13 @@
 //! uncommitted changes, a branch with commits no remote and no checkout has. A run still going
 //! (it holds its run lock) is left alone whatever the flags.
 
-use camino::Utf8PathBuf;
-
 use crate::cli::{CleanArgs, Io};
 use crate::error::Exit;
 use crate::run::worktree::Repo;
 
 pub fn clean(args: CleanArgs, io: &mut Io<'_>) -> Exit {
-    let workdir = args
-        .workdir
-        .clone()
-        .unwrap_or_else(|| Utf8PathBuf::from("."));
-    let state_dir = args
-        .state_dir
-        .clone()
-        .unwrap_or_else(|| crate::run::default_state_dir(&workdir));
+    let (workdir, state_dir) =
+        crate::run::directories(args.workdir.as_deref(), args.state_dir.as_deref());
     let Some(repo) = Repo::discover(&workdir).map(|r| r.keeping_worktrees_in(&state_dir)) else {
         let _ = writeln!(
             io.err,

@@ -6,7 +6,6 @@ use std::io::{IsTerminal, Write};
 use std::sync::Arc;
 use std::time::Duration;
 
-use camino::Utf8PathBuf;
 use tokio_util::sync::CancellationToken;
 
 use super::{load_plan_with, report};
@@ -45,15 +44,8 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
     else {
         return Exit::Invalid;
     };
-    let workdir = args
-        .resolve
-        .workdir
-        .clone()
-        .unwrap_or_else(|| Utf8PathBuf::from("."));
-    let state_dir = args
-        .state_dir
-        .clone()
-        .unwrap_or_else(|| run::default_state_dir(&workdir));
+    let (workdir, state_dir) =
+        run::directories(args.resolve.workdir.as_deref(), args.state_dir.as_deref());
     // `--run-id` of a run other jobs recorded (their state directories copied here): its
     // results are what this job builds on.
     let merged = match &args.run_id {

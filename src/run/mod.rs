@@ -52,3 +52,14 @@ pub enum RunError {
 pub fn default_state_dir(workdir: &Utf8Path) -> Utf8PathBuf {
     workdir.join(".runner")
 }
+
+/// The working and state directories from `--workdir` and `--state-dir`: the current directory
+/// and `<workdir>/.runner` unless given.
+pub fn directories(
+    workdir: Option<&Utf8Path>,
+    state_dir: Option<&Utf8Path>,
+) -> (Utf8PathBuf, Utf8PathBuf) {
+    let workdir = workdir.map_or_else(|| Utf8PathBuf::from("."), Utf8Path::to_owned);
+    let state_dir = state_dir.map_or_else(|| default_state_dir(&workdir), Utf8Path::to_owned);
+    (workdir, state_dir)
+}

@@ -309,19 +309,7 @@ async fn a_recorded_run_replays_elsewhere_without_network_or_key() {
     assert!(drift[1].contains("request 2"), "{}", drift[1]);
 
     // `--replay-strict` makes drift an error of the step, naming the request and the difference.
-    let (out, _replay) = replay
-        .clear_args()
-        .args(&[
-            "run",
-            "w.toml",
-            "--format",
-            "json",
-            "--replay",
-            "cassettes",
-            "--replay-strict",
-        ])
-        .run_async()
-        .await;
+    let (out, _replay) = replay_strict(replay).await;
     assert_eq!(out.status, 1, "{}", out.transcript());
     let strict: Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(strict["steps"]["a"]["status"], "succeeded");
@@ -751,19 +739,7 @@ async fn a_timing_in_a_checks_output_is_drift_not_a_broken_replay() {
     );
 
     std::fs::remove_file(test.path().join("fixed.txt")).unwrap();
-    let (out, _test) = test
-        .clear_args()
-        .args(&[
-            "run",
-            "w.toml",
-            "--format",
-            "json",
-            "--replay",
-            "cassettes",
-            "--replay-strict",
-        ])
-        .run_async()
-        .await;
+    let (out, _test) = replay_strict(test).await;
     assert_eq!(out.status, 1, "{}", out.transcript());
     let strict: Value = serde_json::from_str(&out.stdout).unwrap();
     let error = strict["steps"]["s"]["error"].as_str().unwrap();
@@ -896,4 +872,20 @@ async fn a_github_job_with_only_reports_its_own_step_alone() {
     assert_eq!(text.matches("| `b` |").count(), 1, "{text}");
     assert!(!text.contains("| `c` |"), "{text}");
     assert!(!text.contains("skipped"), "{text}");
+}
+
+/// `w.toml` replayed from `cassettes` with `--replay-strict`, the run's JSON on stdout.
+async fn replay_strict(test: Test) -> (crate::support::Output, Test) {
+    test.clear_args()
+        .args(&[
+            "run",
+            "w.toml",
+            "--format",
+            "json",
+            "--replay",
+            "cassettes",
+            "--replay-strict",
+        ])
+        .run_async()
+        .await
 }
