@@ -94,7 +94,15 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
     // Known before the run starts, so that cassettes can leave it out of what they hash.
     let run_id = args.run_id.clone().unwrap_or_else(run::new_run_id);
     let tapes = match (&args.record, &args.replay) {
-        (Some(dir), _) => Some(Arc::new(Tapes::new(TapeMode::Record, dir.clone(), &run_id))),
+        (Some(dir), _) => {
+            // Made before any step runs, so a writing step's bash finds it read-only rather
+            // than free to plant cassettes in.
+            if let Err(err) = std::fs::create_dir_all(dir) {
+                let _ = writeln!(io.err, "error: cannot create `--record {dir}`: {err}");
+                return Exit::Unexpected;
+            }
+            Some(Arc::new(Tapes::new(TapeMode::Record, dir.clone(), &run_id)))
+        }
         (_, Some(dir)) if !dir.is_dir() => {
             let _ = writeln!(
                 io.err,

@@ -27,6 +27,15 @@ pub fn bind_read_only(paths: &[&Path]) -> Result<bool, String> {
     if paths.is_empty() {
         return Ok(true);
     }
+    // A bind follows links, and a link at the root could then be replaced by what the step
+    // likes (a `.git` of its own whose hooks the user's git would run): with a protected path
+    // that is a link, the root stays unwritable instead.
+    if paths.iter().any(|p| {
+        p.symlink_metadata()
+            .map_or(true, |m| m.file_type().is_symlink())
+    }) {
+        return Ok(false);
+    }
     if !new_namespace() {
         return Ok(false);
     }

@@ -399,3 +399,33 @@ async fn runner_cannot_be_signalled_or_read_from_the_sandbox() {
         assert!(out.is_error, "`{attempt}` worked:\n{}", out.text);
     }
 }
+
+/// A `.git` that is a link cannot be bound read-only (a bind follows it), and a writable root
+/// would let the step swap the link for a `.git` of its own: the root then stays unwritable.
+#[tokio::test]
+async fn a_git_link_at_the_root_cannot_be_swapped() {
+    let p = place();
+    let root = p.ws.root().to_owned();
+    std::fs::remove_dir_all(root.join(".git")).unwrap();
+    std::fs::create_dir_all(p.outside.join("real-git")).unwrap();
+    std::os::unix::fs::symlink(p.outside.join("real-git"), root.join(".git")).unwrap();
+    let mut env = env(Mode::Workdir, false);
+    env.protected = vec![
+        root.join(".git").into_std_path_buf(),
+        root.join(".runner").into_std_path_buf(),
+    ];
+    for attempt in ["rm .git && mkdir .git", "mv .git old && mkdir .git"] {
+        let out = run(&p, &env, attempt).await;
+        assert!(out.is_error, "`{attempt}` succeeded:\n{}", out.text);
+    }
+    assert!(
+        root.join(".git")
+            .symlink_metadata()
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    // Subfolders stay writable.
+    let ok = run(&p, &env, "echo x > src/new.txt && echo done").await;
+    assert_eq!(ok, ToolOutput::ok("exit code 0\ndone\n"));
+}
