@@ -57,6 +57,23 @@ pub fn protected_paths(
 ) -> Vec<PathBuf> {
     let mut protected = Vec::new();
     for dir in std::iter::once(state_dir).chain(cassettes) {
+        // A link stands protected itself too: the sandbox then keeps the root unwritable, so
+        // the step cannot point it elsewhere before runner writes through it.
+        if dir
+            .symlink_metadata()
+            .is_ok_and(|m| m.file_type().is_symlink())
+            && let (Some(parent), Some(name)) = (dir.parent(), dir.file_name())
+        {
+            // The link itself, where the sandbox sees it: its folder's real path and its name.
+            let parent = if parent.as_str().is_empty() {
+                Utf8Path::new(".")
+            } else {
+                parent
+            };
+            if let Ok(parent) = parent.canonicalize_utf8() {
+                protected.push(parent.join(name).into_std_path_buf());
+            }
+        }
         if let Ok(dir) = dir.canonicalize_utf8() {
             protected.push(dir.into_std_path_buf());
         }
@@ -250,4 +267,34 @@ async fn with_mcp_tools(
         registry.register(tool);
     }
     Ok((Arc::new(registry), allowed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A state directory that is a link is protected as the link too (so the root stays
+    /// unwritable and the link cannot be pointed elsewhere), and as where it leads.
+    #[test]
+    fn a_linked_state_directory_is_protected_as_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = Utf8PathBuf::from_path_buf(dir.path().canonicalize().unwrap()).unwrap();
+        std::fs::create_dir_all(root.join("elsewhere")).unwrap();
+        std::fs::create_dir_all(root.join("work")).unwrap();
+        std::os::unix::fs::symlink(root.join("elsewhere"), root.join("work/.runner")).unwrap();
+        let work = root.join("work");
+        let protected = protected_paths(&work, &work.join(".runner"), None, false);
+        assert_eq!(
+            protected,
+            [
+                work.join(".runner").into_std_path_buf(),
+                root.join("elsewhere").into_std_path_buf()
+            ]
+        );
+        // A plain one is protected once.
+        std::fs::remove_file(work.join(".runner")).unwrap();
+        std::fs::create_dir(work.join(".runner")).unwrap();
+        let protected = protected_paths(&work, &work.join(".runner"), None, false);
+        assert_eq!(protected, [work.join(".runner").into_std_path_buf()]);
+    }
 }
