@@ -102,7 +102,11 @@ pub fn expand_vars(value: &str) -> String {
         };
         out.push_str(&rest[..start]);
         let var = &rest[start + 2..start + end];
-        out.push_str(&var_any(var).unwrap_or_default());
+        let value = var_any(var).unwrap_or_default();
+        // A value taken from runner's environment on purpose is a secret of the run, whatever
+        // its name: hidden in everything runner writes or sends (README "Security").
+        register(&value);
+        out.push_str(&value);
         rest = &rest[start + end + 1..];
     }
     out.push_str(rest);
@@ -216,18 +220,68 @@ pub fn var(name: &str) -> Option<String> {
     Some(value)
 }
 
-/// Hides `value` in every output from now on.
+/// Hides `value` in every output from now on, and its encodings: URL-encoded (a query string,
+/// a proxy URL) and base64 at each of the three alignments it can have inside a longer base64
+/// text (a Basic `Authorization` header a proxy echoes).
 pub fn register(value: &str) {
     let value = value.trim();
     if value.len() < MIN_REDACTED_LEN {
         return;
     }
+    let mut forms = vec![value.to_owned()];
+    // As URLs encode it: everything but RFC 3986's unreserved characters.
+    const URL: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'.')
+        .remove(b'_')
+        .remove(b'~');
+    let url = percent_encoding::utf8_percent_encode(value, URL).to_string();
+    forms.push(url);
+    forms.extend(base64_forms(value.as_bytes()));
     let mut known = KNOWN.write().unwrap_or_else(PoisonError::into_inner);
-    if !known.iter().any(|k| k == value) {
-        known.push(value.to_owned());
+    let mut added = false;
+    for form in forms {
+        if form.len() >= MIN_REDACTED_LEN && !known.contains(&form) {
+            known.push(form);
+            added = true;
+        }
+    }
+    if added {
         // Longest first, so a key that contains another is hidden whole.
         known.sort_by_key(|k| std::cmp::Reverse(k.len()));
     }
+}
+
+/// The part of `bytes`' base64 that is the same wherever they stand in a longer text, for each
+/// of the three alignments (standard and URL-safe alphabets): the characters made only of
+/// `bytes`' own bits.
+fn base64_forms(bytes: &[u8]) -> Vec<String> {
+    use base64::Engine as _;
+    let mut forms = Vec::new();
+    for offset in 0..3usize {
+        let mut padded = vec![0u8; offset];
+        padded.extend_from_slice(bytes);
+        let total_bits = padded.len() * 8;
+        // Characters whose 6 bits all come from `bytes`: after the offset's bits, before the end.
+        let start = (offset * 8).div_ceil(6);
+        let end = total_bits / 6;
+        for engine in [
+            &base64::engine::general_purpose::STANDARD_NO_PAD,
+            &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+        ] {
+            let encoded = engine.encode(&padded);
+            if let Some(stable) = encoded.get(start..end.min(encoded.len())) {
+                forms.push(stable.to_owned());
+            }
+        }
+    }
+    forms
+}
+
+/// Whether `text` holds a registered secret (what [`redact`] would hide).
+pub fn holds_secret(text: &str) -> bool {
+    let known = KNOWN.read().unwrap_or_else(PoisonError::into_inner);
+    known.iter().any(|k| text.contains(k.as_str()))
 }
 
 /// `text` with every registered secret replaced by `[hidden]`.
@@ -295,5 +349,33 @@ mod tests {
         );
         assert_eq!(redact("a short word"), "a short word");
         assert!(matches!(redact("nothing here"), Cow::Borrowed(_)));
+    }
+
+    /// A secret inside a longer base64 text (a Basic header a proxy echoes) or URL-encoded is
+    /// hidden too, at any alignment.
+    #[test]
+    fn encodings_of_a_secret_are_hidden() {
+        use base64::Engine as _;
+        let secret = "tok-9f8e7d6c5b4a-secret";
+        register(secret);
+        for prefix in ["", "u", "us", "user:"] {
+            for engine in [
+                &base64::engine::general_purpose::STANDARD,
+                &base64::engine::general_purpose::URL_SAFE,
+            ] {
+                let encoded = engine.encode(format!("{prefix}{secret}"));
+                let header = format!("Proxy-Authorization: Basic {encoded}");
+                assert!(redact(&header).contains(HIDDEN), "{prefix:?}: {header}");
+            }
+        }
+        let url = "https://x.test/?token=tok-9f8e7d6c5b4a-secret%20";
+        assert!(redact(url).contains(HIDDEN));
+        let key = "k3y/with+slash=and:colon";
+        register(key);
+        let escaped = format!(
+            "q={}",
+            percent_encoding::utf8_percent_encode(key, percent_encoding::NON_ALPHANUMERIC)
+        );
+        assert_eq!(redact(&escaped), format!("q={HIDDEN}"), "{escaped}");
     }
 }

@@ -36,6 +36,48 @@ pub struct Message {
 }
 
 impl Message {
+    /// The message as a model may see it: every known secret in its text, tool results and
+    /// tool inputs hidden (README "Security": one way out). Borrowed when it holds none.
+    pub fn redacted(&self) -> std::borrow::Cow<'_, Message> {
+        use crate::secrets::{holds_secret, redact_owned};
+        let holds = self.content.iter().any(|block| match block {
+            Block::Text { text } => holds_secret(text),
+            Block::ToolResult { content, .. } => holds_secret(content),
+            Block::ToolUse { input, .. } => holds_secret(&input.to_string()),
+        });
+        if !holds {
+            return std::borrow::Cow::Borrowed(self);
+        }
+        let content = self
+            .content
+            .iter()
+            .map(|block| match block {
+                Block::Text { text } => Block::Text {
+                    text: redact_owned(text.clone()),
+                },
+                Block::ToolResult {
+                    tool_use_id,
+                    content,
+                    is_error,
+                } => Block::ToolResult {
+                    tool_use_id: tool_use_id.clone(),
+                    content: redact_owned(content.clone()),
+                    is_error: *is_error,
+                },
+                Block::ToolUse { id, name, input } => Block::ToolUse {
+                    id: id.clone(),
+                    name: name.clone(),
+                    input: serde_json::from_str(&redact_owned(input.to_string()))
+                        .unwrap_or_else(|_| input.clone()),
+                },
+            })
+            .collect();
+        std::borrow::Cow::Owned(Message {
+            role: self.role,
+            content,
+        })
+    }
+
     pub fn user_text(text: impl Into<String>) -> Self {
         Self {
             role: Role::User,

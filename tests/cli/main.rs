@@ -22,6 +22,7 @@ mod plan;
 mod proxy;
 mod race;
 mod real_tools;
+mod redaction;
 mod run;
 mod scheduler;
 mod schema;

@@ -33,14 +33,29 @@ impl Wire {
     /// The opening of the body, up to and with the `messages` array's `[` (and, for Chat
     /// Completions, its system message).
     fn head(self, request: &ChatRequest) -> Vec<u8> {
+        // Every byte to a model passes the one redactor: the system prompt here, each message
+        // in `message` (README "Security").
+        let hidden;
+        let request = if crate::secrets::holds_secret(&request.system) {
+            hidden = ChatRequest {
+                system: crate::secrets::redact_owned(request.system.clone()),
+                ..request.clone()
+            };
+            &hidden
+        } else {
+            request
+        };
         match self {
             Wire::Anthropic => anthropic::head(request),
             Wire::OpenAi { completion_tokens } => openai::head(request, completion_tokens),
         }
     }
 
-    /// One message as the wire's array elements, each preceded by a comma unless `first`.
+    /// One message as the wire's array elements, each preceded by a comma unless `first`; every
+    /// known secret in it hidden.
     fn message(self, out: &mut Vec<u8>, message: &Message, first: bool, newest: bool) {
+        let message = message.redacted();
+        let message = message.as_ref();
         match self {
             Wire::Anthropic => anthropic::message(out, message, first, newest),
             Wire::OpenAi { .. } => openai::message(out, message, first),
