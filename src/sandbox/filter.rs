@@ -4,9 +4,11 @@
 //!   UDP (a DNS query can carry data out), raw sockets, or connecting to a UNIX socket such as a
 //!   container engine's. Refusing `socket(2)` and io_uring (which can open sockets on its own)
 //!   covers them all; `socketpair(2)`, which only joins two ends inside the sandbox, stays allowed.
-//! - Metadata: Landlock does not cover `chmod`, `chown`, `utime` or extended attributes. A
-//!   read-only bash may change none of them anywhere; a writing bash may `chmod` and `touch`
-//!   (builds need both) but never set a setuid or setgid bit, change an owner or an xattr.
+//! - Metadata: Landlock does not cover `chmod`, `chown`, `utime`, extended attributes or inode
+//!   flags. A read-only bash may change none of them anywhere; a writing bash may `chmod` and
+//!   `touch` (builds need both) but never set a setuid or setgid bit, change an owner, an xattr
+//!   or an inode flag (`chattr`: the `FS_IOC_SETFLAGS` and `FS_IOC_FSSETXATTR` ioctls and
+//!   `file_setattr`), since nothing can confine those to the working directory.
 
 use std::collections::BTreeMap;
 
@@ -22,6 +24,13 @@ use nix::libc;
 /// builds for; the libc crate does not name them yet.
 const SYS_SETXATTRAT: i64 = 463;
 const SYS_REMOVEXATTRAT: i64 = 466;
+/// `file_setattr` (Linux 6.17): inode flags (`chattr`) by path, without `ioctl`.
+const SYS_FILE_SETATTR: i64 = 469;
+
+/// The `ioctl` requests that set inode flags (`chattr +A`, `+d`, `+S`, `+i` …): Landlock does
+/// not cover them, and they reach any file the user owns. `FS_IOC_SETFLAGS` (and its 32-bit
+/// twin) and `FS_IOC_FSSETXATTR`.
+const SET_FLAGS_IOCTLS: [u64; 3] = [0x4008_6602, 0x4004_6602, 0x401c_5820];
 
 /// Installs the filters a call in `mode` needs on the calling thread (its children inherit
 /// them). Needs `no_new_privs`, which the Landlock step sets first.
@@ -59,10 +68,22 @@ fn metadata_rules(mode: Mode) -> Result<BTreeMap<i64, Vec<SeccompRule>>, String>
         libc::SYS_fremovexattr,
         SYS_SETXATTRAT,
         SYS_REMOVEXATTRAT,
+        SYS_FILE_SETATTR,
     ];
     for call in always {
         rules.insert(call, Vec::new());
     }
+    let set_flags: Result<Vec<SeccompRule>, String> = SET_FLAGS_IOCTLS
+        .iter()
+        .map(|request| {
+            let condition =
+                SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, *request)
+                    .map_err(|e| format!("cannot build the seccomp filter: {e}"))?;
+            SeccompRule::new(vec![condition])
+                .map_err(|e| format!("cannot build the seccomp filter: {e}"))
+        })
+        .collect();
+    rules.insert(libc::SYS_ioctl, set_flags?);
     #[cfg(target_arch = "x86_64")]
     for call in [libc::SYS_chown, libc::SYS_lchown] {
         rules.insert(call, Vec::new());

@@ -429,3 +429,48 @@ async fn a_git_link_at_the_root_cannot_be_swapped() {
     let ok = run(&p, &env, "echo x > src/new.txt && echo done").await;
     assert_eq!(ok, ToolOutput::ok("exit code 0\ndone\n"));
 }
+
+/// Inode flags (`chattr`: append-only, no-atime, synchronous, immutable …) reach any file the
+/// user owns and no Landlock rule covers them: no bash may set them, read-only or writing, in
+/// its directory or outside it.
+#[tokio::test]
+async fn no_bash_sets_inode_flags() {
+    let p = place();
+    let outside = p.outside.join("owned.txt");
+    std::fs::write(&outside, "x\n").unwrap();
+    let inside = p.ws.root().join("README.md");
+    // The file system takes the flag from an unconfined process: the refusal is the sandbox's.
+    let free = std::process::Command::new("chattr")
+        .args(["+A", outside.as_str()])
+        .status()
+        .expect("chattr (Debian's e2fsprogs, always installed) is needed");
+    let supported = free.success();
+    let _ = std::process::Command::new("chattr")
+        .args(["-A", outside.as_str()])
+        .status();
+    assert!(supported, "this file system takes no inode flags");
+    for mode in [Mode::ReadOnly, Mode::Workdir] {
+        let mut env = env(mode, false);
+        env.protected = vec![p.ws.root().join(".git").into_std_path_buf()];
+        for target in [&outside, &inside] {
+            for flag in ["+A", "+S", "+d"] {
+                let out = run(&p, &env, &format!("chattr {flag} {target}")).await;
+                assert!(
+                    out.is_error,
+                    "{mode:?} chattr {flag} {target}:\n{}",
+                    out.text
+                );
+            }
+        }
+    }
+    let flags = std::process::Command::new("lsattr")
+        .arg(outside.as_str())
+        .output()
+        .unwrap();
+    let flags = String::from_utf8_lossy(&flags.stdout);
+    let flags = flags.split_whitespace().next().unwrap_or_default();
+    assert!(
+        !flags.contains('A') && !flags.contains('S') && !flags.contains('d'),
+        "{flags}"
+    );
+}
