@@ -25,6 +25,9 @@ pub const OUTPUT_FIX_TURNS: u32 = 2;
 /// The same call with the same input this many times in a row is answered with an error
 /// instead of being run again (README "Agents that loop or run out of turns").
 pub const MAX_SAME_CALLS: u32 = 3;
+/// Tool calls of one reply that are run; the rest are answered with an error the model can
+/// read (a reply of thousands of calls would otherwise hold thousands of outputs at once).
+pub const MAX_CALLS_PER_REPLY: usize = 64;
 
 /// Why a step failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,9 +127,9 @@ async fn call_tools(
     step: &str,
     turn: u32,
     calls: Vec<(String, String, Value)>,
-    repeated: &[bool],
+    refused: &[Option<String>],
 ) -> (Vec<Block>, Option<String>) {
-    let one = |id: String, name: String, input: Value, repeated: bool| async move {
+    let one = |id: String, name: String, input: Value, refused: Option<String>| async move {
         session.events.emit(EventKind::ToolStarted {
             step: step.to_owned(),
             turn,
@@ -135,12 +138,9 @@ async fn call_tools(
             input: input.clone(),
         });
         let started = Instant::now();
-        let mut output = if repeated {
-            crate::tools::ToolOutput::error(format!(
-                "`{name}` was called with exactly this input {MAX_SAME_CALLS} times in a row, and its output is above: it was not run again. Use what it returned, or do something else."
-            ))
-        } else {
-            session.tools.call(&name, &input).await
+        let mut output = match refused {
+            Some(why) => crate::tools::ToolOutput::error(why),
+            None => session.tools.call(&name, &input).await,
         };
         // The conversation keeps this text for the rest of the step: no spare capacity with it.
         output.text.shrink_to_fit();
@@ -170,17 +170,17 @@ async fn call_tools(
     let mut tasks = Vec::new();
     let mut others = Vec::new();
     for (i, (id, name, input)) in calls.into_iter().enumerate() {
-        let repeated = repeated.get(i).copied().unwrap_or(false);
+        let refused = refused.get(i).cloned().flatten();
         if is_task(&name) {
-            tasks.push((i, one(id, name, input, repeated)));
+            tasks.push((i, one(id, name, input, refused)));
         } else {
-            others.push((i, id, name, input, repeated));
+            others.push((i, id, name, input, refused));
         }
     }
     let sequential = async {
         let mut done = Vec::with_capacity(others.len());
-        for (i, id, name, input, repeated) in others {
-            done.push((i, one(id, name, input, repeated).await));
+        for (i, id, name, input, refused) in others {
+            done.push((i, one(id, name, input, refused).await));
         }
         done
     };
@@ -432,18 +432,27 @@ async fn turns_until_done(
             // tools while they run (moved, not copied) and taken back after.
             let shared = &session.tools.context.conversation;
             *lock(shared) = Some(std::mem::take(request));
-            let repeated: Vec<bool> = calls
+            let total = calls.len();
+            let refused: Vec<Option<String>> = calls
                 .iter()
-                .map(|(_, name, input)| {
+                .enumerate()
+                .map(|(i, (_, name, input))| {
+                    if i >= MAX_CALLS_PER_REPLY {
+                        return Some(format!(
+                            "not run: a reply may make at most {MAX_CALLS_PER_REPLY} tool calls, and this one made {total}; make the calls you still need in your next turn"
+                        ));
+                    }
                     let count = match &same {
                         Some((n, i, count)) if n == name && i == input => count + 1,
                         _ => 1,
                     };
                     same = Some((name.clone(), input.clone(), count));
-                    count >= MAX_SAME_CALLS
+                    (count >= MAX_SAME_CALLS).then(|| format!(
+                        "`{name}` was called with exactly this input {MAX_SAME_CALLS} times in a row, and its output is above: it was not run again. Use what it returned, or do something else."
+                    ))
                 })
                 .collect();
-            let (results, fatal) = call_tools(&session, &step, turn, calls, &repeated).await;
+            let (results, fatal) = call_tools(&session, &step, turn, calls, &refused).await;
             let Some(back) = lock(shared).take() else {
                 // Nothing else takes it: the tools only read it while they run.
                 return StepOutcome::failed(

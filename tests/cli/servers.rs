@@ -473,3 +473,33 @@ async fn the_quirks_of_openai_compatible_streams_are_understood() {
         );
     }
 }
+
+/// A reply's tool calls are run up to a limit; the rest are answered with an error the model
+/// can read, never held in memory all at once (3,000 reads of a large file in one reply).
+#[tokio::test(flavor = "multi_thread")]
+async fn tool_calls_past_the_limit_of_one_reply_are_answered_not_run() {
+    let calls: Vec<(String, Value)> = (1..=70)
+        .map(|i| (format!("c{i}"), json!({"path": "notes.txt", "offset": i})))
+        .collect();
+    let refs: Vec<(&str, &str, Value)> = calls
+        .iter()
+        .map(|(id, input)| (id.as_str(), "read_file", input.clone()))
+        .collect();
+    let fake = Fake::openai(vec![openai_tools(&refs), openai_text("enough")]).await;
+    let (out, record) = run(&format!("{}/v1", fake.uri()), "", &[], "json").await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    assert_eq!(record["steps"]["s"]["summary"], "enough");
+    let results = tool_results(&fake.bodies().await[1]);
+    assert_eq!(results.len(), 70);
+    assert!(
+        results[..64].iter().all(|r| !r.contains("not run")),
+        "{results:?}"
+    );
+    assert!(
+        results[64..]
+            .iter()
+            .all(|r| r
+                .contains("not run: a reply may make at most 64 tool calls, and this one made 70")),
+        "{results:?}"
+    );
+}
