@@ -168,15 +168,22 @@ impl Meter {
 
     /// Counts a reply against every budget; returns its cost when the model has a price.
     pub fn charge(&self, usage: &Usage) -> Option<f64> {
-        let tokens = usage.total_input() + usage.output_tokens;
-        self.step.used.fetch_add(tokens, Ordering::Relaxed);
-        self.run.tokens.fetch_add(tokens, Ordering::Relaxed);
+        let tokens = crate::units::sum([usage.total_input(), usage.output_tokens]);
+        add(&self.step.used, tokens);
+        add(&self.run.tokens, tokens);
         let cost = self.run.cost(&self.model, usage)?;
-        self.run
-            .cost_nano
-            .fetch_add((cost * NANO).round() as u64, Ordering::Relaxed);
+        // `as` saturates a float too large (or not a number) for a u64.
+        add(&self.run.cost_nano, (cost * NANO).round() as u64);
         Some(cost)
     }
+}
+
+/// Adds to a counter, stopping at the largest count rather than wrapping (a hostile server may
+/// report any usage).
+fn add(counter: &std::sync::atomic::AtomicU64, n: u64) {
+    let _ = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |now| {
+        Some(now.saturating_add(n))
+    });
 }
 
 #[cfg(test)]

@@ -261,10 +261,11 @@ impl StepRecord {
             .collect();
         self.turns = here.iter().map(|r| r.turns).sum();
         self.tool_calls = here.iter().map(|r| r.tool_calls).sum();
-        self.input_tokens = here.iter().map(|r| r.input_tokens).sum();
-        self.output_tokens = here.iter().map(|r| r.output_tokens).sum();
-        self.cache_creation_input_tokens = here.iter().map(|r| r.cache_creation_input_tokens).sum();
-        self.cache_read_input_tokens = here.iter().map(|r| r.cache_read_input_tokens).sum();
+        let sum = |f: fn(&StepRecord) -> u64| crate::units::sum(here.iter().map(|r| f(r)));
+        self.input_tokens = sum(|r| r.input_tokens);
+        self.output_tokens = sum(|r| r.output_tokens);
+        self.cache_creation_input_tokens = sum(|r| r.cache_creation_input_tokens);
+        self.cache_read_input_tokens = sum(|r| r.cache_read_input_tokens);
         self.cost_usd = here.iter().filter_map(|r| r.cost_usd).reduce(|a, b| a + b);
         self.reused_from = match instances.first() {
             Some(first) if here.is_empty() => first.reused_from.clone(),
@@ -316,10 +317,12 @@ impl SubagentRecord {
     /// Every token it sent and received, cached or not: what its facts line and its progress
     /// line both say.
     pub fn total_tokens(&self) -> u64 {
-        self.input_tokens
-            + self.cache_creation_input_tokens
-            + self.cache_read_input_tokens
-            + self.output_tokens
+        crate::units::sum([
+            self.input_tokens,
+            self.cache_creation_input_tokens,
+            self.cache_read_input_tokens,
+            self.output_tokens,
+        ])
     }
 }
 

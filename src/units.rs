@@ -6,6 +6,10 @@ pub fn seconds(ms: u64) -> String {
 }
 
 pub fn tokens(n: u64) -> String {
+    // A sum that stopped at the largest count (see [`sum`]) says so rather than show a number.
+    if n == u64::MAX {
+        return "overflowed (a server reported impossible usage)".to_owned();
+    }
     if n >= 1000 {
         format!("{:.1}k", n as f64 / 1000.0)
     } else {
@@ -20,4 +24,10 @@ pub fn usd(amount: f64) -> String {
     } else {
         format!("${amount:.4}")
     }
+}
+
+/// Token counts added up, stopping at the largest count rather than wrapping: a hostile server
+/// may report any figure (README "Security").
+pub fn sum(counts: impl IntoIterator<Item = u64>) -> u64 {
+    counts.into_iter().fold(0, u64::saturating_add)
 }

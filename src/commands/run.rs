@@ -53,7 +53,7 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
             report(
                 io,
                 &[crate::error::Problem::error(format!(
-                    "--run-id {id}: use letters, digits, `.`, `_` and `-` (at most 64)"
+                    "--run-id {id}: use letters, digits, `.`, `_` and `-` (at most 64; no `..`, and not ending in `.` or `.lock`: it is part of git branch names)"
                 ))],
             );
             return Exit::Invalid;

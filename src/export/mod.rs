@@ -154,7 +154,13 @@ pub fn push_lines(id: &str, fan_out: bool, env: &PushEnv<'_>) -> Vec<String> {
         "  [ -f \"$record\" ] || continue".to_owned(),
         "  if [ \"$(jq -r .status \"$record\")\" != succeeded ] || [ -z \"$(jq -r '.diff // empty' \"$record\")\" ]; then echo \"$record: no change to push\"; continue; fi".to_owned(),
         "  branch=\"$(jq -r .branch \"$record\")\"".to_owned(),
-        format!("  case \"$branch\" in \"runner/{run_id}/{id}\"|\"runner/{run_id}/{id}.\"[0-9]*) ;; *) echo \"unexpected branch in $record\"; exit 1 ;; esac"),
+        // Only the exact names runner makes: `runner/<run>/<step>`, or for a fan-out's
+        // instances `runner/<run>/<step>.<number>` and nothing after the number.
+        if fan_out {
+            format!("  k=\"${{branch#\"runner/{run_id}/{id}.\"}}\"; case \"$k\" in \"$branch\"|''|*[!0-9]*) echo \"unexpected branch in $record\"; exit 1 ;; esac")
+        } else {
+            format!("  [ \"$branch\" = \"runner/{run_id}/{id}\" ] || {{ echo \"unexpected branch in $record\"; exit 1; }}")
+        },
         format!("  git switch --create \"$branch\" \"{sha}\""),
         "  jq -j .diff \"$record\" | git apply --index".to_owned(),
         format!("  git {committer} commit --quiet -m \"runner: $(jq -r '.instance // \"{id}\"' \"$record\" | tr -cd 'A-Za-z0-9_.[]-') (run {run_id})\""),
@@ -333,5 +339,52 @@ mod tests {
         assert_eq!(shell_word("my flows/it's.toml"), "'my flows/it'\\''s.toml'");
         assert_eq!(quote("a \"b\"\n"), "\"a \\\"b\\\"\\n\"");
         assert!(unsafe_text("{{ workflow.name }}").is_some());
+    }
+}
+
+#[cfg(test)]
+mod guard_tests {
+    use super::*;
+
+    /// Whether the apply job's branch guard lets `branch` through, run by `sh` as the job would.
+    fn passes(fan_out: bool, branch: &str) -> bool {
+        let env = PushEnv {
+            run_id: "$RUN",
+            sha: "$SHA",
+            committer: "",
+            push: "true",
+        };
+        let guard = &push_lines("fix", fan_out, &env)[4];
+        let script = format!("RUN=42; record=r; branch='{branch}'\n{guard}\necho through");
+        let out = std::process::Command::new("sh")
+            .args(["-c", &script])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).contains("through")
+    }
+
+    /// The apply job pushes only the exact branch names runner makes.
+    #[test]
+    fn the_apply_guard_takes_only_the_exact_branch_names() {
+        assert!(passes(false, "runner/42/fix"));
+        for hostile in [
+            "runner/42/fix.1",
+            "runner/42/fixed",
+            "main",
+            "runner/42/fix/../main",
+        ] {
+            assert!(!passes(false, hostile), "{hostile}");
+        }
+        assert!(passes(true, "runner/42/fix.0") && passes(true, "runner/42/fix.17"));
+        for hostile in [
+            "runner/42/fix",
+            "runner/42/fix.1x",
+            "runner/42/fix.1/../../main",
+            "runner/42/fix.",
+            "runner/43/fix.1",
+            "main",
+        ] {
+            assert!(!passes(true, hostile), "{hostile}");
+        }
     }
 }

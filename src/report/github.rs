@@ -185,7 +185,7 @@ impl GithubSink {
             }
         );
         let mut failures = Vec::new();
-        let total: u64 = record.done_here().map(total_tokens).sum();
+        let total = crate::units::sum(record.done_here().map(total_tokens));
         for (id, _) in &self.steps {
             let Some(r) = record
                 .steps

@@ -18,7 +18,12 @@ pub use crate::units::{seconds, tokens, usd};
 
 /// Every token the step sent and received, cached or not.
 pub fn total_tokens(r: &StepRecord) -> u64 {
-    r.input_tokens + r.cache_creation_input_tokens + r.cache_read_input_tokens + r.output_tokens
+    crate::units::sum([
+        r.input_tokens,
+        r.cache_creation_input_tokens,
+        r.cache_read_input_tokens,
+        r.output_tokens,
+    ])
 }
 
 /// Rows as aligned columns, two spaces apart, no trailing spaces.
@@ -108,7 +113,11 @@ fn fit(rows: &mut [Vec<String>], width: usize, run_id: &str) -> Option<String> {
 
 /// One row of the final table.
 fn row(id: String, status: String, r: &StepRecord, costs: bool, branches: bool) -> Vec<String> {
-    let input = r.input_tokens + r.cache_creation_input_tokens + r.cache_read_input_tokens;
+    let input = crate::units::sum([
+        r.input_tokens,
+        r.cache_creation_input_tokens,
+        r.cache_read_input_tokens,
+    ]);
     let mut row = vec![
         id,
         status,
@@ -161,14 +170,18 @@ pub fn summary_table_within(
         let Some(r) = record.steps.get(&step.id) else {
             continue;
         };
-        let input = r.input_tokens + r.cache_creation_input_tokens + r.cache_read_input_tokens;
+        let input = crate::units::sum([
+            r.input_tokens,
+            r.cache_creation_input_tokens,
+            r.cache_read_input_tokens,
+        ]);
         let status = match &r.reused_from {
             Some(run) => format!("{} (reused from {run})", r.status.as_str()),
             None => {
                 turns += r.turns;
                 tools += r.tool_calls;
-                input_total += input;
-                output_total += r.output_tokens;
+                input_total = crate::units::sum([input_total, input]);
+                output_total = crate::units::sum([output_total, r.output_tokens]);
                 r.status.as_str().to_owned()
             }
         };

@@ -356,7 +356,8 @@ impl Sink for LiveProgress {
                 if let (EventKind::TurnFinished { usage, .. }, Some(_)) = (kind, &event.agent)
                     && let Some(line) = self.live.get_mut(&(step.to_owned(), None))
                 {
-                    line.tokens += usage.total_input() + usage.output_tokens;
+                    line.tokens =
+                        crate::units::sum([line.tokens, usage.total_input(), usage.output_tokens]);
                     line.redraw();
                 }
                 let Some(live) = self.live.get_mut(&(step.to_owned(), event.agent.clone())) else {
@@ -370,7 +371,11 @@ impl Sink for LiveProgress {
                     }
                     EventKind::TurnFinished { usage, .. } => {
                         live.arriving = 0;
-                        live.tokens += usage.total_input() + usage.output_tokens;
+                        live.tokens = crate::units::sum([
+                            live.tokens,
+                            usage.total_input(),
+                            usage.output_tokens,
+                        ]);
                     }
                     EventKind::TokensArriving { output_tokens, .. } => {
                         live.arriving = *output_tokens;

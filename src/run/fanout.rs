@@ -71,6 +71,30 @@ pub fn expand(
         Ok(ids) => ids,
         Err(why) => return Prepared::Ended(Outcome::failed(FailureKind::FanOut, why)),
     };
+    // `--only X[7]` naming an instance the list does not have selects nothing: say so, rather
+    // than skip every instance and call the run a success.
+    if let Selection::Instances(chosen) = selection {
+        let missing: Vec<&String> = chosen.iter().filter(|c| !ids.contains(c)).collect();
+        if !missing.is_empty() {
+            let have = if ids.is_empty() {
+                "none (the list is empty)".to_owned()
+            } else {
+                crate::limits::preview(&ids.join(", "), 200)
+            };
+            return Prepared::Ended(Outcome::failed(
+                FailureKind::FanOut,
+                format!(
+                    "--only {}: step `{}` has no such instance; it has {have}",
+                    missing
+                        .iter()
+                        .map(|m| m.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    step.id
+                ),
+            ));
+        }
+    }
     // Instances of the resumed run that succeeded, whatever became of the step as a whole.
     let earlier = options.resume.as_ref().and_then(|r| r.steps.get(&step.id));
     let mut instances = Vec::with_capacity(items.len());

@@ -57,9 +57,14 @@ pub fn load_resume(state_dir: &Utf8Path, which: &str) -> Result<RunRecord, Probl
 
 /// Whether `id` could be a run id runner made: letters, digits, `.`, `_`, `-`.
 pub fn is_run_id(id: &str) -> bool {
+    // Also a valid part of a git branch name (`runner/<run id>/<step>`): no `..`, no trailing
+    // `.` or `.lock` (git check-ref-format).
     !id.is_empty()
         && id.len() <= 64
         && !id.starts_with('.')
+        && !id.ends_with('.')
+        && !id.ends_with(".lock")
+        && !id.contains("..")
         && id
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))

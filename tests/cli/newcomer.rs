@@ -618,3 +618,43 @@ fn plain_progress_says_when_a_request_is_retried() {
         "{line}"
     );
 }
+
+/// A run id is part of git branch names: one git would refuse is refused before anything runs.
+#[test]
+fn a_run_id_git_would_refuse_is_refused_first() {
+    for id in ["a..b", "run.", "x.lock"] {
+        let out = Test::new()
+            .file(
+                "w.yaml",
+                &format!("name: w\n{MODELS}steps:\n  s:\n    agent: explore\n    prompt: x\n"),
+            )
+            .args(&["run", "w.yaml", "--run-id", id])
+            .run();
+        assert_eq!(out.status, 2, "{id}: {}", out.transcript());
+        assert!(
+            out.stderr.contains(&format!("--run-id {id}:")),
+            "{}",
+            out.stderr
+        );
+    }
+}
+
+/// `--only X[7]` for an instance the list does not have fails, naming the instances there are,
+/// rather than skipping everything and calling the run a success.
+#[test]
+fn only_an_instance_that_does_not_exist_fails() {
+    let out = Test::new()
+        .file(
+            "w.yaml",
+            "name: w\nsteps:\n  each:\n    run: echo $ITEM\n    env:\n      ITEM: \"{{ item }}\"\n    for_each: '[\"a\", \"b\"]'\n",
+        )
+        .args(&["run", "w.yaml", "--only", "each[7]", "--format", "json"])
+        .run();
+    assert_eq!(out.status, 1, "{}", out.transcript());
+    let run: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let error = run["steps"]["each"]["error"].as_str().unwrap();
+    assert_eq!(
+        error,
+        "--only each[7]: step `each` has no such instance; it has each[0], each[1]"
+    );
+}

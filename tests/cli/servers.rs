@@ -503,3 +503,33 @@ async fn tool_calls_past_the_limit_of_one_reply_are_answered_not_run() {
         "{results:?}"
     );
 }
+
+/// Usage figures a hostile server reports add up to the largest count and stop there, said as
+/// such, instead of wrapping around to a small number (or panicking).
+#[tokio::test(flavor = "multi_thread")]
+async fn impossible_usage_saturates_and_says_so() {
+    let huge = u64::MAX - 10;
+    let reply = |body: Value| ok(body);
+    let fake = Fake::openai(vec![
+        reply(json!({
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "list_dir", "arguments": "{}"}}]}, "finish_reason": "tool_calls"}],
+            "usage": {"prompt_tokens": huge, "completion_tokens": huge}
+        })),
+        reply(json!({
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "done"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": huge, "completion_tokens": huge}
+        })),
+    ])
+    .await;
+    let (out, record) = run(&format!("{}/v1", fake.uri()), "", &[], "json").await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let step = &record["steps"]["s"];
+    assert_eq!(step["input_tokens"].as_u64(), Some(u64::MAX), "{step}");
+    assert_eq!(step["output_tokens"].as_u64(), Some(u64::MAX), "{step}");
+    assert!(
+        out.stderr
+            .contains("overflowed (a server reported impossible usage)"),
+        "{}",
+        out.stderr
+    );
+}
