@@ -6,9 +6,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use camino::{Utf8Path, Utf8PathBuf};
 
-use super::{Agent, AgentSource, builtin, load_agent_file};
+use super::{Agent, AgentSource, builtin, load_agent_source};
 use crate::error::Problem;
 use crate::tools::{Registry, ToolSet};
+use crate::workflow::source::SourceFile;
 
 /// Every agent a workflow can use, highest priority first (README "Agents").
 #[derive(Debug, Default)]
@@ -27,9 +28,44 @@ impl AgentCatalog {
         let builtins = builtin::builtins();
         let mut catalog = AgentCatalog::default();
         for dir in dirs {
+            // The working directory's own files are read as the tools read them: a link out of
+            // it (to `/proc/self/environ`, a credentials file) is refused, never quoted.
+            let confined = match &dir.trust {
+                DirTrust::Workdir(_) => Some(
+                    dir.path
+                        .parent()
+                        .and_then(Utf8Path::parent)
+                        .map(|root| {
+                            if root.as_str().is_empty() {
+                                Utf8Path::new(".")
+                            } else {
+                                root
+                            }
+                        })
+                        .and_then(|root| crate::tools::confine::Workspace::new(root).ok()),
+                ),
+                DirTrust::Trusted => None,
+            };
             for path in agent_files(&dir.path) {
                 let stem = path.file_stem().unwrap_or_default().to_owned();
-                match load_agent_file(&path, registry) {
+                let source = match &confined {
+                    None => SourceFile::read(&path),
+                    Some(None) => Err(Problem::error(format!(
+                        "cannot read `{path}`: its working directory cannot be opened"
+                    ))),
+                    Some(Some(ws)) => {
+                        // The folder is `.claude/agents` of the working directory.
+                        let relative =
+                            format!(".claude/agents/{}", path.file_name().unwrap_or_default());
+                        ws.read_text(&relative, crate::limits::MAX_SOURCE_BYTES)
+                            .map(|text| SourceFile::new(&path, text))
+                            .map_err(|why| Problem::error(format!("cannot read `{path}`: {why}")))
+                    }
+                };
+                let loaded = source.map_err(|p| (vec![p], None)).and_then(|file| {
+                    load_agent_source(file.clone(), registry).map_err(|p| (p, Some(file)))
+                });
+                match loaded {
                     Ok(mut loaded) => {
                         let name = loaded.agent.name.clone();
                         if !dir.trust.trusts(&name) {
@@ -47,10 +83,10 @@ impl AgentCatalog {
                             catalog.agents.insert(name, loaded.agent);
                         }
                     }
-                    Err(problems) => {
+                    Err((problems, file)) => {
                         // Known by the name it gives itself when that can be read (a step asks
                         // for `reviewer`, not for `rev.md`), else by its file name.
-                        let name = declared_name(&path).unwrap_or(stem);
+                        let name = file.and_then(|f| declared_name(&f.text)).unwrap_or(stem);
                         // A broken file the working directory brought cannot take a built-in
                         // away.
                         let hides_builtin = builtins.iter().any(|b| b.name == name);
@@ -280,8 +316,7 @@ fn absolute(path: &Utf8Path) -> Utf8PathBuf {
 }
 
 /// The `name:` (or `name =`) line of an agent file that does not load, read loosely.
-fn declared_name(path: &camino::Utf8Path) -> Option<String> {
-    let text = crate::limits::read_text(path, crate::limits::MAX_SOURCE_BYTES).ok()?;
+fn declared_name(text: &str) -> Option<String> {
     text.lines().take(200).find_map(|line| {
         let rest = line.trim_start().strip_prefix("name")?.trim_start();
         let value = rest.strip_prefix(':').or_else(|| rest.strip_prefix('='))?;

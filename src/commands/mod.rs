@@ -188,10 +188,13 @@ fn project_mcp(
         mcp_servers: std::collections::BTreeMap<String, crate::workflow::McpServerDef>,
     }
     let path = dir.join(".mcp.json");
-    if !path.exists() {
+    if path.symlink_metadata().is_err() {
         return Ok(Default::default());
     }
-    let text = crate::limits::read_text(&path, crate::limits::MAX_SCHEMA_BYTES)
+    // Read as the tools read: a link out of the working directory is refused.
+    let text = crate::tools::confine::Workspace::new(dir)
+        .map_err(|err| err.to_string())
+        .and_then(|ws| ws.read_text(".mcp.json", crate::limits::MAX_SCHEMA_BYTES))
         .map_err(|err| Problem::error(format!("cannot read `{path}`: {err}")))?;
     serde_json::from_str::<McpJson>(&text)
         .map(|file| file.mcp_servers)

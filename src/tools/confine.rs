@@ -67,6 +67,35 @@ impl Workspace {
         })
     }
 
+    /// The text of a file runner itself reads from the working directory (an agent file,
+    /// `.mcp.json`, `CLAUDE.md`): opened as the tools open it (no link followed out of the
+    /// directory, no `/proc`), a regular file of at most `limit` bytes, UTF-8 (README
+    /// "Security": one way in).
+    pub fn read_text(&self, path: &str, limit: u64) -> Result<String, String> {
+        use std::io::Read as _;
+        let (file, _) = self.open_read(path).map_err(|e| e.to_string())?;
+        let meta = file
+            .metadata()
+            .map_err(|e| format!("cannot read `{path}`: {e}"))?;
+        if !meta.is_file() {
+            return Err(format!("`{path}` is not a regular file"));
+        }
+        let mut bytes = Vec::new();
+        file.take(limit + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| format!("cannot read `{path}`: {e}"))?;
+        if bytes.len() as u64 > limit {
+            return Err(format!(
+                "`{path}` is larger than {}",
+                crate::limits::bytes(limit)
+            ));
+        }
+        let text = String::from_utf8(bytes).map_err(|_| format!("`{path}` is not UTF-8"))?;
+        Ok(text
+            .strip_prefix('\u{feff}')
+            .map_or(text.clone(), str::to_owned))
+    }
+
     /// Keeps tools out of runner's state directory.
     pub fn with_state_dir(mut self, state_dir: &Utf8Path) -> Self {
         let state = state_dir

@@ -591,3 +591,57 @@ async fn credentials_in_a_base_url_are_hidden_everywhere() {
         }
     }
 }
+
+/// An agent file (or `.mcp.json`) of the working directory that is a link out of it, to
+/// runner's own environment or to a credentials file, is refused, and nothing of what it points
+/// at is printed by `validate`, `plan`, `agents` or `run`.
+#[test]
+fn agent_files_that_link_out_of_the_working_directory_are_never_read() {
+    let secret_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        secret_file.path(),
+        "aws_secret_access_key = creds-file-marker-31f\n",
+    )
+    .unwrap();
+    for target in [
+        std::path::PathBuf::from("/proc/self/environ"),
+        secret_file.path().to_owned(),
+    ] {
+        let test = crate::support::Test::new().file(
+            "w.toml",
+            "name = \"w\"\ntrust_workdir = true\n[models]\ndefault = \"anthropic/m\"\n[steps.s]\nagent = \"rev\"\nprompt = \"x\"\n",
+        );
+        std::fs::create_dir_all(test.path().join(".claude/agents")).unwrap();
+        std::os::unix::fs::symlink(&target, test.path().join(".claude/agents/rev.toml")).unwrap();
+        std::os::unix::fs::symlink(&target, test.path().join(".mcp.json")).unwrap();
+        let test = test.env("ENV_MARKER_TOKEN", "env-marker-8c2d1e");
+        for args in [
+            &["validate", "w.toml"][..],
+            &["plan", "w.toml"],
+            &["agents", "--workflow", "w.toml"],
+            &["run", "w.toml"],
+        ] {
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_runner"))
+                .args(args)
+                .current_dir(test.path())
+                .env("ENV_MARKER_TOKEN", "env-marker-8c2d1e")
+                .output()
+                .unwrap();
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(!text.contains("env-marker-8c2d1e"), "{args:?}:\n{text}");
+            assert!(!text.contains("creds-file-marker-31f"), "{args:?}:\n{text}");
+            assert!(!text.contains("PATH="), "{args:?}:\n{text}");
+        }
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_runner"))
+            .args(["validate", "w.toml"])
+            .current_dir(test.path())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("outside the working directory"), "{err}");
+    }
+}
