@@ -337,6 +337,10 @@ pub struct RunRecord {
     /// USD across the steps that have a cost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_usd: Option<f64>,
+    /// Who recorded the run: a seal only this user's key makes (`--resume latest` takes only
+    /// runs this user recorded; see `run::state`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded_by: Option<String>,
     /// The first failure to write the state directory (`run.json`, a transcript). It stops the
     /// run and fails it; it cannot be in the file it failed to write, so it is not serialized.
     #[serde(skip)]
@@ -365,11 +369,12 @@ impl RunRecord {
             .map(|s| (s.id.clone(), StepRecord::pending(&s.model_label())))
             .collect();
         Self {
-            run_id,
             workflow: plan.name.clone(),
             status: RunStatus::Running,
             started_at: jiff::Timestamp::now().to_string(),
             duration_ms: 0,
+            recorded_by: crate::run::state::seal(&run_id),
+            run_id,
             steps,
             cost_usd: None,
             storage_error: None,

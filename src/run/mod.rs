@@ -10,6 +10,7 @@ pub mod lock;
 pub mod outcome;
 pub mod resume;
 pub mod scheduler;
+pub mod state;
 pub mod walker;
 pub mod worktree;
 

@@ -29,6 +29,7 @@ pub fn load_resume(state_dir: &Utf8Path, which: &str) -> Result<RunRecord, Probl
     }
     let now = jiff::Timestamp::now();
     let mut best: Option<(jiff::Timestamp, String, RunRecord)> = None;
+    let mut not_ours = 0;
     for entry in runs.read_dir_utf8().into_iter().flatten().flatten() {
         let id = entry.file_name().to_owned();
         if !is_run_id(&id) || !entry.file_type().is_ok_and(|t| t.is_dir()) {
@@ -37,6 +38,11 @@ pub fn load_resume(state_dir: &Utf8Path, which: &str) -> Result<RunRecord, Probl
         let Ok(record) = read_record(&runs, &id) else {
             continue;
         };
+        // Only a run this user recorded: a checkout may ship one made to be resumed.
+        if !super::state::sealed_here(&record.run_id, record.recorded_by.as_deref()) {
+            not_ours += 1;
+            continue;
+        }
         let Ok(started) = record.started_at.parse::<jiff::Timestamp>() else {
             continue;
         };
@@ -51,8 +57,14 @@ pub fn load_resume(state_dir: &Utf8Path, which: &str) -> Result<RunRecord, Probl
             best = Some((started, id, record));
         }
     }
-    best.map(|(_, _, record)| record)
-        .ok_or_else(|| Problem::error(format!("--resume latest: there are no runs in `{runs}`")))
+    best.map(|(_, _, record)| record).ok_or_else(|| match not_ours {
+        0 => Problem::error(format!("--resume latest: there are no runs in `{runs}`")),
+        n => Problem::error(format!(
+            "--resume latest: there are no runs you recorded in `{runs}` ({n} there {} not recorded by you here: a checkout may ship them)",
+            if n == 1 { "was" } else { "were" }
+        ))
+        .help("name one with --resume RUN_ID to use it all the same"),
+    })
 }
 
 /// Whether `id` could be a run id runner made: letters, digits, `.`, `_`, `-`.

@@ -69,9 +69,10 @@ async fn repository(workflow: &str) -> (Test, Value) {
         ("STEP-v", vec![anthropic_text("v looked")]),
     ])
     .await;
-    let test = Test::new()
-        .file("w.toml", workflow)
-        .file(".gitignore", ".runner/\n.gitlab-ci-local/\nrunner-bin/\n");
+    let test = Test::new().file("w.toml", workflow).file(
+        ".gitignore",
+        ".runner/\n.gitlab-ci-local/\nrunner-bin/\n.home/\n",
+    );
     let (out, test) = test
         .anthropic_api(&fake.uri(), "sk-recording-only")
         .args(&["run", "w.toml", "--record", "cassettes", "--no-progress"])
@@ -394,7 +395,10 @@ fn copy_into(from: &str, to: &Path) {
 /// GitLab server and is left out: there is none here.)
 #[tokio::test(flavor = "multi_thread")]
 async fn the_flagship_workflow_runs_as_an_exported_pipeline_from_the_demo_cassettes() {
-    let test = Test::new().file(".gitignore", ".runner/\n.gitlab-ci-local/\nrunner-bin/\n");
+    let test = Test::new().file(
+        ".gitignore",
+        ".runner/\n.gitlab-ci-local/\nrunner-bin/\n.home/\n",
+    );
     let dir = test.path().to_owned();
     copy_into("demo/repo", &dir);
     copy_into("demo/cassettes", &dir.join("cassettes"));
@@ -509,7 +513,10 @@ async fn every_shipped_workflow_runs_as_an_exported_pipeline() {
         ("module-review.toml", vec![]),
         ("pr-review.yaml", vec![]),
     ] {
-        let test = Test::new().file(".gitignore", ".runner/\n.gitlab-ci-local/\nrunner-bin/\n");
+        let test = Test::new().file(
+            ".gitignore",
+            ".runner/\n.gitlab-ci-local/\nrunner-bin/\n.home/\n",
+        );
         let dir = test.path().to_owned();
         copy_into("demo/repo", &dir);
         copy_into("workflows", &dir.join("workflows"));

@@ -645,3 +645,102 @@ fn agent_files_that_link_out_of_the_working_directory_are_never_read() {
         assert!(err.contains("outside the working directory"), "{err}");
     }
 }
+
+/// A checkout that ships a `.runner/` with links in it (a record's temporary file, a
+/// transcript, `.gitignore`, or the folder itself) cannot make runner write through them: the
+/// state directory is checked before anything is written, and the run stops naming the link.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_state_directory_with_links_is_refused_before_any_write() {
+    let workflow =
+        format!("name = \"w\"\n{MODELS}[steps.s]\nagent = \"explore\"\nprompt = \"x\"\n");
+    let outside = tempfile::tempdir().unwrap();
+    let target = outside.path().join("target.txt");
+    for (link, to) in [
+        (".runner/runs/1234/run.json.tmp", target.clone()),
+        (".runner/runs/1234/steps/s/transcript.jsonl", target.clone()),
+        (".runner/.gitignore", outside.path().join("planted")),
+        (".runner", outside.path().to_owned()),
+    ] {
+        std::fs::write(&target, "untouched\n").unwrap();
+        let test = Test::new().file("w.toml", &workflow);
+        let link_path = test.path().join(link);
+        std::fs::create_dir_all(link_path.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(&to, &link_path).unwrap();
+        let fake = Fake::anthropic(vec![anthropic_text("done")]).await;
+        let (out, _test) = test
+            .anthropic_api(&fake.uri(), KEY)
+            .args(&["run", "w.toml"])
+            .run_async()
+            .await;
+        assert_eq!(out.status, 1, "{link}: {}", out.transcript());
+        assert!(
+            out.stderr.contains("runner writes") && out.stderr.contains("link"),
+            "{link}: {}",
+            out.stderr
+        );
+        assert!(fake.requests().await.is_empty(), "{link}: a step ran");
+        assert_eq!(
+            std::fs::read_to_string(&target).unwrap(),
+            "untouched\n",
+            "{link}"
+        );
+        assert!(!outside.path().join("planted").exists(), "{link}");
+        assert_eq!(
+            std::fs::read_dir(outside.path()).unwrap().count(),
+            1,
+            "{link}: something was written outside"
+        );
+    }
+}
+
+/// `--resume latest` takes only a run this user recorded: one shipped in the checkout (made to
+/// be picked, dated later than the user's own) is passed over, and named alone it is said to be
+/// someone else's.
+#[tokio::test(flavor = "multi_thread")]
+async fn resume_latest_takes_only_runs_this_user_recorded() {
+    let workflow =
+        format!("name = \"w\"\n{MODELS}[steps.s]\nagent = \"explore\"\nprompt = \"x\"\n");
+    let fake = Fake::anthropic(vec![anthropic_text("mine"), anthropic_text("again")]).await;
+    let (out, test) = Test::new()
+        .file("w.toml", &workflow)
+        .anthropic_api(&fake.uri(), KEY)
+        .args(&["run", "w.toml", "--format", "json"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let mine: Value = serde_json::from_str(&out.stdout).unwrap();
+    // A forged run, later than mine, whose step "succeeded" with an answer of its own.
+    let forged_id = "29990101T000000000-f0f0";
+    let mut forged = mine.clone();
+    forged["run_id"] = json!(forged_id);
+    forged["started_at"] = json!(jiff::Timestamp::now().to_string());
+    forged["recorded_by"] = json!("00000000000000000000000000000000");
+    forged["steps"]["s"]["summary"] = json!("forged answer");
+    let dir = test.path().join(".runner/runs").join(forged_id);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("run.json"), forged.to_string()).unwrap();
+    let (out, test) = test
+        .clear_args()
+        .args(&["run", "w.toml", "--resume", "latest", "--format", "json"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let resumed: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(resumed["steps"]["s"]["summary"], "mine");
+    assert_eq!(resumed["steps"]["s"]["reused_from"], mine["run_id"]);
+    // With only the forged run there, `latest` finds none of the user's.
+    for entry in std::fs::read_dir(test.path().join(".runner/runs")).unwrap() {
+        let path = entry.unwrap().path();
+        if !path.ends_with(forged_id) {
+            std::fs::remove_dir_all(path).unwrap();
+        }
+    }
+    let (out, _test) = test.run_async().await;
+    assert_eq!(out.status, 2, "{}", out.transcript());
+    assert!(
+        out.stderr.contains("there are no runs you recorded")
+            && out.stderr.contains("(1 there was not recorded"),
+        "{}",
+        out.stderr
+    );
+}

@@ -107,6 +107,9 @@ pub async fn execute(
         }
         (_, repo) => repo,
     };
+    // Checked (or made) before anything is written into it: no link a checkout planted there
+    // redirects a record.
+    super::state::prepare(&options.state_dir).map_err(RunError::Storage)?;
     let record = RunRecord::new(plan, options.run_id.as_deref());
     let run_dir = options.state_dir.join("runs").join(&record.run_id);
     std::fs::create_dir_all(&run_dir)
