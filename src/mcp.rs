@@ -61,7 +61,7 @@ pub struct Server {
     /// How long one call may take.
     timeout: Duration,
     /// A stdio server's process, waited for (or killed) at shutdown.
-    child: tokio::sync::Mutex<Option<tokio::process::Child>>,
+    child: tokio::sync::Mutex<Option<Supervised>>,
     /// Set once a stdio server sent a message over [`MAX_MESSAGE_BYTES`]; its output was closed.
     oversized: Arc<AtomicBool>,
 }
@@ -162,15 +162,39 @@ impl Hub {
             if let Some(Ok(server)) = cell.get()
                 && let Some(mut child) = server.child.lock().await.take()
             {
-                // Its stdin is closed now; a server that does not exit on that is killed.
-                if tokio::time::timeout(Duration::from_secs(5), child.wait())
+                // Its stdin is closed now; a server that does not exit on that is stopped, with
+                // everything it started.
+                if tokio::time::timeout(Duration::from_secs(5), child.0.wait())
                     .await
                     .is_err()
                 {
-                    let _ = child.kill().await;
+                    child.stop();
+                    let _ = tokio::time::timeout(Duration::from_secs(5), child.0.wait()).await;
                 }
             }
         }
+    }
+}
+
+/// A stdio server's supervisor: asked to stop (SIGTERM, on which it kills every process below
+/// it and exits) when dropped or told to, never killed outright.
+struct Supervised(tokio::process::Child);
+
+impl Supervised {
+    fn stop(&self) {
+        if let Some(pid) = self.0.id().and_then(|id| i32::try_from(id).ok()) {
+            // ESRCH (already gone) is the common, harmless case.
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+    }
+}
+
+impl Drop for Supervised {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 
@@ -231,17 +255,37 @@ async fn start(
     };
     let client = match (&def.command, &def.url) {
         (Some(command), _) => {
-            let mut cmd = tokio::process::Command::new(command);
-            cmd.args(&def.args).current_dir(workdir).env_clear();
+            // Under the supervisor every bash call runs under, unconfined: its own process
+            // group, a parent-death signal, no signal blocked, no inherited descriptor, and
+            // everything it starts (behind `sh -c`, `npx`, `uvx`) killed with it when the run
+            // ends, runner is killed, or the server ignores the end of its input.
+            let policy = crate::sandbox::Policy {
+                mode: crate::sandbox::Mode::Off,
+                network: true,
+                workdir: workdir.clone().into_std_path_buf(),
+                tmp: std::env::temp_dir(),
+                protected: Vec::new(),
+                parent: std::process::id() as i32,
+            };
+            let policy = serde_json::to_string(&policy)
+                .map_err(|err| format!("MCP server `{name}`: {err}"))?;
+            let mut cmd = tokio::process::Command::new("/proc/self/exe");
+            cmd.arg(crate::sandbox::supervisor::ARG)
+                .arg(policy)
+                .arg(command)
+                .args(&def.args)
+                .current_dir(workdir)
+                .env_clear();
             // A clean environment: what programs need to run, and what the entry names.
             cmd.envs(crate::secrets::clean_env());
             for (key, value) in &def.env {
                 cmd.env(key, crate::secrets::expand_vars(value));
             }
+            // Dropped, it is asked to stop (see `Supervised`): a SIGKILL would leave its
+            // processes behind.
             cmd.stdin(Stdio::piped())
                 .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .kill_on_drop(true);
+                .stderr(Stdio::piped());
             let mut process = cmd
                 .spawn()
                 .map_err(|err| format!("MCP server `{name}` could not start `{command}`: {err}"))?;
@@ -249,7 +293,7 @@ async fn start(
                 return Err(format!("MCP server `{name}`: its pipes were not opened"));
             };
             let child_stderr = process.stderr.take();
-            child = Some(process);
+            child = Some(Supervised(process));
             let transport = AsyncRwTransport::new_client(
                 LimitedLines {
                     inner: stdout,
@@ -401,7 +445,7 @@ impl Tool for McpTool {
                 }
                 Ok(Err(_)) if server.oversized.load(Ordering::Relaxed) => {
                     if let Some(child) = server.child.lock().await.as_mut() {
-                        let _ = child.start_kill();
+                        child.stop();
                     }
                     return ToolOutput::fatal(format!(
                         "MCP server `{}` sent a message over {} MiB for `{}`; it was stopped",

@@ -621,3 +621,101 @@ async fn agent_files_name_servers_from_the_project_mcp_json() {
         "{results:?}"
     );
 }
+
+/// A stdio server in Python that starts a helper of its own and, when its input ends, does not
+/// exit (as many servers behind `npx` or `uvx` do not).
+const STUBBORN_SERVER: &str = r#"
+import json, subprocess, sys, time
+marker = sys.argv[1]
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", marker])
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    method = msg.get("method")
+    if method == "initialize":
+        result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "stubborn", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": "ping", "inputSchema": {"type": "object"}}]}
+    elif method == "tools/call":
+        result = {"content": [{"type": "text", "text": "pong"}]}
+    else:
+        result = {}
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}) + "\n")
+    sys.stdout.flush()
+time.sleep(600)
+"#;
+
+/// Waits (bounded) until no process holds `marker`; whether none does.
+fn all_gone(marker: &str) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::time::Instant::now() < deadline {
+        if processes_with(marker).is_empty() {
+            return true;
+        }
+        std::thread::yield_now();
+    }
+    processes_with(marker).is_empty()
+}
+
+/// MCP servers live and die like bash: behind a wrapper (`sh -c`), with a helper of their own,
+/// ignoring the end of their input, nothing they started outlives the run, nor runner killed
+/// with `kill -9`.
+#[tokio::test(flavor = "multi_thread")]
+async fn nothing_an_mcp_server_started_outlives_the_run() {
+    let marker = format!("mcp-stubborn-{}", std::process::id());
+    let workflow = format!(
+        "name = \"m\"\n[models]\ndefault = \"anthropic/m\"\n[mcp_servers.stubborn]\ncommand = \"sh\"\nargs = [\"-c\", \"python3 server.py {marker}\"]\n[steps.s]\nagent = \"explore\"\ntools = [\"mcp__stubborn\"]\nprompt = \"x\"\n"
+    );
+    let fake = Fake::anthropic(vec![
+        anthropic_tools(&[("t1", "mcp__stubborn__ping", json!({}))]),
+        anthropic_text("done"),
+    ])
+    .await;
+    let (out, test) = Test::new()
+        .file("w.toml", &workflow)
+        .file("server.py", STUBBORN_SERVER)
+        .anthropic_api(&fake.uri(), KEY)
+        .args(&["run", "w.toml"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    assert!(
+        tokio::task::spawn_blocking({
+            let marker = marker.clone();
+            move || all_gone(&marker)
+        })
+        .await
+        .unwrap(),
+        "left running after the run: {:?}",
+        processes_with(&marker)
+    );
+
+    // runner killed outright while the server runs: the server and its helper go too.
+    let (hanging, requested) = Fake::anthropic_hanging(std::time::Duration::from_secs(600)).await;
+    let test = test
+        .clear_args()
+        .anthropic_api(&hanging.uri(), KEY)
+        .args(&["run", "w.toml"]);
+    let mut child = test.spawn();
+    requested
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the step's request");
+    assert!(
+        !processes_with(&marker).is_empty(),
+        "the server is not running"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        tokio::task::spawn_blocking({
+            let marker = marker.clone();
+            move || all_gone(&marker)
+        })
+        .await
+        .unwrap(),
+        "left running after kill -9: {:?}",
+        processes_with(&marker)
+    );
+}
