@@ -5,7 +5,8 @@
 //! A step may be hostile, so git runs on paths runner resolved itself before the step started
 //! (`--git-dir`/`--work-tree`; a `.git` file the step rewrote is never followed), with hooks,
 //! fsmonitor, external diff drivers, credential helpers and transports off, never entering a
-//! repository nested in the tree, and with a clean environment. A worktree whose `.git` file changed fails its step and is thrown away.
+//! repository nested in the tree, attributes read from the commit the step started from (a
+//! `.gitattributes` the step wrote selects no filter driver), and with a clean environment. A worktree whose `.git` file changed fails its step and is thrown away.
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -275,7 +276,15 @@ impl Repo {
     }
 
     fn record(&self, tree: &Worktree, step: &str, keep: Keep) -> Result<Finished, String> {
-        let in_tree = |args: &[&str]| git(&tree.path, Some((&tree.git_dir, &tree.path)), args);
+        // Attributes come from the commit the step started from, never from a `.gitattributes`
+        // the step wrote: the checkout's own filters (git-lfs) work, a filter driver of the
+        // repository's config that the step's files would select does not run.
+        let attr_source = format!("--attr-source={}", tree.base);
+        let in_tree = |args: &[&str]| {
+            let mut all = vec![attr_source.as_str()];
+            all.extend_from_slice(args);
+            git(&tree.path, Some((&tree.git_dir, &tree.path)), &all)
+        };
         in_tree(&["add", "-A"])?;
         // `--ignore-submodules=all`: a repository the step made inside its tree is never
         // entered, so its config (filters, fsmonitor) is never read.
@@ -744,5 +753,56 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let root = Utf8PathBuf::from_path_buf(dir.path().to_owned()).unwrap();
         assert!(Repo::discover(&root).is_none());
+    }
+
+    /// A filter driver of the repository's config runs only where the checkout's own
+    /// attributes, as they were, select it: a `.gitattributes` the step wrote selects nothing.
+    #[test]
+    fn only_the_checkouts_own_attributes_select_filters() {
+        let (_d, root) = repo();
+        let planted = root.join("planted");
+        git(
+            &root,
+            None,
+            &[
+                "config",
+                "filter.evil.clean",
+                &format!("touch {planted}; cat"),
+            ],
+        )
+        .unwrap();
+        git(&root, None, &["config", "filter.upper.clean", "tr a-z A-Z"]).unwrap();
+        std::fs::write(root.join(".gitattributes"), "*.up filter=upper\n").unwrap();
+        git(&root, None, &["add", ".gitattributes"]).unwrap();
+        git(
+            &root,
+            None,
+            &[
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "commit",
+                "--quiet",
+                "-m",
+                "attrs",
+            ],
+        )
+        .unwrap();
+        let repo = Repo::discover(&root).unwrap();
+        let tree = repo.add("r1", "edit").unwrap();
+        std::fs::write(
+            tree.workdir.join(".gitattributes"),
+            "*.up filter=upper\n* filter=evil\n",
+        )
+        .unwrap();
+        std::fs::write(tree.workdir.join("a.txt"), "two\n").unwrap();
+        std::fs::write(tree.workdir.join("b.up"), "shout\n").unwrap();
+        repo.finish(&tree, "edit", Keep::Nothing).unwrap();
+        assert!(!planted.exists(), "a filter the step selected ran");
+        assert_eq!(
+            git(&root, None, &["show", "runner/r1/edit:b.up"]).unwrap(),
+            "SHOUT\n"
+        );
     }
 }
