@@ -101,10 +101,23 @@ fn pair<T>(values: &[Option<T>; 2], show: impl Fn(&T) -> String) -> String {
     if a == b { a } else { format!("{a} → {b}") }
 }
 
+/// Changed summary lines shown for one step, at most; the rest are counted.
+const MAX_SUMMARY_LINES: usize = 400;
+/// Time spent looking for the smallest line diff of one summary; past it the diff found so far
+/// is taken (it may be larger than the smallest, never wrong), so a hostile or huge record costs
+/// bounded time, not time quadratic in its size.
+const DIFF_DEADLINE: std::time::Duration = std::time::Duration::from_millis(300);
+
 fn text(diff: &RunDiff<'_>) -> String {
+    use crate::terminal::clean;
+    // Ids come from run records, which a checkout may ship: no escape of theirs reaches the
+    // terminal (a changed step drawn to look "same").
     let mut out = format!(
         "runs {} ({}) → {} ({})\n",
-        diff.a, diff.status[0], diff.b, diff.status[1]
+        clean(diff.a),
+        diff.status[0],
+        clean(diff.b),
+        diff.status[1]
     );
     for step in &diff.steps {
         let mark = match step.change {
@@ -113,7 +126,7 @@ fn text(diff: &RunDiff<'_>) -> String {
             "changed" => '~',
             _ => '=',
         };
-        let _ = write!(out, "\n{mark} {} {}", step.id, step.change);
+        let _ = write!(out, "\n{mark} {} {}", clean(step.id), step.change);
         match step.status {
             [Some(a), Some(b)] if a != b => {
                 let _ = write!(out, ": {a} → {b}");
@@ -136,14 +149,30 @@ fn text(diff: &RunDiff<'_>) -> String {
         }
         if let Some([a, b]) = step.summary {
             out.push_str("    summary:\n");
-            for change in similar::TextDiff::from_lines(a, b).iter_all_changes() {
+            let lines = similar::TextDiff::configure()
+                .timeout(DIFF_DEADLINE)
+                .diff_lines(a, b);
+            let mut shown = 0;
+            let mut left = 0;
+            for change in lines.iter_all_changes() {
                 let sign = match change.tag() {
                     similar::ChangeTag::Delete => '-',
                     similar::ChangeTag::Insert => '+',
                     similar::ChangeTag::Equal => ' ',
                 };
-                let line = crate::terminal::clean(change.value().trim_end_matches('\n'));
+                if shown >= MAX_SUMMARY_LINES {
+                    left += 1;
+                    continue;
+                }
+                shown += 1;
+                let line = clean(change.value().trim_end_matches('\n'));
                 let _ = writeln!(out, "      {sign} {line}");
+            }
+            if left > 0 {
+                let _ = writeln!(
+                    out,
+                    "      … {left} more lines (`--format json` has both summaries)"
+                );
             }
         }
         if let Some([a, b]) = step.output {

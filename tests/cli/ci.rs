@@ -889,3 +889,55 @@ async fn replay_strict(test: Test) -> (crate::support::Output, Test) {
         .run_async()
         .await
 }
+
+/// `runner diff` of hostile records: huge summaries cost bounded time and print bounded output
+/// (not a quadratic line diff), and ids with terminal escapes print without them.
+#[test]
+fn diff_of_huge_or_hostile_records_is_bounded_and_clean() {
+    let test = Test::new().file("w.toml", "name = \"d\"\n[steps.s]\nrun = \"echo a\"\n");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_runner"))
+        .args(["run", "w.toml", "--format", "json"])
+        .current_dir(test.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let record: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let many = |tag: &str| {
+        (0..20_000)
+            .map(|i| format!("{tag} line {i}\n"))
+            .collect::<String>()
+    };
+    let mut a = record.clone();
+    a["steps"]["s"]["summary"] = json!(many("old"));
+    a["run_id"] = json!("run-a\u{1b}[2J");
+    let mut b = record.clone();
+    b["steps"]["s"]["summary"] = json!(many("new"));
+    b["steps"]["s\u{1b}[8mhidden"] = b["steps"]["s"].clone();
+    std::fs::write(test.path().join("a.json"), a.to_string()).unwrap();
+    std::fs::write(test.path().join("b.json"), b.to_string()).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_runner"))
+        .args(["diff", "a.json", "b.json"])
+        .current_dir(test.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains('\u{1b}'), "an escape reached the terminal");
+    assert!(
+        text.lines().count() < 1000,
+        "{} lines",
+        text.lines().count()
+    );
+    assert!(
+        text.contains("more lines (`--format json` has both summaries)"),
+        "{text}"
+    );
+}
