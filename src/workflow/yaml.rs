@@ -202,10 +202,14 @@ impl MarkedEventReceiver for YamlBuilder<'_> {
             Event::DocumentStart => {
                 self.documents += 1;
                 if self.documents > 1 {
+                    // One error says it; the rest of the file is not read (a file of thousands
+                    // of `---` would otherwise cost an error, and its quoting, each).
                     self.problems.push((
                         at..at,
-                        "a workflow file holds one YAML document; found another".into(),
+                        "a workflow file holds one YAML document; found another (the rest of the file is not read)".into(),
                     ));
+                    self.gave_up = true;
+                    self.stack.clear();
                 }
             }
             Event::Scalar(value, style, anchor, tag) => {

@@ -233,3 +233,22 @@ fn a_long_string_repeated_through_aliases_is_refused() {
     assert_eq!(out.status, 2, "{}", out.transcript());
     assert!(out.stderr.contains("32 MiB of text"), "{}", out.stderr);
 }
+
+/// A file of thousands of `---` separators is one error, found at the second document, and the
+/// rest is not read (each document cost an error and its quoting: time quadratic in the file).
+#[test]
+fn many_yaml_documents_are_one_error() {
+    let text = format!("name: w\n{}", "---\na: 1\n".repeat(16_000));
+    let out = crate::support::Test::new()
+        .file("w.yaml", &text)
+        .args(&["validate", "w.yaml"])
+        .run();
+    assert_eq!(out.status, 2, "{}", out.transcript());
+    assert!(out.stderr.contains("is invalid: 1 error"), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("a workflow file holds one YAML document; found another"),
+        "{}",
+        out.stderr
+    );
+}
