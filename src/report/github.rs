@@ -244,10 +244,12 @@ impl GithubSink {
             }
             if r.status == StepStatus::Failed {
                 let reason = r.error.as_deref().unwrap_or("no reason was recorded");
+                let first = terminal::clean(reason);
+                let first = first.lines().next().unwrap_or_default();
                 failures.push(format!(
                     "- `{}`: {}",
                     cell(id),
-                    cell(terminal::clean(reason).lines().next().unwrap_or_default())
+                    cell(&crate::limits::preview(first, MAX_REASON_CHARS))
                 ));
             }
         }
@@ -272,9 +274,26 @@ impl GithubSink {
             }
         }
         out.push('\n');
+        // GitHub drops a step's summary past 1 MiB: the table is cut well before, saying so.
+        if out.len() > MAX_SUMMARY_BYTES {
+            let mut cut = MAX_SUMMARY_BYTES;
+            while !out.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            out.truncate(out[..cut].rfind('\n').map_or(cut, |n| n + 1));
+            let _ = writeln!(
+                out,
+                "\n… the rest is cut: GitHub takes at most 1 MiB of summary; `run.json` has everything.\n"
+            );
+        }
         out
     }
 }
+
+/// Characters of a failure's first line in the job summary.
+const MAX_REASON_CHARS: usize = 500;
+/// Bytes of the job summary runner appends, at most (GitHub's limit is 1 MiB per step).
+const MAX_SUMMARY_BYTES: usize = 512 * 1024;
 
 /// Text that is safe in a Markdown table cell of the job summary, which renders HTML: no tag,
 /// entity or table syntax survives.

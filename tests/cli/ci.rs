@@ -941,3 +941,32 @@ fn diff_of_huge_or_hostile_records_is_bounded_and_clean() {
         "{text}"
     );
 }
+
+/// The job summary stays far under GitHub's 1 MiB however long a failure's reason is.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_job_summary_stays_bounded() {
+    let huge = "x".repeat(300 * 1024);
+    let fake = Fake::anthropic(vec![crate::fake::bad_request(&huge)]).await;
+    let test = Test::new()
+        .file(
+            "w.toml",
+            &format!("name = \"gh\"\n{MODELS}[steps.a]\nagent = \"explore\"\nretries = 0\nprompt = \"MARK-a\"\n"),
+        )
+        .file("summary.md", "");
+    let summary = test.path().join("summary.md");
+    let (out, _test) = test
+        .anthropic_api(&fake.uri(), KEY)
+        .env("GITHUB_ACTIONS", "true")
+        .env("GITHUB_STEP_SUMMARY", summary.to_str().unwrap())
+        .args(&["run", "w.toml"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 1, "{}", out.transcript());
+    let text = std::fs::read_to_string(&summary).unwrap();
+    assert!(text.len() < 8 * 1024, "{} bytes", text.len());
+    let failure = text.lines().find(|l| l.starts_with("- `a`: ")).unwrap();
+    assert!(
+        failure.ends_with('…') && failure.chars().count() < 600,
+        "{failure}"
+    );
+}
