@@ -137,6 +137,12 @@ fn confine(args: Vec<OsString>) -> Result<i32, String> {
         }
     }
     filter::install(policy.mode, policy.network || policy.mode == Mode::Off)?;
+    // runner ignores SIGXFSZ for itself (a full disk is an error it reports); the command gets
+    // the default back, as a program started from a shell would.
+    // SAFETY: restoring a signal's default disposition installs no handler code.
+    unsafe {
+        let _ = nix::sys::signal::signal(Signal::SIGXFSZ, nix::sys::signal::SigHandler::SigDfl);
+    }
     let err = Command::new(&program).args(&rest).exec();
     Err(format!(
         "cannot start `{}`: {err}",

@@ -474,3 +474,22 @@ async fn no_bash_sets_inode_flags() {
         "{flags}"
     );
 }
+
+/// A command starts as from a shell: no signal ignored that runner ignores for itself (SIGXFSZ,
+/// so that a full disk is an error runner reports).
+#[test]
+fn commands_start_with_default_signal_dispositions() {
+    let out = crate::support::Test::new()
+        .file(
+            "w.toml",
+            "name = \"s\"\n[steps.s]\nrun = \"grep SigIgn /proc/self/status\"\n",
+        )
+        .args(&["run", "w.toml", "--format", "json"])
+        .run();
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let run: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let line = run["steps"]["s"]["summary"].as_str().unwrap().to_owned();
+    let mask = u64::from_str_radix(line.split_whitespace().last().unwrap(), 16).unwrap();
+    // Bit n-1 stands for signal n; SIGXFSZ is 25.
+    assert_eq!(mask & (1 << 24), 0, "{line}");
+}

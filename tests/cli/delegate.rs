@@ -988,3 +988,46 @@ async fn a_subagents_tokens_read_the_same_in_its_facts_progress_and_record() {
         out.stderr
     );
 }
+
+/// A model's `task` call cannot send a subagent (with the conversation a fork carries) to a
+/// provider the workflow never names: the call is an error result, and that endpoint hears
+/// nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_call_cannot_route_a_subagent_to_a_provider_the_workflow_never_names() {
+    let fake = Fake::anthropic_routed(vec![(
+        "MARK-lead",
+        vec![
+            anthropic_tool(
+                "t1",
+                "task",
+                json!({"description": "look", "prompt": "MARK-sub", "subagent_type": "explore", "model": "openai/gpt-4o"}),
+            ),
+            anthropic_text("done"),
+        ],
+    )])
+    .await;
+    let elsewhere = Fake::openai(vec![openai_text("never")]).await;
+    let workflow =
+        format!("name = \"t\"\n{MODELS}[steps.lead]\nagent = \"code\"\nprompt = \"MARK-lead\"\n");
+    let (out, _test) = against(
+        Test::new().file("w.toml", &workflow),
+        &fake,
+        &["run", "w.toml", "--format", "json"],
+    )
+    .env("OPENAI_BASE_URL", &format!("{}/v1", elsewhere.uri()))
+    .env("OPENAI_API_KEY", "sk-elsewhere")
+    .run_async()
+    .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    assert!(
+        elsewhere.requests().await.is_empty(),
+        "the other provider was called"
+    );
+    let bodies = fake.bodies().await;
+    let (result, is_error) = result_for(bodies.last().unwrap(), "t1");
+    assert!(is_error, "{result}");
+    assert!(
+        result.contains("provider `openai` is not one this workflow or its agents use"),
+        "{result}"
+    );
+}

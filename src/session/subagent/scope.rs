@@ -20,6 +20,10 @@ pub struct Team {
     /// Model aliases and providers, to resolve a subagent's model.
     pub aliases: BTreeMap<String, ModelRef>,
     pub providers: BTreeMap<String, ProviderSpec>,
+    /// The providers the workflow and its agents name: the only ones a `task` call may route a
+    /// subagent to (a model's `task` call is no place to pick a new endpoint to send the
+    /// conversation to).
+    pub named_providers: BTreeSet<String>,
     /// APIs by provider; others are connected when a subagent first needs them.
     pub apis: Mutex<BTreeMap<String, Arc<dyn ModelApi>>>,
     /// `max_subagents`: subagents running at once, across the run.
@@ -42,9 +46,26 @@ impl Team {
         catalog: Arc<AgentCatalog>,
         apis: BTreeMap<String, Arc<dyn ModelApi>>,
     ) -> Self {
+        let named_providers = plan
+            .aliases
+            .values()
+            .map(|m| m.provider.clone())
+            .chain(
+                plan.steps()
+                    .iter()
+                    .filter_map(|s| s.model.as_ref().map(|m| m.provider.clone())),
+            )
+            .chain(
+                catalog
+                    .agents()
+                    .filter_map(|a| a.model.as_deref().and_then(ModelRef::parse))
+                    .map(|m| m.provider),
+            )
+            .collect();
         Self {
             registry,
             catalog,
+            named_providers,
             aliases: plan.aliases.clone(),
             providers: plan.providers.clone(),
             apis: Mutex::new(apis),
@@ -103,10 +124,15 @@ impl Team {
     /// or `provider/model`.
     pub(super) fn model(&self, text: &str) -> Result<ModelRef, String> {
         if let Some(model) = ModelRef::parse(text) {
-            return if self.providers.contains_key(&model.provider) {
-                Ok(model)
-            } else {
+            return if !self.providers.contains_key(&model.provider) {
                 Err(format!("unknown provider `{}` in `{text}`", model.provider))
+            } else if !self.named_providers.contains(&model.provider) {
+                Err(format!(
+                    "provider `{}` is not one this workflow or its agents use: a subagent runs only on providers the workflow names (use one of its aliases, or name the model in the workflow)",
+                    model.provider
+                ))
+            } else {
+                Ok(model)
             };
         }
         crate::plan::lookup_alias(&self.aliases, text)
