@@ -82,7 +82,48 @@ pub fn protected_paths(
     if !worktree && git.symlink_metadata().is_ok() {
         protected.push(git.into_std_path_buf());
     }
+    // Repositories nested in the tree (vendored clones, submodules' `.git` files): their hooks
+    // and config would run the next time the user's git works there.
+    if !worktree && let Ok(real) = root.canonicalize_utf8() {
+        protected.extend(nested_git(real.as_std_path(), &protected));
+    }
     protected
+}
+
+/// Entries of a working directory looked through for nested repositories, at most.
+const MAX_NESTED_SCAN: usize = 100_000;
+
+/// Every `.git` (directory or file) below `root`'s own, not descending into them, into links,
+/// or into paths already protected; within [`MAX_NESTED_SCAN`] entries.
+fn nested_git(root: &std::path::Path, skip: &[PathBuf]) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![root.to_owned()];
+    let mut seen = 0;
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            seen += 1;
+            if seen > MAX_NESTED_SCAN {
+                return found;
+            }
+            let path = entry.path();
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            if entry.file_name() == ".git" {
+                if dir != root {
+                    found.push(path);
+                }
+                continue;
+            }
+            if kind.is_dir() && !skip.contains(&path) {
+                stack.push(path);
+            }
+        }
+    }
+    found
 }
 
 impl ModelExecutor {

@@ -744,3 +744,47 @@ async fn resume_latest_takes_only_runs_this_user_recorded() {
         out.stderr
     );
 }
+
+/// A writing step's `bash` (no worktree) cannot write a nested repository's `.git` (a vendored
+/// clone's hooks and config, a submodule's `.git` file), which the user's own git would run the
+/// next time it works there; the rest of that folder stays writable.
+#[test]
+fn a_writing_bash_cannot_plant_hooks_in_a_nested_repository() {
+    let test = Test::new()
+        .file("vendor/lib/.git/config", "[core]\n")
+        .file("vendor/lib/.git/hooks/README", "hooks\n")
+        .file("vendor/sub/.git", "gitdir: ../../.git/modules/sub\n")
+        .file("vendor/lib/code.txt", "v1\n")
+        .file(
+            "w.toml",
+            "name = \"n\"\n[steps.plant]\nrun = \"\"\"\nfor attempt in 'echo evil > vendor/lib/.git/hooks/pre-commit' 'echo \"[core] fsmonitor = evil\" >> vendor/lib/.git/config' 'echo gitdir: /tmp/evil > vendor/sub/.git' 'rm -rf vendor/lib/.git' 'mv vendor/lib/.git vendor/lib/git-moved'; do sh -c \"$attempt\" 2>/dev/null && echo \"WROTE: $attempt\"; done; echo v2 > vendor/lib/code.txt; echo done\n\"\"\"\nwrites = true\n",
+        );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_runner"))
+        .args(["run", "w.toml", "--format", "json"])
+        .current_dir(test.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let summary = run["steps"]["plant"]["summary"].as_str().unwrap();
+    assert!(!summary.contains("WROTE"), "{summary}");
+    assert!(summary.ends_with("done\n"), "{summary}");
+    let root = test.path();
+    assert!(!root.join("vendor/lib/.git/hooks/pre-commit").exists());
+    assert_eq!(
+        std::fs::read_to_string(root.join("vendor/lib/.git/config")).unwrap(),
+        "[core]\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("vendor/sub/.git")).unwrap(),
+        "gitdir: ../../.git/modules/sub\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("vendor/lib/code.txt")).unwrap(),
+        "v2\n"
+    );
+}
