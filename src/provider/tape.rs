@@ -345,7 +345,7 @@ impl Taped {
         path: &Utf8Path,
     ) -> Result<&'s mut (Cassette, usize), ProviderError> {
         if !state.open.contains_key(path) {
-            let cassette = read(path).map_err(|why| {
+            let cassette = read(&self.tapes.dir, path).map_err(|why| {
                 Self::tape_error(format!(
                     "step `{}` sent a request that was not recorded: {why} (its cassettes are in `{}`); the prompt, a tool result or the model changed since `--record`",
                     self.step,
@@ -367,7 +367,12 @@ impl Taped {
         let index = state
             .indexes
             .entry(folder.clone())
-            .or_insert_with(|| read_index(&self.tapes.dir.join(&folder).join(INDEX_FILE)))
+            .or_insert_with(|| {
+                read_index(
+                    &self.tapes.dir,
+                    &self.tapes.dir.join(&folder).join(INDEX_FILE),
+                )
+            })
             .clone();
         let number = {
             let sent = state
@@ -506,15 +511,24 @@ impl Taped {
     }
 }
 
-/// A step folder's index; `None` when it has none (cassettes recorded before the index).
-fn read_index(path: &Utf8Path) -> Option<Index> {
-    let text = crate::limits::read_text(path, crate::limits::MAX_RESPONSE_BYTES as u64).ok()?;
-    serde_json::from_str(&text).ok()
+/// A file of the cassette directory `dir`, read through the confined opener the tools use: a
+/// cassette that is a link out of the directory (to `/proc/self/environ`, a file of the user's)
+/// is refused (README "Security": one way in).
+fn read_in(dir: &Utf8Path, path: &Utf8Path) -> Result<String, String> {
+    let relative = path
+        .strip_prefix(dir)
+        .map_err(|_| format!("`{path}` is outside `{dir}`"))?;
+    let ws = crate::tools::confine::Workspace::new(dir).map_err(|err| err.to_string())?;
+    ws.read_text(relative.as_str(), crate::limits::MAX_RESPONSE_BYTES as u64)
 }
 
-fn read(path: &Utf8Path) -> Result<Cassette, String> {
-    let text = crate::limits::read_text(path, crate::limits::MAX_RESPONSE_BYTES as u64)
-        .map_err(|err| format!("no cassette `{path}` ({err})"))?;
+/// A step folder's index; `None` when it has none (cassettes recorded before the index).
+fn read_index(dir: &Utf8Path, path: &Utf8Path) -> Option<Index> {
+    serde_json::from_str(&read_in(dir, path).ok()?).ok()
+}
+
+fn read(dir: &Utf8Path, path: &Utf8Path) -> Result<Cassette, String> {
+    let text = read_in(dir, path).map_err(|err| format!("no cassette `{path}` ({err})"))?;
     serde_json::from_str(&text).map_err(|err| format!("cassette `{path}` is not valid: {err}"))
 }
 

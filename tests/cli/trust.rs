@@ -788,3 +788,74 @@ fn a_writing_bash_cannot_plant_hooks_in_a_nested_repository() {
         "v2\n"
     );
 }
+
+/// While recording into the checkout, a writing step's `bash` cannot rewrite the cassettes of
+/// the steps before it (the next `--replay` would serve its answer), nor plant new ones.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_writing_bash_cannot_tamper_with_the_cassettes_being_recorded() {
+    let fake = Fake::anthropic(vec![anthropic_text("the real answer")]).await;
+    let workflow = format!(
+        "name = \"c\"\n{MODELS}[steps.a]\nagent = \"explore\"\nprompt = \"x\"\n[steps.b]\nneeds = [\"a\"]\nwrites = true\nrun = \"\"\"\nfor f in cassettes/a/*.json; do sh -c \"echo tampered > $f\" 2>/dev/null && echo \"WROTE $f\"; done\nmkdir -p cassettes/b 2>/dev/null && echo WROTE-DIR\ntouch cassettes/planted.json 2>/dev/null && echo WROTE-FILE\necho done\n\"\"\"\n"
+    );
+    let (out, test) = Test::new()
+        .file("w.toml", &workflow)
+        .anthropic_api(&fake.uri(), KEY)
+        .args(&["run", "w.toml", "--record", "cassettes", "--format", "json"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let run: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(run["steps"]["b"]["summary"], "done\n");
+    for entry in std::fs::read_dir(test.path().join("cassettes/a")).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        assert!(!text.contains("tampered"), "{text}");
+    }
+    assert!(!test.path().join("cassettes/planted.json").exists());
+}
+
+/// Cassettes are read as the tools read: one that is a link out of the cassette directory is
+/// refused, never served, even when what it points at is a valid cassette.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cassette_that_links_out_is_refused() {
+    let fake = Fake::anthropic(vec![anthropic_text("the real answer")]).await;
+    let workflow =
+        format!("name = \"c\"\n{MODELS}[steps.a]\nagent = \"explore\"\nprompt = \"x\"\n");
+    let (out, test) = Test::new()
+        .file("w.toml", &workflow)
+        .anthropic_api(&fake.uri(), KEY)
+        .args(&["run", "w.toml", "--record", "cassettes"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let outside = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(test.path().join("cassettes/a")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.ends_with("index.json") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path)
+            .unwrap()
+            .replace("the real answer", "an answer from outside");
+        let elsewhere = outside.path().join("cassette.json");
+        std::fs::write(&elsewhere, text).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
+    }
+    let (out, _test) = test
+        .clear_args()
+        .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+        .args(&["run", "w.toml", "--replay", "cassettes", "--format", "json"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 1, "{}", out.transcript());
+    let run: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_ne!(run["steps"]["a"]["summary"], "an answer from outside");
+    assert!(
+        run["steps"]["a"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("outside"),
+        "{}",
+        run["steps"]["a"]
+    );
+}
