@@ -107,11 +107,24 @@ pub fn hide_url_credentials(url: &str) {
     let Ok(parsed) = reqwest::Url::parse(url) else {
         return;
     };
+    // As written in the URL and as sent (percent-decoded: `proxy%20pass` goes out as
+    // `proxy pass`, base64 in a Basic header the redactor recognises by the decoded form).
+    let decode = |text: &str| {
+        percent_encoding::percent_decode_str(text)
+            .decode_utf8_lossy()
+            .into_owned()
+    };
     if let Some(password) = parsed.password() {
-        crate::secrets::register(&format!("{}:{password}", parsed.username()));
-        crate::secrets::register(password);
+        for (user, password) in [
+            (parsed.username().to_owned(), password.to_owned()),
+            (decode(parsed.username()), decode(password)),
+        ] {
+            crate::secrets::register(&format!("{user}:{password}"));
+            crate::secrets::register(&password);
+        }
     } else if !parsed.username().is_empty() {
         crate::secrets::register(parsed.username());
+        crate::secrets::register(&decode(parsed.username()));
     }
     for (name, value) in parsed.query_pairs() {
         let name = name.to_ascii_lowercase();

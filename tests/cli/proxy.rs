@@ -435,3 +435,35 @@ async fn an_https_endpoint_whose_certificate_is_not_trusted_gets_nothing() {
     assert!(!*shook.lock().unwrap(), "the handshake went through");
     assert!(seen.lock().unwrap().is_empty(), "a request was sent");
 }
+
+/// A proxy that echoes the request's headers back (into the reply the model "wrote") shows its
+/// own credential, base64 in `Proxy-Authorization`, nowhere runner writes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_proxy_that_echoes_its_credential_has_it_hidden() {
+    let echoed = format!("you sent Proxy-Authorization: {PROXY_AUTH}");
+    let (proxy, _seen) = server(vec![text(&echoed)], After::Close).await;
+    let (out, test) = run_with(&[
+        ("ANTHROPIC_BASE_URL", "http://models.example.test:8000"),
+        ("HTTP_PROXY", &proxy_url(proxy)),
+    ])
+    .run_async()
+    .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let encoded = PROXY_AUTH.trim_start_matches("Basic ");
+    let run: Value = serde_json::from_str(&out.stdout).unwrap();
+    let summary = run["steps"]["s"]["summary"].as_str().unwrap();
+    assert!(
+        summary.contains("[hidden]") && !summary.contains(encoded),
+        "{summary}"
+    );
+    assert!(!out.stderr.contains(encoded), "{}", out.stderr);
+    let runs = test.path().join(".runner/runs");
+    let run_dir = std::fs::read_dir(&runs)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let transcript = std::fs::read_to_string(run_dir.join("steps/s/transcript.jsonl")).unwrap();
+    assert!(!transcript.contains(encoded), "{transcript}");
+}
