@@ -138,6 +138,13 @@ impl Endpoint {
 
 async fn json_body(reply: Reply<'_>) -> Result<Value, ProviderError> {
     let text = read_body(reply).await?;
+    // A key given twice (a tool input's `path`) would be read one way here and maybe another
+    // by whoever reads the transcript: refused.
+    if let Some(key) = super::format::json::first_duplicate_key(&text) {
+        return Err(ProviderError::InvalidResponse {
+            message: format!("the reply gives `{key}` twice in one object"),
+        });
+    }
     serde_json::from_str(&text).map_err(|err| ProviderError::InvalidResponse {
         message: format!("the body is not JSON ({err}): {}", snippet(&text)),
     })

@@ -314,6 +314,7 @@ impl Assemble for AnthropicStream {
                             message: format!("a streamed tool input is not JSON ({err})"),
                         }
                     })?;
+                    refuse_duplicates(&json)?;
                     self.read.entry(index).or_default().input = Some(input);
                     part.input = Some(json);
                 }
@@ -554,6 +555,9 @@ impl Assemble for OpenAiStream {
     }
 
     fn finish(self) -> Result<Exchange, ProviderError> {
+        for (_, _, arguments) in self.calls.values() {
+            refuse_duplicates(arguments)?;
+        }
         let mut message = json!({
             "role": "assistant",
             "content": if self.text.is_empty() { Value::Null } else { Value::String(self.text) },
@@ -574,6 +578,17 @@ impl Assemble for OpenAiStream {
             "usage": self.usage,
         });
         Self::whole(body)
+    }
+}
+
+/// A tool call's input that names a key twice is refused: runner would run it with one value
+/// and a reader of the transcript could take the other.
+fn refuse_duplicates(json: &str) -> Result<(), ProviderError> {
+    match super::format::json::first_duplicate_key(json) {
+        Some(key) => Err(ProviderError::InvalidResponse {
+            message: format!("a tool call's input gives `{key}` twice"),
+        }),
+        None => Ok(()),
     }
 }
 

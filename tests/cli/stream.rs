@@ -249,3 +249,40 @@ async fn openai_streams_assemble_tool_calls_by_index_count_usage_and_survive_an_
             .contains("notes.txt")
     );
 }
+
+/// A streamed tool call whose input gives a key twice is refused: runner would run it with one
+/// value while a transcript reader might take the other.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tool_input_with_a_key_given_twice_is_refused() {
+    let tool_start = (
+        "content_block_start",
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "t1", "name": "read_file", "input": {}}}),
+    );
+    let delta = (
+        "content_block_delta",
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{\"path\": \"notes.txt\", \"path\": \"/etc/passwd\"}"}}),
+    );
+    let stop = (
+        "content_block_stop",
+        json!({"type": "content_block_stop", "index": 0}),
+    );
+    let mut events = vec![anthropic_start(10), tool_start, delta, stop];
+    events.extend(anthropic_end("tool_use", 5));
+    let fake = Fake::anthropic(vec![sse(&events)]).await;
+    let workflow = "name = \"d\"\n[models]\ndefault = \"anthropic/m\"\n[steps.s]\nagent = \"explore\"\nretries = 0\nprompt = \"x\"\n";
+    let (out, test) = Test::new()
+        .file("w.toml", workflow)
+        .anthropic_api(&fake.uri(), KEY)
+        .args(&["run", "w.toml", "--format", "json"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 1, "{}", out.transcript());
+    let run: Value = serde_json::from_str(&out.stdout).unwrap();
+    let error = run["steps"]["s"]["error"].as_str().unwrap();
+    assert!(
+        error.contains("a tool call's input gives `path` twice"),
+        "{error}"
+    );
+    assert_eq!(run["steps"]["s"]["tool_calls"], 0);
+    drop(test);
+}

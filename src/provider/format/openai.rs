@@ -239,6 +239,15 @@ pub fn parse_response(body: &Value) -> Result<ChatResponse, FormatError> {
         let Some(name) = function.get("name").and_then(Value::as_str) else {
             return Err(FormatError("a tool call without a function name".into()));
         };
+        if let Some(key) = function
+            .get("arguments")
+            .and_then(Value::as_str)
+            .and_then(super::json::first_duplicate_key)
+        {
+            return Err(FormatError(format!(
+                "a tool call's input gives `{key}` twice"
+            )));
+        }
         let id = match call.get("id").and_then(Value::as_str) {
             Some(id) if !id.is_empty() => id.to_owned(),
             _ => format!(
