@@ -93,7 +93,8 @@ pub(crate) fn report(io: &mut Io<'_>, problems: &[Problem]) {
         return;
     }
     let text = Renderer::new(io.color).render(problems);
-    let _ = write!(io.err, "{text}");
+    // Diagnostics quote files: a secret in one (a key pasted into a workflow) shows hidden.
+    let _ = write!(io.err, "{}", crate::secrets::redact(&text));
 }
 
 /// Reports problems and, if any is an error, how many; returns whether there were errors.

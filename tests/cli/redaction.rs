@@ -118,3 +118,24 @@ checks = ["sh check.sh"]
     let run: Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(run["steps"]["cmd"]["output"]["items"][0], "[hidden]");
 }
+
+/// A diagnostic quotes the file's line: a key pasted into a workflow shows hidden there too.
+#[test]
+fn diagnostics_quote_no_secret() {
+    let out = Test::new()
+        .file(
+            "w.toml",
+            &format!("name = \"d\"\n[models]\ndefault = \"anthropic/m\"\n[steps.s]\nagent = \"explore\"\nprompt = \"x\"\nenv = {{ K = \"{KEY}\" }}\nunknown_key = 1\n"),
+        )
+        .env("ANTHROPIC_API_KEY", KEY)
+        .args(&["validate", "w.toml"])
+        .run();
+    assert_eq!(out.status, 2, "{}", out.transcript());
+    assert!(out.stderr.contains("unknown_key"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("env = { K = \"[hidden]\" }"),
+        "{}",
+        out.stderr
+    );
+    assert_clean("a diagnostic", &out.stderr);
+}
