@@ -31,6 +31,27 @@ fn every_file(dir: &std::path::Path) -> Vec<(String, String)> {
     out
 }
 
+/// An MCP server whose one tool answers with a secret it was given (`LEAKED`).
+const LEAK_SERVER: &str = r#"
+import json, os, sys
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    method = msg.get("method")
+    if method == "initialize":
+        result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "leak", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": "leak", "inputSchema": {"type": "object"}}]}
+    elif method == "tools/call":
+        result = {"content": [{"type": "text", "text": "the server says " + os.environ["LEAKED"]}]}
+    else:
+        result = {}
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}) + "\n")
+    sys.stdout.flush()
+"#;
+
 fn assert_clean(what: &str, text: &str) {
     for marker in [KEY, NAMED, TAKEN] {
         assert!(!text.contains(marker), "{marker} in {what}:\n{text}");
@@ -47,6 +68,12 @@ async fn no_secret_reaches_a_model_a_record_or_the_terminal() {
         }
         if prompt.contains("MARK-fan") {
             return anthropic_text("looked at the item");
+        }
+        if prompt.contains("MARK-mcp") {
+            return match turns {
+                1 => anthropic_tool("m1", "mcp__leak__leak", json!({})),
+                _ => anthropic_text("the server answered"),
+            };
         }
         match turns {
             // The final answer echoes the key, as a server that repeats its input would.
@@ -72,6 +99,14 @@ agent = "explore"
 needs = ["cmd"]
 for_each = "steps.cmd.output.items"
 prompt = "MARK-fan look at {{ item }}"
+[mcp_servers.leak]
+command = "python3"
+args = ["leak.py"]
+env = { LEAKED = "${TAKEN_VALUE}" }
+[steps.mcp]
+agent = "explore"
+tools = ["mcp__leak"]
+prompt = "MARK-mcp ask the server"
 [steps.work]
 agent = "code"
 needs = ["cmd"]
@@ -83,6 +118,7 @@ checks = ["sh check.sh"]
     let test = Test::new()
         .file("w.toml", workflow)
         .file("check.sh", check)
+        .file("leak.py", LEAK_SERVER)
         .file(
             ".env",
             &format!("ANTHROPIC_API_KEY={KEY}\nDEPLOY_SECRET={NAMED}\n"),
@@ -104,6 +140,11 @@ checks = ["sh check.sh"]
     );
     assert!(bodies.iter().any(|b| prompt_of(b).contains("MARK-sub")));
     assert!(bodies.iter().any(|b| prompt_of(b).contains("MARK-fan")));
+    assert!(
+        bodies
+            .iter()
+            .any(|b| b.to_string().contains("the server says"))
+    );
     for body in &bodies {
         assert_clean("a request", &body.to_string());
     }
