@@ -143,15 +143,24 @@ fn validate(dir: &std::path::Path, ext: &str, text: &str) -> Exit {
         .iter()
         .map(OsString::from)
         .collect();
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    run_cli(
-        args,
-        &mut Io {
-            out: &mut out,
-            err: &mut err,
-            color: false,
-        },
-    )
+    // On a thread with the main thread's stack (8 MiB), as the binary has: a test thread's
+    // 2 MiB is too little for a debug build's frames on deeply nested generated templates.
+    std::thread::Builder::new()
+        .stack_size(8 << 20)
+        .spawn(move || {
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            run_cli(
+                args,
+                &mut Io {
+                    out: &mut out,
+                    err: &mut err,
+                    color: false,
+                },
+            )
+        })
+        .unwrap()
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
 proptest! {
