@@ -14,8 +14,8 @@ use miette::{
     SourceCode, SourceSpan, SpanContents,
 };
 
+use crate::source_file::SourceFile;
 use crate::terminal::{clean, mask};
-use crate::workflow::source::SourceFile;
 
 /// How a command ended, by class; [`Exit::code`] maps it to the exit codes of README "Commands".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -18,6 +18,7 @@ pub mod run;
 pub mod sandbox;
 pub mod secrets;
 pub mod session;
+pub mod source_file;
 pub mod template;
 pub mod terminal;
 pub mod text;

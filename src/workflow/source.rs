@@ -7,27 +7,15 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use camino::{Utf8Path, Utf8PathBuf};
+use camino::Utf8Path;
 use indexmap::IndexMap;
 use serde_json::{Map, Value};
 
 use crate::error::Problem;
 
-/// A file's name (as the user wrote it) and its text; shared by every diagnostic about it.
-#[derive(Debug)]
-pub struct SourceFile {
-    pub name: Utf8PathBuf,
-    pub text: String,
-}
+pub use crate::source_file::SourceFile;
 
 impl SourceFile {
-    pub fn new(name: impl Into<Utf8PathBuf>, text: impl Into<String>) -> Arc<Self> {
-        Arc::new(Self {
-            name: name.into(),
-            text: text.into(),
-        })
-    }
-
     /// Reads a file; an unreadable file is a problem about that path, not a panic. Only regular
     /// files within [`MAX_SOURCE_BYTES`](crate::limits::MAX_SOURCE_BYTES) are read, and a UTF-8
     /// byte-order mark is dropped.
