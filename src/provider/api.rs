@@ -10,7 +10,7 @@ use super::error::ProviderError;
 use super::format::FormatError;
 use super::format::body::{Body, Wire};
 use super::message::{ChatRequest, ChatResponse};
-use super::stream::AnthropicParts;
+use super::parts::AnthropicParts;
 
 /// A request as it goes out: the conversation (what cassettes and in-process APIs read) and its
 /// body, written once in the API's wire format (what goes over HTTP, and what its digest is of).

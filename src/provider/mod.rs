@@ -8,6 +8,7 @@ pub mod format;
 mod http;
 pub mod message;
 pub mod openai;
+pub mod parts;
 pub mod retry;
 mod sse;
 pub mod stream;
