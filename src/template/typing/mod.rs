@@ -276,6 +276,7 @@ fn kind_word(kind: &Kind) -> &'static str {
 }
 
 mod expr;
+mod syntax;
 mod walk;
 
 use walk::Walker;

@@ -7,7 +7,7 @@ use std::rc::Rc;
 use minijinja::Environment;
 use minijinja::machinery::ast::{self, CallArg, Expr, Stmt};
 
-use super::expr::{path_of, proves, range_of};
+use super::syntax::{path_of, proves, range_of};
 use super::{Absence, Found, Kind, Ty, TypeProblem};
 
 pub(super) struct Walker<'a> {
