@@ -293,11 +293,7 @@ async fn a_recorded_run_replays_elsewhere_without_network_or_key() {
     assert_eq!(out.status, 0, "{}", out.transcript());
     let changed: Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(summaries(&changed), summaries(&original));
-    let drift: Vec<&str> = out
-        .stderr
-        .lines()
-        .filter(|l| l.contains("replay drift"))
-        .collect();
+    let drift = drift_lines(&out.stderr);
     assert_eq!(drift.len(), 2, "{}", out.stderr);
     assert!(
         drift[0].starts_with("[code] b: replay drift in request 1: first difference at character")
@@ -693,11 +689,7 @@ async fn a_timing_in_a_checks_output_is_drift_not_a_broken_replay() {
     let replayed: Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(summaries(&replayed), summaries(&recorded));
     // Request 1 is the prompt; 2 carries the check's failure, 3 keeps it in its history.
-    let drift: Vec<&str> = out
-        .stderr
-        .lines()
-        .filter(|l| l.contains("replay drift"))
-        .collect();
+    let drift = drift_lines(&out.stderr);
     assert_eq!(drift.len(), 2, "{}", out.stderr);
     assert!(
         drift[0].contains("request 2") && drift[0].contains("Ran 1 test in 0."),
@@ -969,4 +961,12 @@ async fn the_job_summary_stays_bounded() {
         failure.ends_with('…') && failure.chars().count() < 600,
         "{failure}"
     );
+}
+
+/// The `replay drift` lines of a run's stderr, in order.
+fn drift_lines(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .filter(|l| l.contains("replay drift"))
+        .collect()
 }

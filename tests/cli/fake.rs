@@ -328,3 +328,32 @@ pub fn endless_body_server(content_type: &'static str, opening: &'static str) ->
     });
     url
 }
+
+/// A stdio MCP server in Python that speaks just enough JSON-RPC: `initialize`, `tools/list`
+/// with one tool, `tools/call` answering with the text the Python expression `answer` makes.
+/// `prelude` runs before it reads, `after` once its input ends.
+pub fn python_mcp_server(tool: &str, answer: &str, prelude: &str, after: &str) -> String {
+    format!(
+        r#"
+import json, os, subprocess, sys, time
+{prelude}
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    method = msg.get("method")
+    if method == "initialize":
+        result = {{"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {{"tools": {{}}}},
+                  "serverInfo": {{"name": "{tool}", "version": "1"}}}}
+    elif method == "tools/list":
+        result = {{"tools": [{{"name": "{tool}", "inputSchema": {{"type": "object"}}}}]}}
+    elif method == "tools/call":
+        result = {{"content": [{{"type": "text", "text": {answer}}}]}}
+    else:
+        result = {{}}
+    sys.stdout.write(json.dumps({{"jsonrpc": "2.0", "id": msg["id"], "result": result}}) + "\n")
+    sys.stdout.flush()
+{after}
+"#
+    )
+}

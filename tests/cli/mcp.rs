@@ -509,25 +509,9 @@ async fn mcp_redirects_are_followed_only_within_the_origin() {
 }
 
 /// A stdio server, in Python, whose one tool answers with a single 17 MB line.
-const HUGE_SERVER: &str = r#"
-import json, sys
-for line in sys.stdin:
-    msg = json.loads(line)
-    if "id" not in msg:
-        continue
-    method = msg.get("method")
-    if method == "initialize":
-        result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
-                  "serverInfo": {"name": "huge", "version": "1"}}
-    elif method == "tools/list":
-        result = {"tools": [{"name": "huge", "inputSchema": {"type": "object"}}]}
-    elif method == "tools/call":
-        result = {"content": [{"type": "text", "text": "x" * (17 << 20)}]}
-    else:
-        result = {}
-    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}) + "\n")
-    sys.stdout.flush()
-"#;
+fn huge_server() -> String {
+    crate::fake::python_mcp_server("huge", "\"x\" * (17 << 20)", "", "")
+}
 
 /// A message longer than the transport takes stops the server and fails the call at once, not
 /// when the call's timeout ends (the timeout here is long enough that its message would show).
@@ -541,7 +525,7 @@ async fn a_result_over_8_mib_stops_the_server_and_fails_the_call() {
     let workflow = "name = \"m\"\n[models]\ndefault = \"anthropic/m\"\n[mcp_servers.huge]\ncommand = \"python3\"\nargs = [\"huge.py\"]\ntimeout = \"5m\"\n[steps.s]\nagent = \"explore\"\ntools = [\"mcp__huge\"]\nprompt = \"x\"\n";
     let (out, _test) = Test::new()
         .file("w.toml", workflow)
-        .file("huge.py", HUGE_SERVER)
+        .file("huge.py", &huge_server())
         .anthropic_api(&fake.uri(), KEY)
         .args(&["run", "w.toml", "--format", "json"])
         .run_async()
@@ -624,28 +608,14 @@ async fn agent_files_name_servers_from_the_project_mcp_json() {
 
 /// A stdio server in Python that starts a helper of its own and, when its input ends, does not
 /// exit (as many servers behind `npx` or `uvx` do not).
-const STUBBORN_SERVER: &str = r#"
-import json, subprocess, sys, time
-marker = sys.argv[1]
-subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", marker])
-for line in sys.stdin:
-    msg = json.loads(line)
-    if "id" not in msg:
-        continue
-    method = msg.get("method")
-    if method == "initialize":
-        result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
-                  "serverInfo": {"name": "stubborn", "version": "1"}}
-    elif method == "tools/list":
-        result = {"tools": [{"name": "ping", "inputSchema": {"type": "object"}}]}
-    elif method == "tools/call":
-        result = {"content": [{"type": "text", "text": "pong"}]}
-    else:
-        result = {}
-    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}) + "\n")
-    sys.stdout.flush()
-time.sleep(600)
-"#;
+fn stubborn_server() -> String {
+    crate::fake::python_mcp_server(
+        "ping",
+        "\"pong\"",
+        "subprocess.Popen([sys.executable, \"-c\", \"import time; time.sleep(600)\", sys.argv[1]])",
+        "time.sleep(600)",
+    )
+}
 
 /// Waits (bounded) until no process holds `marker`; whether none does.
 fn all_gone(marker: &str) -> bool {
@@ -675,7 +645,7 @@ async fn nothing_an_mcp_server_started_outlives_the_run() {
     .await;
     let (out, test) = Test::new()
         .file("w.toml", &workflow)
-        .file("server.py", STUBBORN_SERVER)
+        .file("server.py", &stubborn_server())
         .anthropic_api(&fake.uri(), KEY)
         .args(&["run", "w.toml"])
         .run_async()

@@ -32,25 +32,14 @@ fn every_file(dir: &std::path::Path) -> Vec<(String, String)> {
 }
 
 /// An MCP server whose one tool answers with a secret it was given (`LEAKED`).
-const LEAK_SERVER: &str = r#"
-import json, os, sys
-for line in sys.stdin:
-    msg = json.loads(line)
-    if "id" not in msg:
-        continue
-    method = msg.get("method")
-    if method == "initialize":
-        result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
-                  "serverInfo": {"name": "leak", "version": "1"}}
-    elif method == "tools/list":
-        result = {"tools": [{"name": "leak", "inputSchema": {"type": "object"}}]}
-    elif method == "tools/call":
-        result = {"content": [{"type": "text", "text": "the server says " + os.environ["LEAKED"]}]}
-    else:
-        result = {}
-    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}) + "\n")
-    sys.stdout.flush()
-"#;
+fn leak_server() -> String {
+    crate::fake::python_mcp_server(
+        "leak",
+        "\"the server says \" + os.environ[\"LEAKED\"]",
+        "",
+        "",
+    )
+}
 
 fn assert_clean(what: &str, text: &str) {
     for marker in [KEY, NAMED, TAKEN] {
@@ -118,7 +107,7 @@ checks = ["sh check.sh"]
     let test = Test::new()
         .file("w.toml", workflow)
         .file("check.sh", check)
-        .file("leak.py", LEAK_SERVER)
+        .file("leak.py", &leak_server())
         .file(
             ".env",
             &format!("ANTHROPIC_API_KEY={KEY}\nDEPLOY_SECRET={NAMED}\n"),
