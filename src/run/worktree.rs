@@ -432,23 +432,14 @@ mod tests {
             git(&root, None, &args).unwrap();
         }
         std::fs::write(root.join("a.txt"), "one\n").unwrap();
-        git(&root, None, &["add", "a.txt"]).unwrap();
-        git(
-            &root,
-            None,
-            &[
-                "-c",
-                "user.name=t",
-                "-c",
-                "user.email=t@t",
-                "commit",
-                "--quiet",
-                "-m",
-                "a",
-            ],
-        )
-        .unwrap();
+        commit(&root, "a.txt", "a");
         (dir, root)
+    }
+
+    /// Adds `path` and commits it (runner's safe configuration names the committer).
+    fn commit(root: &Utf8Path, path: &str, message: &str) {
+        git(root, None, &["add", path]).unwrap();
+        git(root, None, &["commit", "--quiet", "-m", message]).unwrap();
     }
 
     #[test]
@@ -616,22 +607,7 @@ mod tests {
         .unwrap();
         git(&root, None, &["config", "filter.upper.clean", "tr a-z A-Z"]).unwrap();
         std::fs::write(root.join(".gitattributes"), "*.up filter=upper\n").unwrap();
-        git(&root, None, &["add", ".gitattributes"]).unwrap();
-        git(
-            &root,
-            None,
-            &[
-                "-c",
-                "user.name=t",
-                "-c",
-                "user.email=t@t",
-                "commit",
-                "--quiet",
-                "-m",
-                "attrs",
-            ],
-        )
-        .unwrap();
+        commit(&root, ".gitattributes", "attrs");
         let repo = Repo::discover(&root).unwrap();
         let tree = repo.add("r1", "edit").unwrap();
         std::fs::write(

@@ -886,18 +886,12 @@ async fn replay_strict(test: Test) -> (crate::support::Output, Test) {
 /// (not a quadratic line diff), and ids with terminal escapes print without them.
 #[test]
 fn diff_of_huge_or_hostile_records_is_bounded_and_clean() {
-    let test = Test::new().file("w.toml", "name = \"d\"\n[steps.s]\nrun = \"echo a\"\n");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_runner"))
-        .args(["run", "w.toml", "--format", "json"])
-        .current_dir(test.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let record: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let test = Test::new()
+        .file("w.toml", "name = \"d\"\n[steps.s]\nrun = \"echo a\"\n")
+        .args(&["run", "w.toml", "--format", "json"]);
+    let out = test.run_keeping();
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let record: Value = serde_json::from_str(&out.stdout).unwrap();
     let many = |tag: &str| {
         (0..20_000)
             .map(|i| format!("{tag} line {i}\n"))

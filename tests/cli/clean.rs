@@ -18,19 +18,9 @@ const HEAD: &str = "name = \"t\"\n[models]\ndefault = \"anthropic/claude-test\"\
 fn clean(test: Test, args: &[&str]) -> (Output, Test) {
     let mut all = vec!["clean"];
     all.extend_from_slice(args);
-    let out = Command::new(env!("CARGO_BIN_EXE_runner"))
-        .args(&all)
-        .current_dir(test.path())
-        .output()
-        .unwrap();
-    (
-        Output {
-            status: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        },
-        test,
-    )
+    let test = test.clear_args().args(&all);
+    let out = test.run_keeping();
+    (out, test)
 }
 
 fn branches(test: &Test) -> String {

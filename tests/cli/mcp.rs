@@ -617,6 +617,14 @@ fn stubborn_server() -> String {
     )
 }
 
+/// [`all_gone`] off the async workers.
+async fn gone(marker: &str) -> bool {
+    let marker = marker.to_owned();
+    tokio::task::spawn_blocking(move || all_gone(&marker))
+        .await
+        .unwrap()
+}
+
 /// Waits (bounded) until no process holds `marker`; whether none does.
 fn all_gone(marker: &str) -> bool {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
@@ -652,12 +660,7 @@ async fn nothing_an_mcp_server_started_outlives_the_run() {
         .await;
     assert_eq!(out.status, 0, "{}", out.transcript());
     assert!(
-        tokio::task::spawn_blocking({
-            let marker = marker.clone();
-            move || all_gone(&marker)
-        })
-        .await
-        .unwrap(),
+        gone(&marker).await,
         "left running after the run: {:?}",
         processes_with(&marker)
     );
@@ -679,12 +682,7 @@ async fn nothing_an_mcp_server_started_outlives_the_run() {
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(
-        tokio::task::spawn_blocking({
-            let marker = marker.clone();
-            move || all_gone(&marker)
-        })
-        .await
-        .unwrap(),
+        gone(&marker).await,
         "left running after kill -9: {:?}",
         processes_with(&marker)
     );

@@ -114,6 +114,12 @@ impl Test {
         self.run_here()
     }
 
+    /// Runs the binary with the arguments given so far and keeps the directory, for looking at
+    /// what the run left.
+    pub fn run_keeping(&self) -> Output {
+        self.run_here()
+    }
+
     fn run_here(&self) -> Output {
         let output = self.command().output().expect("run runner");
         Output {

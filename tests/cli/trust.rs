@@ -759,17 +759,10 @@ fn a_writing_bash_cannot_plant_hooks_in_a_nested_repository() {
             "w.toml",
             "name = \"n\"\n[steps.plant]\nrun = \"\"\"\nfor attempt in 'echo evil > vendor/lib/.git/hooks/pre-commit' 'echo \"[core] fsmonitor = evil\" >> vendor/lib/.git/config' 'echo gitdir: /tmp/evil > vendor/sub/.git' 'rm -rf vendor/lib/.git' 'mv vendor/lib/.git vendor/lib/git-moved'; do sh -c \"$attempt\" 2>/dev/null && echo \"WROTE: $attempt\"; done; echo v2 > vendor/lib/code.txt; echo done\n\"\"\"\nwrites = true\n",
         );
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_runner"))
-        .args(["run", "w.toml", "--format", "json"])
-        .current_dir(test.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let run: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let test = test.args(&["run", "w.toml", "--format", "json"]);
+    let out = test.run_keeping();
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let run: Value = serde_json::from_str(&out.stdout).unwrap();
     let summary = run["steps"]["plant"]["summary"].as_str().unwrap();
     assert!(!summary.contains("WROTE"), "{summary}");
     assert!(summary.ends_with("done\n"), "{summary}");
