@@ -1,8 +1,7 @@
-//! An event as one line of JSON, written field by field for the events every turn makes (the
-//! request, the reply, each tool call), byte for byte what the derived serializer writes, and by
-//! that serializer for the rest. The derived one goes through a map for the flattened kind and,
-//! for a request whose tool results are written elsewhere, through a JSON tree of the whole
-//! message list (README, "Performance").
+//! An event as one line of JSON, by serde's derives. A request's tool results that the
+//! transcript already holds (in the `tool_finished` event of their call) are pointed at instead
+//! of repeated: [`TurnStartedLine`] is `turn_started` as the derived [`Event`] writes it, with
+//! such results written as `{"type":"tool_result","tool_use_id":…,"content_in":"tool_finished"}`.
 
 use serde::Serialize;
 
@@ -10,101 +9,54 @@ use super::{Event, EventKind};
 use crate::provider::message::{Block, Message};
 
 /// Appends `event` as JSON (no newline) to `out`. `written` says which tool results of a
-/// request are already in the transcript (a `tool_finished` event with that call id and text):
-/// those are written as `"content_in": "tool_finished"` instead of their text.
+/// request are already in the transcript (a `tool_finished` event with that call id and text).
 pub fn write(out: &mut Vec<u8>, event: &Event, written: &dyn Fn(&str, &str) -> bool) {
-    match &event.kind {
+    // An event is plain data (strings, numbers, JSON values): writing it to memory cannot fail.
+    let _ = match &event.kind {
         EventKind::TurnStarted {
             step,
             turn,
             messages,
             digest,
-        } => {
-            open(out, event, "turn_started", step, *turn);
-            field(out, "messages", &Messages { messages, written });
-            field(out, "digest", digest);
+        } if messages.iter().any(|m| {
+            m.content.iter().any(|b| {
+                matches!(b, Block::ToolResult { tool_use_id, content, .. } if written(tool_use_id, content))
+            })
+        }) =>
+        {
+            serde_json::to_writer(
+                &mut *out,
+                &TurnStartedLine {
+                    at: &event.at,
+                    agent: &event.agent,
+                    event: "turn_started",
+                    step,
+                    turn: *turn,
+                    messages: Messages { messages, written },
+                    digest,
+                },
+            )
         }
-        EventKind::TurnFinished {
-            step,
-            turn,
-            duration_ms,
-            usage,
-            cost_usd,
-            body,
-        } => {
-            open(out, event, "turn_finished", step, *turn);
-            field(out, "duration_ms", duration_ms);
-            field(out, "usage", usage);
-            if let Some(cost) = cost_usd {
-                field(out, "cost_usd", cost);
-            }
-            field(out, "body", body);
-        }
-        EventKind::ToolStarted {
-            step,
-            turn,
-            id,
-            name,
-            input,
-        } => {
-            open(out, event, "tool_started", step, *turn);
-            field(out, "id", id);
-            field(out, "name", name);
-            field(out, "input", input);
-        }
-        EventKind::ToolFinished {
-            step,
-            turn,
-            id,
-            name,
-            is_error,
-            duration_ms,
-            output,
-        } => {
-            open(out, event, "tool_finished", step, *turn);
-            field(out, "id", id);
-            field(out, "name", name);
-            field(out, "is_error", is_error);
-            field(out, "duration_ms", duration_ms);
-            // The turn's largest text, escaped by the quick writer.
-            out.extend_from_slice(b",\"output\":");
-            crate::provider::format::json::write_str(out, output);
-        }
-        _ => {
-            put(out, event);
-            return;
-        }
-    }
-    out.push(b'}');
+        _ => serde_json::to_writer(&mut *out, event),
+    };
 }
 
-/// Writes a plain value: the types here are data that cannot fail to encode.
-fn put(out: &mut Vec<u8>, value: &(impl Serialize + ?Sized)) {
-    let _ = serde_json::to_writer(&mut *out, value);
+fn rfc3339<S: serde::Serializer>(at: &&jiff::Timestamp, serializer: S) -> Result<S::Ok, S::Error> {
+    super::rfc3339(at, serializer)
 }
 
-/// `{"at":…,"agent":…,"event":"…","step":…,"turn":…`, in the order the derived serializer
-/// writes them (every event written here has a step and a turn, in that order).
-fn open(out: &mut Vec<u8>, event: &Event, kind: &str, step: &str, turn: u32) {
-    out.extend_from_slice(b"{\"at\":\"");
-    // A timestamp's text holds nothing JSON escapes.
-    let _ = std::io::Write::write_fmt(out, format_args!("{}", event.at));
-    out.push(b'"');
-    if let Some(agent) = &event.agent {
-        out.extend_from_slice(b",\"agent\":");
-        put(out, agent);
-    }
-    out.extend_from_slice(b",\"event\":");
-    put(out, kind);
-    field(out, "step", step);
-    field(out, "turn", &turn);
-}
-
-fn field(out: &mut Vec<u8>, name: &str, value: &(impl Serialize + ?Sized)) {
-    out.push(b',');
-    put(out, name);
-    out.push(b':');
-    put(out, value);
+/// `turn_started` with its field order and names as [`Event`] derives them.
+#[derive(Serialize)]
+struct TurnStartedLine<'a> {
+    #[serde(serialize_with = "rfc3339")]
+    at: &'a jiff::Timestamp,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    agent: &'a Option<String>,
+    event: &'static str,
+    step: &'a str,
+    turn: u32,
+    messages: Messages<'a>,
+    digest: &'a str,
 }
 
 /// A request's new messages, tool results already written pointed at instead of repeated.
@@ -252,6 +204,7 @@ mod tests {
         all
     }
 
+    /// With nothing pointed at, a line is the derived serializer's.
     #[test]
     fn lines_are_what_the_derived_serializer_writes() {
         for event in events() {

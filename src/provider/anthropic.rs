@@ -1,7 +1,7 @@
 //! Anthropic's Messages API over HTTP.
 
 use futures_util::future::BoxFuture;
-use http::header::{HeaderMap, HeaderValue};
+use reqwest::header::{HeaderMap, HeaderValue};
 
 use super::Secret;
 use super::api::{Exchange, ModelApi, Outgoing};
@@ -28,7 +28,7 @@ impl AnthropicApi {
         let mut headers = HeaderMap::new();
         headers.insert("anthropic-version", HeaderValue::from_static("2023-06-01"));
         headers.insert(
-            http::header::CONTENT_TYPE,
+            reqwest::header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
         if let Some(mut value) = key

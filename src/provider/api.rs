@@ -87,10 +87,11 @@ impl Serialize for Raw {
 pub trait ModelApi: Send + Sync {
     /// Where requests go, named in every error about them.
     fn endpoint(&self) -> String;
-    /// The wire format bodies for this API are written in. It may change between requests
-    /// (OpenAI's output-limit name, learnt from a refusal): a conversation asks before each.
-    fn wire(&self) -> Wire {
-        Wire::Anthropic
+    /// `request` written as this API's body (what goes over HTTP, and what its digest is of).
+    /// The API owns its wire format, which may change between requests (OpenAI's output-limit
+    /// name, learnt from a refusal): the caller asks before each request.
+    fn encode(&self, request: &ChatRequest) -> Body {
+        Body::of(Wire::Anthropic, request)
     }
     /// One attempt; retries are the caller's (see [`super::retry`]).
     fn send<'a>(&'a self, request: Outgoing<'a>) -> BoxFuture<'a, Result<Exchange, ProviderError>>;

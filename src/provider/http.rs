@@ -1,15 +1,45 @@
-//! The HTTP exchange both APIs share: post JSON, read a bounded body, and turn what went wrong
-//! into a [`ProviderError`] by meaning.
+//! The HTTP exchange both APIs share, over reqwest: post JSON, read a bounded body, and turn
+//! what went wrong into a [`ProviderError`] by meaning.
+//!
+//! Model requests and MCP servers share one HTTP policy ([`builder`]): proxies from the
+//! environment (`HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY`, `NO_PROXY`; a proxy URL's credentials
+//! go as `Proxy-Authorization`, in the `CONNECT` for HTTPS), TLS by rustls checked against the
+//! system's roots, a connect timeout, kept-alive connections. They differ in two things: a model
+//! endpoint's redirect is never followed (see [`Endpoint`]), and a model request has no total
+//! time limit, only a wait for its answer to begin and for each next piece ([`Waits`]).
 
 use std::time::Duration;
 
-use http::header::{self, HeaderMap};
+use reqwest::header::{self, HeaderMap};
 use serde_json::Value;
 
 use super::error::{HttpFailure, ProviderError};
 use super::format::body::Body;
-use super::transport::{Reply, Transport};
 use crate::limits::MAX_RESPONSE_BYTES;
+
+/// How long making a connection (DNS, TCP, proxy tunnel, TLS) may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The HTTP policy every peer of runner's gets (see the module comment).
+fn builder() -> reqwest::ClientBuilder {
+    // TLS through rustls with ring (far quicker to build than aws-lc). Installing twice is
+    // harmless: the second call reports the first provider and changes nothing.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    // A proxy's credentials are hidden in every output, as an endpoint's are.
+    for name in ["HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY"] {
+        for name in [name.to_owned(), name.to_ascii_lowercase()] {
+            if let Ok(proxy) = std::env::var(name) {
+                super::hide_url_credentials(&proxy);
+            }
+        }
+    }
+    reqwest::Client::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .tcp_nodelay(true)
+        // Servers close idle connections after a minute or two; one unused for longer is not
+        // trusted to be open.
+        .pool_idle_timeout(Duration::from_secs(90))
+}
 
 /// How an API's error bodies read.
 pub struct ErrorBodies {
@@ -23,11 +53,7 @@ pub struct ErrorBodies {
 /// and port), at most 10: a server's configured headers (a key in `X-API-Key`, say) would go
 /// along to any other host, and reqwest drops only `Authorization` and cookies there.
 pub fn client() -> reqwest::Client {
-    // TLS through rustls with ring (far quicker to build than aws-lc). Installing twice is
-    // harmless: the second call reports the first provider and changes nothing.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(30))
+    builder()
         .timeout(MCP_REQUEST_TIMEOUT)
         .redirect(reqwest::redirect::Policy::custom(|attempt| {
             let same_origin = attempt
@@ -90,7 +116,7 @@ fn waited(limit: Duration, variable: &str) -> String {
 /// The next piece of a reply, within the idle limit; `read` counts the bytes so far, for the
 /// message when it breaks off.
 async fn next_chunk(
-    reply: &mut Reply<'_>,
+    reply: &mut reqwest::Response,
     waits: Waits,
     read: usize,
 ) -> Result<Option<bytes::Bytes>, ProviderError> {
@@ -100,7 +126,7 @@ async fn next_chunk(
             message: format!(
                 "after {}: {}",
                 crate::limits::bytes(read as u64),
-                err.message
+                chain(&err.without_url())
             ),
         }),
         Err(_) => Err(ProviderError::StreamBroke {
@@ -113,21 +139,67 @@ async fn next_chunk(
     }
 }
 
-/// A model endpoint: where requests go, and the connections they go over. Redirects are not
+/// The client for model requests, one per process (its pool of kept connections shared by
+/// every step). Redirects are not followed; a request that went out on a connection the server
+/// closed before any byte of the answer came is sent once more, at once, on a new connection,
+/// not counted as a retry: a server may close the connection after each streamed reply while
+/// advertising keep-alive (llama.cpp's does), so the next request on it meets a closed socket.
+/// (One the client sees closed before sending is replaced by reqwest itself.)
+fn model_client() -> Result<reqwest::Client, String> {
+    static CLIENT: std::sync::OnceLock<Result<reqwest::Client, String>> =
+        std::sync::OnceLock::new();
+    CLIENT
+        .get_or_init(|| {
+            builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .retry(
+                    reqwest::retry::for_host(AnyHost)
+                        .no_budget()
+                        .max_retries_per_request(1)
+                        .classify_fn(|attempt| match attempt.error() {
+                            Some(err) if sent_unanswered(err) => attempt.retryable(),
+                            _ => attempt.success(),
+                        }),
+                )
+                .build()
+                .map_err(|err| format!("the HTTP client could not be set up: {}", chain(&err)))
+        })
+        .clone()
+}
+
+/// Every host: the resend of [`model_client`] is for any endpoint.
+struct AnyHost;
+
+impl PartialEq<&str> for AnyHost {
+    fn eq(&self, _: &&str) -> bool {
+        true
+    }
+}
+
+/// A request that was sent and whose connection ended before the answer's head: not a failure to
+/// connect, not a timeout, nothing from TLS.
+fn sent_unanswered(err: &(dyn std::error::Error + 'static)) -> bool {
+    err.downcast_ref::<reqwest::Error>().is_some_and(|err| {
+        err.is_request() && !err.is_connect() && !err.is_timeout() && !from_tls(err)
+    })
+}
+
+/// A model endpoint: where requests go, with the headers each carries. Redirects are not
 /// followed, as the providers' own SDKs do not: a followed redirect would carry the API key to
 /// wherever the endpoint points, and a POST turned into a GET is never what was meant. The
 /// answer says where the endpoint points instead (README, "Models and providers").
 pub struct Endpoint {
     url: String,
-    transport: Transport,
+    headers: HeaderMap,
 }
 
 impl Endpoint {
-    /// The endpoint at `url`, every request to it carrying `headers`.
+    /// The endpoint at `url`, every request to it carrying `headers`. Credentials in the URL
+    /// (`http://user:pass@host`) go as Basic authorization unless `headers` has its own.
     pub fn new(url: String, headers: &HeaderMap) -> Self {
         Endpoint {
-            transport: Transport::new(&url, headers),
             url,
+            headers: headers.clone(),
         }
     }
 
@@ -136,7 +208,7 @@ impl Endpoint {
     }
 }
 
-async fn json_body(reply: Reply<'_>) -> Result<Value, ProviderError> {
+async fn json_body(reply: reqwest::Response) -> Result<Value, ProviderError> {
     let text = read_body(reply).await?;
     // A key given twice (a tool input's `path`) would be read one way here and maybe another
     // by whoever reads the transcript: refused.
@@ -203,22 +275,30 @@ pub async fn post_events(
 }
 
 /// Sends the request; a reply with an error status becomes the error it means.
-async fn post_checked<'a>(
-    endpoint: &'a Endpoint,
+async fn post_checked(
+    endpoint: &Endpoint,
     body: &Body,
     errors: &ErrorBodies,
-) -> Result<Reply<'a>, ProviderError> {
-    let reply = endpoint
-        .transport
-        .post(body.http())
+) -> Result<reqwest::Response, ProviderError> {
+    let client = model_client().map_err(|message| ProviderError::Unreachable { message })?;
+    let reply = client
+        .post(&endpoint.url)
+        .headers(endpoint.headers.clone())
+        .body(body.bytes())
+        .send()
         .await
-        .map_err(|err| match err.lasting {
-            true => ProviderError::Unreachable {
-                message: err.message,
-            },
-            false => ProviderError::Transport {
-                message: err.message,
-            },
+        .map_err(|err| {
+            let lasting = err.is_builder() || from_tls(&err);
+            let err = err.without_url();
+            let message = if err.is_connect() {
+                format!("connection failed: {}", chain(&err))
+            } else {
+                chain(&err)
+            };
+            match lasting {
+                true => ProviderError::Unreachable { message },
+                false => ProviderError::Transport { message },
+            }
         })?;
     let status = reply.status();
     if status.is_success() {
@@ -263,7 +343,7 @@ async fn post_checked<'a>(
 
 /// The body as text, refused past [`MAX_RESPONSE_BYTES`]: an endless or huge body from a broken or
 /// hostile server fails the request instead of growing memory until the step times out.
-async fn read_body(mut reply: Reply<'_>) -> Result<String, ProviderError> {
+async fn read_body(mut reply: reqwest::Response) -> Result<String, ProviderError> {
     let too_large = || ProviderError::InvalidResponse {
         message: format!(
             "the response body is larger than {}",
@@ -315,6 +395,52 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     )
 }
 
+/// Whether a rustls error is among `err`'s causes: TLS itself refused (an untrusted
+/// certificate, no protocol both sides speak), which trying again cannot help. An I/O error
+/// names its inner error's source, not the inner error itself: each inner error is looked into
+/// as well.
+fn from_tls(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut seen = 0;
+    let mut next = vec![err];
+    while let Some(cause) = next.pop() {
+        seen += 1;
+        if cause.downcast_ref::<rustls::Error>().is_some() {
+            return true;
+        }
+        // A chain this long is not one a connection error makes; stop rather than loop.
+        if seen > 64 {
+            return false;
+        }
+        if let Some(inner) = cause
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+        {
+            next.push(inner);
+        }
+        next.extend(cause.source());
+    }
+    false
+}
+
+/// An error and its causes, each once, without the client's own layers ("error sending
+/// request", "client error (Connect)") where a cause below says what happened.
+fn chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let wrapper = |text: &str| {
+        text.starts_with("error sending request") || text.starts_with("client error (")
+    };
+    let mut parts: Vec<String> = Vec::new();
+    let mut next = Some(err);
+    while let Some(cause) = next {
+        let text = cause.to_string();
+        next = cause.source();
+        if (next.is_some() && wrapper(&text)) || parts.iter().any(|p| p.contains(&text)) {
+            continue;
+        }
+        parts.push(text);
+    }
+    parts.join(": ")
+}
+
 fn snippet(text: &str) -> String {
     let trimmed = text.trim();
     if trimmed.is_empty() {
@@ -331,7 +457,7 @@ fn snippet(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::header::HeaderValue;
+    use reqwest::header::HeaderValue;
 
     #[test]
     fn retry_after_headers_parse() {

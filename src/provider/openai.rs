@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures_util::future::BoxFuture;
-use http::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
 
 use super::Secret;
 use super::api::{Exchange, ModelApi, Outgoing};
@@ -11,6 +11,7 @@ use super::error::ProviderError;
 use super::format;
 use super::format::body::{Body, Wire};
 use super::http::{Endpoint, ErrorBodies};
+use super::message::ChatRequest;
 use super::stream::{self, OpenAiStream};
 
 const ERRORS: ErrorBodies = ErrorBodies {
@@ -56,6 +57,12 @@ impl OpenAiApi {
 }
 
 impl OpenAiApi {
+    fn wire(&self) -> Wire {
+        Wire::OpenAi {
+            completion_tokens: self.completion_tokens.load(Ordering::Relaxed),
+        }
+    }
+
     async fn post(
         &self,
         body: &Body,
@@ -76,10 +83,8 @@ impl ModelApi for OpenAiApi {
         self.endpoint.url().to_owned()
     }
 
-    fn wire(&self) -> Wire {
-        Wire::OpenAi {
-            completion_tokens: self.completion_tokens.load(Ordering::Relaxed),
-        }
+    fn encode(&self, request: &ChatRequest) -> Body {
+        Body::of(self.wire(), request)
     }
 
     fn send<'a>(&'a self, request: Outgoing<'a>) -> BoxFuture<'a, Result<Exchange, ProviderError>> {
@@ -99,8 +104,7 @@ impl ModelApi for OpenAiApi {
                     if wants_completion_tokens(&error)
                         && !self.completion_tokens.swap(true, Ordering::Relaxed) =>
                 {
-                    self.post(&Body::of(self.wire(), request.request), progress)
-                        .await
+                    self.post(&self.encode(request.request), progress).await
                 }
                 other => other,
             }

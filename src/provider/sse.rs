@@ -1,8 +1,11 @@
 //! Server-sent events read from a response body as its chunks arrive (the WHATWG rules: lines
 //! end in LF, CR or CRLF; `event:` names the event, `data:` lines are joined with LF, a line
 //! starting with `:` is a comment, a blank line ends an event; a byte order mark opening the
-//! stream is skipped; an event left unfinished when the body ends is dropped). Every byte received counts against one cap, so a server that
-//! never ends a line cannot grow memory: a line is held only until it ends or the cap is hit.
+//! stream is skipped; an event left unfinished when the body ends is dropped).
+//!
+//! What it buys over an SSE crate: a size cap. Every byte received counts against one cap, so a
+//! server that never ends a line (or never ends the stream) cannot grow memory: a line is held
+//! only until it ends or the cap is hit. The SSE crates for reqwest buffer without a limit.
 
 /// Why reading the events stopped.
 #[derive(Debug, PartialEq, Eq)]

@@ -4,6 +4,11 @@
 //! read by its parser; Anthropic's events are read as they come, their body made only where it
 //! is written. An error event in the middle of a stream becomes the error it means (overloaded
 //! and server errors are retried like a failed request; nothing of the partial reply is kept).
+//!
+//! What the assemblers buy: one reply from either API's pieces, the quirks of OpenAI-compatible
+//! servers (arguments as objects or double-encoded, no ids, usage in the last chunk) absorbed in
+//! one place, and streaming (progress, idle waits) without the session knowing the wire. No
+//! crate assembles both APIs' streams into a neutral reply.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;

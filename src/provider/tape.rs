@@ -27,7 +27,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::error::ProviderError;
-use super::format::body::Wire;
+use super::format::body::{Body, Wire};
 use super::message::{ChatRequest, ChatResponse};
 use super::{Exchange, ModelApi, Outgoing};
 use crate::event::{Emitter, EventKind};
@@ -133,14 +133,14 @@ impl Tapes {
     pub fn wrap(
         self: &Arc<Self>,
         inner: Option<Arc<dyn ModelApi>>,
-        wire: Wire,
+        provider: Option<&super::ProviderSpec>,
         events: &Emitter,
         roots: Vec<String>,
     ) -> Arc<dyn ModelApi> {
         Arc::new(Taped {
             tapes: self.clone(),
             inner,
-            wire,
+            wire: provider.map_or(Wire::Anthropic, super::ProviderSpec::wire),
             step: events.step().to_owned(),
             conversation: events.agent().unwrap_or(STEP_CONVERSATION).to_owned(),
             events: events.clone(),
@@ -566,8 +566,11 @@ impl ModelApi for Taped {
         }
     }
 
-    fn wire(&self) -> Wire {
-        self.inner.as_ref().map_or(self.wire, |inner| inner.wire())
+    fn encode(&self, request: &ChatRequest) -> Body {
+        match &self.inner {
+            Some(inner) => inner.encode(request),
+            None => Body::of(self.wire, request),
+        }
     }
 
     fn send<'a>(&'a self, request: Outgoing<'a>) -> BoxFuture<'a, Result<Exchange, ProviderError>> {

@@ -15,7 +15,7 @@ use serde_json::Value;
 use crate::event::{Emitter, EventKind};
 use crate::provider::message::{Block, ChatRequest, Message, Role, StopReason, Usage};
 use crate::provider::retry::{self, RetryPolicy};
-use crate::provider::{Encoder, ModelApi, Outgoing};
+use crate::provider::{ModelApi, Outgoing};
 use crate::tools::StepTools;
 
 /// Output tokens per model request when neither the step nor `[defaults]` sets `max_tokens`.
@@ -276,7 +276,6 @@ async fn turns_until_done(
     let step = session.events.step().to_owned();
     let emit = |kind: EventKind| session.events.emit(kind);
     let policy = RetryPolicy::new(session.retries);
-    let mut encoder: Option<Encoder> = None;
     // Messages already in an earlier TurnStarted event.
     let mut logged = 0;
     let mut fixes_left = if session.output_schema.is_some() {
@@ -302,7 +301,6 @@ async fn turns_until_done(
         // with an answer rather than nothing.
         if turn == turn_limit && turn > 1 && !request.tools.is_empty() && !request.no_tool_calls {
             request.no_tool_calls = true;
-            encoder = None;
             emit(EventKind::OutOfTurns {
                 step: step.clone(),
                 turn,
@@ -315,12 +313,7 @@ async fn turns_until_done(
                 ),
             );
         }
-        let wire = session.api.wire();
-        let encoder = match &mut encoder {
-            Some(encoder) if encoder.wire() == wire => encoder,
-            slot => slot.insert(Encoder::new(wire, request)),
-        };
-        let body = encoder.encode(request);
+        let body = session.api.encode(request);
         emit(EventKind::TurnStarted {
             step: step.clone(),
             turn,

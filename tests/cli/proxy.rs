@@ -467,3 +467,26 @@ async fn a_proxy_that_echoes_its_credential_has_it_hidden() {
     let transcript = std::fs::read_to_string(run_dir.join("steps/s/transcript.jsonl")).unwrap();
     assert!(!transcript.contains(encoded), "{transcript}");
 }
+
+/// Credentials in the endpoint's URL go as Basic authorization (percent-decoded), never in the
+/// request line.
+#[tokio::test(flavor = "multi_thread")]
+async fn url_credentials_go_as_basic_authorization() {
+    let (api, seen) = server(vec![text("ok")], After::Close).await;
+    let (out, _test) = run_with(&[("ANTHROPIC_BASE_URL", &format!("http://us%65r:p%40ss@{api}"))])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let seen = seen.lock().unwrap();
+    let request = String::from_utf8_lossy(&seen[0][0]).to_lowercase();
+    assert!(
+        request.starts_with("post /v1/messages http/1.1\r\n"),
+        "{request}"
+    );
+    // "user:p@ss"
+    assert!(
+        request.contains("authorization: basic dxnlcjpwqhnz\r\n"),
+        "{request}"
+    );
+    assert!(!out.stdout.contains("p%40ss") && !out.stderr.contains("p%40ss"));
+}

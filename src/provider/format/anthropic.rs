@@ -8,8 +8,37 @@ use crate::provider::message::{
     Block, ChatRequest, ChatResponse, Message, Role, StopReason, Usage,
 };
 
-/// A block as the wire has it, borrowed from the conversation: what [`message`] writes by hand.
-#[cfg(test)]
+/// A request as the Messages API reads it, borrowed from the neutral conversation. The field
+/// order is the body's byte order, which is the cached prefix: tools and system first, then the
+/// messages, so each turn's request begins with the bytes of the last one.
+#[derive(Serialize)]
+struct Request<'a> {
+    model: &'a str,
+    max_tokens: u32,
+    stream: bool,
+    /// One text block with a cache breakpoint: tools and system are the stable prefix.
+    system: [SystemText<'a>; 1],
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<ToolChoice>,
+    messages: Vec<WireMessage<'a>>,
+}
+
+/// `{"type": "none"}`: the tools stay offered but none may be called.
+#[derive(Serialize)]
+struct ToolChoice {
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+#[derive(Serialize)]
+struct WireMessage<'a> {
+    role: Role,
+    content: Vec<WireBlock<'a>>,
+}
+
+/// A block as the wire has it.
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum WireBlock<'a> {
@@ -43,7 +72,6 @@ struct Ephemeral {
 
 const EPHEMERAL: Ephemeral = Ephemeral { kind: "ephemeral" };
 
-#[cfg(test)]
 impl<'a> WireBlock<'a> {
     fn of(block: &'a Block, cache_control: Option<Ephemeral>) -> Self {
         match block {
@@ -86,32 +114,21 @@ struct SystemText<'a> {
     cache_control: Ephemeral,
 }
 
-/// Writes `value` as JSON; the types written here are plain data, which cannot fail to encode.
-pub(super) fn put(out: &mut Vec<u8>, value: &impl Serialize) {
-    let _ = serde_json::to_writer(&mut *out, value);
-}
-
-/// The body up to the `messages` array's `[`. Two cache breakpoints: one on the system prompt
-/// (caching tools and system, the stable prefix) and one on the newest message (see
-/// [`message`]), so each turn reads what the last one wrote.
-pub(super) fn head(req: &ChatRequest) -> Vec<u8> {
-    let mut out = Vec::with_capacity(req.system.len() + 4096);
-    out.extend_from_slice(b"{\"model\":");
-    put(&mut out, &req.model);
-    out.extend_from_slice(b",\"max_tokens\":");
-    put(&mut out, &req.max_tokens);
-    out.extend_from_slice(b",\"stream\":true,\"system\":");
-    put(
-        &mut out,
-        &[SystemText {
+/// The request body. Two cache breakpoints: one on the system prompt (caching tools and
+/// system, the stable prefix) and one on the newest message's last block, so each turn reads
+/// what the last one wrote. `messages` are the conversation's, already redacted.
+pub(super) fn body(req: &ChatRequest, system: &str, messages: &[&Message]) -> Vec<u8> {
+    let newest = messages.len().saturating_sub(1);
+    let request = Request {
+        model: &req.model,
+        max_tokens: req.max_tokens,
+        stream: true,
+        system: [SystemText {
             kind: "text",
-            text: &req.system,
+            text: system,
             cache_control: EPHEMERAL,
         }],
-    );
-    if !req.tools.is_empty() {
-        out.extend_from_slice(b",\"tools\":");
-        let tools: Vec<WireTool> = req
+        tools: req
             .tools
             .iter()
             .map(|t| WireTool {
@@ -119,104 +136,29 @@ pub(super) fn head(req: &ChatRequest) -> Vec<u8> {
                 description: &t.description,
                 input_schema: &t.input_schema,
             })
-            .collect();
-        put(&mut out, &tools);
-        if req.no_tool_calls {
-            out.extend_from_slice(b",\"tool_choice\":{\"type\":\"none\"}");
-        }
-    }
-    out.extend_from_slice(b",\"messages\":[");
-    out
-}
-
-/// One message; the newest carries the cache breakpoint on its last block. Written by hand, as
-/// [`WireBlock`]'s derived serializer would write it (a test holds it to that), so that a long
-/// text is escaped by [`super::json::write_str`].
-pub(super) fn message(out: &mut Vec<u8>, message: &Message, first: bool, newest: bool) {
-    use super::json::write_str;
-    if !first {
-        out.push(b',');
-    }
-    out.extend_from_slice(match message.role {
-        Role::User => b"{\"role\":\"user\",\"content\":[",
-        Role::Assistant => b"{\"role\":\"assistant\",\"content\":[",
-    });
-    let last = message.content.len().saturating_sub(1);
-    for (i, block) in message.content.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        match block {
-            Block::Text { text } => {
-                out.extend_from_slice(b"{\"type\":\"text\",\"text\":");
-                write_str(out, text);
-            }
-            Block::ToolUse { id, name, input } => {
-                out.extend_from_slice(b"{\"type\":\"tool_use\",\"id\":");
-                write_str(out, id);
-                out.extend_from_slice(b",\"name\":");
-                write_str(out, name);
-                out.extend_from_slice(b",\"input\":");
-                put(out, input);
-            }
-            Block::ToolResult {
-                tool_use_id,
-                content,
-                is_error,
-            } => {
-                out.extend_from_slice(b"{\"type\":\"tool_result\",\"tool_use_id\":");
-                write_str(out, tool_use_id);
-                out.extend_from_slice(b",\"content\":");
-                write_str(out, content);
-                out.extend_from_slice(if *is_error {
-                    b",\"is_error\":true"
-                } else {
-                    b",\"is_error\":false"
-                });
-            }
-        }
-        if newest && i == last {
-            out.extend_from_slice(br#","cache_control":{"type":"ephemeral"}"#);
-        }
-        out.push(b'}');
-    }
-    out.extend_from_slice(b"]}");
-}
-
-/// [`message`] through the derived serializer: what it must write.
-#[cfg(test)]
-fn message_by_serde(out: &mut Vec<u8>, message: &Message, first: bool, newest: bool) {
-    if !first {
-        out.push(b',');
-    }
-    out.extend_from_slice(match message.role {
-        Role::User => b"{\"role\":\"user\",\"content\":",
-        Role::Assistant => b"{\"role\":\"assistant\",\"content\":",
-    });
-    let last = message.content.len().saturating_sub(1);
-    let blocks: Vec<WireBlock> = message
-        .content
-        .iter()
-        .enumerate()
-        .map(|(i, b)| WireBlock::of(b, (newest && i == last).then_some(EPHEMERAL)))
-        .collect();
-    put(out, &blocks);
-    out.push(b'}');
-}
-
-/// The breakpoint as [`message`] writes it on the newest message's last block, with the `}]}`
-/// that then closes the block, the content and the message.
-const MARKED_END: &[u8] = br#","cache_control":{"type":"ephemeral"}}]}"#;
-
-/// A message's newest form made from its settled form, as [`message`] would write it: the
-/// breakpoint is the last field of the last block. The two forms share all but the settled
-/// form's last three bytes: how many they share. `None` (and nothing written) when the bytes do
-/// not end in a block (a message without blocks): the caller writes it then.
-pub(super) fn mark_newest(settled: &[u8], out: &mut Vec<u8>) -> Option<usize> {
-    let body = settled.strip_suffix(b"}]}")?;
-    out.extend_from_slice(body);
-    out.extend_from_slice(MARKED_END);
-    Some(body.len())
+            .collect(),
+        tool_choice: (req.no_tool_calls && !req.tools.is_empty())
+            .then_some(ToolChoice { kind: "none" }),
+        messages: messages
+            .iter()
+            .enumerate()
+            .map(|(at, message)| {
+                let last = message.content.len().saturating_sub(1);
+                WireMessage {
+                    role: message.role,
+                    content: message
+                        .content
+                        .iter()
+                        .enumerate()
+                        .map(|(i, b)| {
+                            WireBlock::of(b, (at == newest && i == last).then_some(EPHEMERAL))
+                        })
+                        .collect(),
+                }
+            })
+            .collect(),
+    };
+    super::to_vec(&request)
 }
 
 fn count(usage: &Value, key: &str) -> u64 {
@@ -317,118 +259,10 @@ pub fn context_too_long(body: &Value) -> bool {
 mod tests {
     use super::*;
 
-    #[test]
-    fn messages_are_written_as_the_derived_serializer_writes_them() {
-        let odd = "a \"quoted\"\tline\\ with é, \u{1} and \u{7f}\r\n".repeat(3);
-        let messages = [
-            Message {
-                role: Role::Assistant,
-                content: vec![
-                    Block::Text { text: odd.clone() },
-                    Block::ToolUse {
-                        id: "t\"1".into(),
-                        name: "read_file".into(),
-                        input: json!({"path": odd, "n": [1, 2.5, null, true]}),
-                    },
-                ],
-            },
-            Message {
-                role: Role::User,
-                content: vec![
-                    Block::ToolResult {
-                        tool_use_id: "t1".into(),
-                        content: odd.clone(),
-                        is_error: true,
-                    },
-                    Block::ToolResult {
-                        tool_use_id: "t2".into(),
-                        content: String::new(),
-                        is_error: false,
-                    },
-                    Block::Text {
-                        text: "more".into(),
-                    },
-                ],
-            },
-            Message {
-                role: Role::User,
-                content: Vec::new(),
-            },
-        ];
-        for message in &messages {
-            for (first, newest) in [(true, false), (false, true), (true, true), (false, false)] {
-                let (mut ours, mut theirs) = (Vec::new(), Vec::new());
-                super::message(&mut ours, message, first, newest);
-                message_by_serde(&mut theirs, message, first, newest);
-                assert_eq!(
-                    String::from_utf8(ours).unwrap(),
-                    String::from_utf8(theirs).unwrap()
-                );
-            }
-        }
-    }
     use crate::provider::message::one_tool_round;
 
     fn request() -> ChatRequest {
         one_tool_round("read_file", json!({"path": "a"}), "no", true)
-    }
-
-    /// The newest form made from the settled one is, byte for byte, what writing the message
-    /// as the newest gives, for every kind of block, several blocks, escapes and no blocks.
-    #[test]
-    fn the_newest_form_made_from_the_settled_one_is_the_written_one() {
-        let blocks = vec![
-            Block::Text {
-                text: "plain \"quoted\"\n\u{1F600} \\ end}]}".into(),
-            },
-            Block::ToolUse {
-                id: "t1".into(),
-                name: "grep".into(),
-                input: json!({"pattern": "}]}", "nested": {"a": [1, 2]}}),
-            },
-            Block::ToolResult {
-                tool_use_id: "t1".into(),
-                content: "a:1:x\n".repeat(50),
-                is_error: true,
-            },
-        ];
-        let mut messages: Vec<Message> = Vec::new();
-        for role in [Role::User, Role::Assistant] {
-            for block in &blocks {
-                messages.push(Message {
-                    role,
-                    content: vec![block.clone()],
-                });
-            }
-            messages.push(Message {
-                role,
-                content: blocks.clone(),
-            });
-        }
-        for message in &messages {
-            for first in [true, false] {
-                let mut settled = Vec::new();
-                super::message(&mut settled, message, first, false);
-                let mut direct = Vec::new();
-                super::message(&mut direct, message, first, true);
-                let mut made = Vec::new();
-                let shared = mark_newest(&settled, &mut made).unwrap();
-                // What the forms are said to share, they share.
-                assert_eq!(settled[..shared], made[..shared]);
-                assert_eq!(
-                    String::from_utf8(made).unwrap(),
-                    String::from_utf8(direct).unwrap()
-                );
-            }
-        }
-        let empty = Message {
-            role: Role::User,
-            content: Vec::new(),
-        };
-        let mut settled = Vec::new();
-        super::message(&mut settled, &empty, true, false);
-        let mut made = Vec::new();
-        assert!(mark_newest(&settled, &mut made).is_none() && made.is_empty());
     }
 
     fn request_body(request: &ChatRequest) -> Value {

@@ -9,3 +9,9 @@ pub mod openai;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unexpected response from the model API: {0}")]
 pub struct FormatError(pub String);
+
+/// A request written as JSON. The request types are plain data (strings, numbers, JSON values,
+/// no maps with non-string keys), which serde_json always encodes: the error case cannot happen.
+pub(super) fn to_vec(value: &impl serde::Serialize) -> Vec<u8> {
+    serde_json::to_vec(value).unwrap_or_default()
+}

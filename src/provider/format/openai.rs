@@ -1,20 +1,45 @@
 //! OpenAI Chat Completions (and the servers that speak it: Ollama, vLLM, llama.cpp, LM Studio,
 //! LiteLLM): request bodies and a liberal response parser.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::FormatError;
-use super::anthropic::put;
-use super::json::write_str;
 use crate::provider::message::{
     Block, ChatRequest, ChatResponse, Message, Role, StopReason, Usage, text_of,
 };
 
 /// Ids for tool calls that came without one; unique within the process.
 static SYNTHETIC_IDS: AtomicU64 = AtomicU64::new(1);
+
+/// A request as Chat Completions reads it, borrowed from the neutral conversation; the field
+/// order is the body's byte order (the prefix a server's cache can reuse).
+#[derive(Serialize)]
+struct Request<'a> {
+    model: &'a str,
+    /// Named `max_completion_tokens` instead when the server asked for it (OpenAI's reasoning
+    /// models refuse `max_tokens`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_completion_tokens: Option<u32>,
+    stream: bool,
+    stream_options: StreamOptions,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<&'static str>,
+    messages: Vec<WireMessage<'a>>,
+}
+
+/// Usage in the stream's last chunk.
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
 
 #[derive(Serialize)]
 struct WireTool<'a> {
@@ -45,43 +70,51 @@ struct CallFunction<'a> {
     arguments: String,
 }
 
+/// One Chat Completions message: each shape as the API names its fields.
 #[derive(Serialize)]
-struct Assistant<'a> {
-    role: &'static str,
-    content: Option<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    tool_calls: Vec<WireCall<'a>>,
+#[serde(untagged)]
+enum WireMessage<'a> {
+    Assistant {
+        role: &'static str,
+        content: Option<String>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<WireCall<'a>>,
+    },
+    Tool {
+        role: &'static str,
+        tool_call_id: &'a str,
+        content: Cow<'a, str>,
+    },
+    Plain {
+        role: &'static str,
+        content: Cow<'a, str>,
+    },
 }
 
-#[cfg(test)]
-#[derive(Serialize)]
-struct ToolMessage<'a> {
-    role: &'static str,
-    tool_call_id: &'a str,
-    content: std::borrow::Cow<'a, str>,
-}
-
-#[derive(Serialize)]
-struct Plain<'a> {
-    role: &'static str,
-    content: &'a str,
-}
-
-/// The body up to and with the system message, the first element of `messages`.
-pub(super) fn head(req: &ChatRequest, completion_tokens: bool) -> Vec<u8> {
-    let mut out = Vec::with_capacity(req.system.len() + 4096);
-    out.extend_from_slice(b"{\"model\":");
-    put(&mut out, &req.model);
-    out.extend_from_slice(if completion_tokens {
-        b",\"max_completion_tokens\":"
-    } else {
-        b",\"max_tokens\":"
-    });
-    put(&mut out, &req.max_tokens);
-    out.extend_from_slice(b",\"stream\":true,\"stream_options\":{\"include_usage\":true}");
-    if !req.tools.is_empty() {
-        out.extend_from_slice(b",\"tools\":");
-        let tools: Vec<WireTool> = req
+/// The request body: the system prompt as the first message, then the conversation's messages
+/// (already redacted) as [`messages`] maps them.
+pub(super) fn body(
+    req: &ChatRequest,
+    system: &str,
+    conversation: &[&Message],
+    completion_tokens: bool,
+) -> Vec<u8> {
+    let mut messages = vec![WireMessage::Plain {
+        role: "system",
+        content: Cow::Borrowed(system),
+    }];
+    for message in conversation {
+        push_messages(&mut messages, message);
+    }
+    let request = Request {
+        model: &req.model,
+        max_tokens: (!completion_tokens).then_some(req.max_tokens),
+        max_completion_tokens: completion_tokens.then_some(req.max_tokens),
+        stream: true,
+        stream_options: StreamOptions {
+            include_usage: true,
+        },
+        tools: req
             .tools
             .iter()
             .map(|t| WireTool {
@@ -92,33 +125,16 @@ pub(super) fn head(req: &ChatRequest, completion_tokens: bool) -> Vec<u8> {
                     parameters: &t.input_schema,
                 },
             })
-            .collect();
-        put(&mut out, &tools);
-        if req.no_tool_calls {
-            out.extend_from_slice(b",\"tool_choice\":\"none\"");
-        }
-    }
-    out.extend_from_slice(b",\"messages\":[");
-    put(
-        &mut out,
-        &Plain {
-            role: "system",
-            content: &req.system,
-        },
-    );
-    out
+            .collect(),
+        tool_choice: (req.no_tool_calls && !req.tools.is_empty()).then_some("none"),
+        messages,
+    };
+    super::to_vec(&request)
 }
 
 /// One neutral message as Chat Completions messages: an assistant message with its tool calls;
 /// a user message's tool results as `tool` messages, any text after them as a user message.
-pub(super) fn message(out: &mut Vec<u8>, message: &Message, first: bool) {
-    let mut first = first;
-    let mut separate = |out: &mut Vec<u8>| {
-        if !first {
-            out.push(b',');
-        }
-        first = false;
-    };
+fn push_messages<'a>(out: &mut Vec<WireMessage<'a>>, message: &'a Message) {
     match message.role {
         Role::Assistant => {
             let text = text_of(&message.content);
@@ -137,15 +153,11 @@ pub(super) fn message(out: &mut Vec<u8>, message: &Message, first: bool) {
                     _ => None,
                 })
                 .collect();
-            separate(out);
-            put(
-                out,
-                &Assistant {
-                    role: "assistant",
-                    content: (!text.is_empty()).then_some(text),
-                    tool_calls,
-                },
-            );
+            out.push(WireMessage::Assistant {
+                role: "assistant",
+                content: (!text.is_empty()).then_some(text),
+                tool_calls,
+            });
         }
         Role::User => {
             let mut text = Vec::new();
@@ -155,41 +167,27 @@ pub(super) fn message(out: &mut Vec<u8>, message: &Message, first: bool) {
                         tool_use_id,
                         content,
                         is_error,
-                    } => {
-                        separate(out);
-                        if *is_error {
-                            tool_message(out, tool_use_id, &format!("Error: {content}"));
+                    } => out.push(WireMessage::Tool {
+                        role: "tool",
+                        tool_call_id: tool_use_id,
+                        content: if *is_error {
+                            Cow::Owned(format!("Error: {content}"))
                         } else {
-                            tool_message(out, tool_use_id, content);
-                        }
-                    }
+                            Cow::Borrowed(content)
+                        },
+                    }),
                     Block::Text { text: t } => text.push(t.as_str()),
                     Block::ToolUse { .. } => {}
                 }
             }
             if !text.is_empty() {
-                separate(out);
-                user_message(out, &text.join("\n"));
+                out.push(WireMessage::Plain {
+                    role: "user",
+                    content: Cow::Owned(text.join("\n")),
+                });
             }
         }
     }
-}
-
-/// A tool result as a `tool` message, written by hand as [`ToolMessage`] would be (a test holds
-/// it to that), so that the result's text is escaped by the quick writer.
-fn tool_message(out: &mut Vec<u8>, tool_call_id: &str, content: &str) {
-    out.extend_from_slice(b"{\"role\":\"tool\",\"tool_call_id\":");
-    write_str(out, tool_call_id);
-    out.extend_from_slice(b",\"content\":");
-    write_str(out, content);
-    out.push(b'}');
-}
-
-/// A user message's text, written by hand as [`Plain`] with the `user` role would be.
-fn user_message(out: &mut Vec<u8>, content: &str) {
-    out.extend_from_slice(b"{\"role\":\"user\",\"content\":");
-    write_str(out, content);
-    out.push(b'}');
 }
 
 /// Tool-call arguments: a JSON string as the API says, an object as some servers send (Ollama),
@@ -358,36 +356,6 @@ mod tests {
         assert!(!context_too_long(
             &serde_json::json!({"error": {"message": "model not found", "code": 404}})
         ));
-    }
-
-    #[test]
-    fn tool_results_and_user_text_are_written_as_the_derived_serializer_writes_them() {
-        let odd = "a \"quoted\"\tline\\ with é, \u{1} and \u{7f}\r\n".repeat(3);
-        for content in [odd.as_str(), ""] {
-            let mut ours = Vec::new();
-            tool_message(&mut ours, "call\"1", content);
-            let theirs = serde_json::to_vec(&ToolMessage {
-                role: "tool",
-                tool_call_id: "call\"1",
-                content: content.into(),
-            })
-            .unwrap();
-            assert_eq!(
-                String::from_utf8(ours).unwrap(),
-                String::from_utf8(theirs).unwrap()
-            );
-            let mut ours = Vec::new();
-            user_message(&mut ours, content);
-            let theirs = serde_json::to_vec(&Plain {
-                role: "user",
-                content,
-            })
-            .unwrap();
-            assert_eq!(
-                String::from_utf8(ours).unwrap(),
-                String::from_utf8(theirs).unwrap()
-            );
-        }
     }
 
     fn request_body(request: &ChatRequest) -> Value {

@@ -89,13 +89,10 @@ impl Team {
         events: &crate::event::Emitter,
         roots: Vec<String>,
     ) -> Result<Arc<dyn ModelApi>, String> {
-        let wire = self
-            .providers
-            .get(provider)
-            .map_or(crate::provider::Wire::Anthropic, |p| p.wire());
+        let spec = self.providers.get(provider);
         match &self.tapes {
-            Some(tapes) if tapes.replaying() => Ok(tapes.wrap(None, wire, events, roots)),
-            Some(tapes) => Ok(tapes.wrap(Some(self.api(provider)?), wire, events, roots)),
+            Some(tapes) if tapes.replaying() => Ok(tapes.wrap(None, spec, events, roots)),
+            Some(tapes) => Ok(tapes.wrap(Some(self.api(provider)?), spec, events, roots)),
             None => self.api(provider),
         }
     }

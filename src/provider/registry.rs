@@ -1,0 +1,253 @@
+//! The endpoints a workflow can name: the built-ins of README "Models and providers" and those
+//! `[providers.*]` adds, their keys, and the API each speaks.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use super::{ModelApi, Wire, anthropic, http, openai};
+
+/// An API key. Never printed: Debug and Display show `[hidden]`.
+#[derive(Clone)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    pub(super) fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[hidden]")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[hidden]")
+    }
+}
+
+/// The HTTP client runner uses (TLS set up), for other HTTP peers such as MCP servers.
+pub fn http_client() -> reqwest::Client {
+    http::client()
+}
+
+/// The API a provider speaks, ready to send to.
+pub fn connect(spec: &ProviderSpec, key: Option<Secret>) -> Arc<dyn ModelApi> {
+    match spec.kind {
+        ProviderKind::Anthropic => Arc::new(anthropic::AnthropicApi::new(&spec.base_url(), key)),
+        ProviderKind::Openai => Arc::new(openai::OpenAiApi::new(&spec.base_url(), key)),
+    }
+}
+
+use crate::workflow::{ProviderDef, ProviderKind};
+
+/// `provider/model`, split at the first `/`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ModelRef {
+    pub provider: String,
+    pub model: String,
+}
+
+impl ModelRef {
+    /// `Some` when `text` has the `provider/model` shape (both parts non-empty).
+    pub fn parse(text: &str) -> Option<ModelRef> {
+        let (provider, model) = text.split_once('/')?;
+        let (provider, model) = (provider.trim(), model.trim());
+        (!provider.is_empty() && !model.is_empty()).then(|| ModelRef {
+            provider: provider.to_owned(),
+            model: model.to_owned(),
+        })
+    }
+}
+
+impl fmt::Display for ModelRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.provider, self.model)
+    }
+}
+
+/// Where a provider's base URL comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BaseUrl {
+    /// An environment variable, with the default used when it is unset.
+    Env {
+        var: &'static str,
+        default: &'static str,
+        /// Appended to the variable's value (Ollama's host gets `/v1`).
+        suffix: &'static str,
+    },
+    Fixed(String),
+}
+
+/// Registers for redaction what a URL carries as credentials: its user info and the values of
+/// query parameters whose names say they are keys or tokens.
+pub fn hide_url_credentials(url: &str) {
+    let Ok(parsed) = reqwest::Url::parse(url) else {
+        return;
+    };
+    // As written in the URL and as sent (percent-decoded: `proxy%20pass` goes out as
+    // `proxy pass`, base64 in a Basic header the redactor recognises by the decoded form).
+    let decode = |text: &str| {
+        percent_encoding::percent_decode_str(text)
+            .decode_utf8_lossy()
+            .into_owned()
+    };
+    if let Some(password) = parsed.password() {
+        for (user, password) in [
+            (parsed.username().to_owned(), password.to_owned()),
+            (decode(parsed.username()), decode(password)),
+        ] {
+            crate::secrets::register(&format!("{user}:{password}"));
+            crate::secrets::register(&password);
+        }
+    } else if !parsed.username().is_empty() {
+        crate::secrets::register(parsed.username());
+        crate::secrets::register(&decode(parsed.username()));
+    }
+    for (name, value) in parsed.query_pairs() {
+        let name = name.to_ascii_lowercase();
+        if [
+            "key",
+            "token",
+            "secret",
+            "password",
+            "auth",
+            "sig",
+            "credential",
+        ]
+        .iter()
+        .any(|word| name.contains(word))
+        {
+            crate::secrets::register(&value);
+        }
+    }
+}
+
+/// An endpoint a model name can be sent to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderSpec {
+    pub name: String,
+    pub kind: ProviderKind,
+    pub base_url: BaseUrl,
+    /// The environment variable holding the key; `None` for endpoints without one.
+    pub api_key_env: Option<String>,
+}
+
+impl ProviderSpec {
+    /// The base URL; credentials inside it (`user:pass@`, `?api_key=`) are registered as
+    /// secrets first, so no output shows them.
+    pub fn base_url(&self) -> String {
+        let url = self.raw_base_url();
+        hide_url_credentials(&url);
+        url
+    }
+
+    /// The wire format its requests are written in (before anything is learnt from replies).
+    pub fn wire(&self) -> Wire {
+        match self.kind {
+            ProviderKind::Anthropic => Wire::Anthropic,
+            ProviderKind::Openai => Wire::OpenAi {
+                completion_tokens: false,
+            },
+        }
+    }
+
+    fn raw_base_url(&self) -> String {
+        match &self.base_url {
+            BaseUrl::Fixed(url) => url.clone(),
+            BaseUrl::Env {
+                var,
+                default,
+                suffix,
+            } => match std::env::var(var) {
+                Ok(value) if !value.trim().is_empty() => {
+                    format!("{}{suffix}", value.trim().trim_end_matches('/'))
+                }
+                _ => format!("{default}{suffix}"),
+            },
+        }
+    }
+}
+
+pub fn builtin_providers() -> Vec<ProviderSpec> {
+    vec![
+        ProviderSpec {
+            name: "anthropic".into(),
+            kind: ProviderKind::Anthropic,
+            base_url: BaseUrl::Env {
+                var: "ANTHROPIC_BASE_URL",
+                default: "https://api.anthropic.com",
+                suffix: "",
+            },
+            api_key_env: Some("ANTHROPIC_API_KEY".into()),
+        },
+        ProviderSpec {
+            name: "openai".into(),
+            kind: ProviderKind::Openai,
+            base_url: BaseUrl::Env {
+                var: "OPENAI_BASE_URL",
+                default: "https://api.openai.com/v1",
+                suffix: "",
+            },
+            api_key_env: Some("OPENAI_API_KEY".into()),
+        },
+        ProviderSpec {
+            name: "ollama".into(),
+            kind: ProviderKind::Openai,
+            base_url: BaseUrl::Env {
+                var: "OLLAMA_HOST",
+                default: "http://localhost:11434",
+                suffix: "/v1",
+            },
+            api_key_env: None,
+        },
+    ]
+}
+
+/// The providers a workflow can use: built-ins, replaced or extended by `[providers.*]`.
+pub fn providers_for(extra: &BTreeMap<String, ProviderDef>) -> BTreeMap<String, ProviderSpec> {
+    let mut all: BTreeMap<String, ProviderSpec> = builtin_providers()
+        .into_iter()
+        .map(|p| (p.name.clone(), p))
+        .collect();
+    for (name, def) in extra {
+        all.insert(
+            name.clone(),
+            ProviderSpec {
+                name: name.clone(),
+                kind: def.kind,
+                base_url: BaseUrl::Fixed(def.base_url.trim_end_matches('/').to_owned()),
+                api_key_env: def.api_key_env.clone(),
+            },
+        );
+    }
+    all
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_never_print() {
+        let s = Secret::new("sk-very-secret");
+        assert_eq!(format!("{s:?} {s}"), "[hidden] [hidden]");
+    }
+
+    #[test]
+    fn model_refs_split_at_first_slash() {
+        let r = ModelRef::parse("local/meta-llama/Llama-3-8B").unwrap();
+        assert_eq!(r.provider, "local");
+        assert_eq!(r.model, "meta-llama/Llama-3-8B");
+        assert!(ModelRef::parse("small").is_none());
+        assert!(ModelRef::parse("/x").is_none());
+        assert!(ModelRef::parse("x/").is_none());
+    }
+}
