@@ -4,8 +4,8 @@
 //! Paths are opened through a handle on the working directory with `cap-std`, which resolves
 //! them beneath it (`openat2` with `RESOLVE_BENEATH` where the kernel has it, a careful walk
 //! otherwise) in the same step as opening them: a directory swapped for a symlink while a tool
-//! runs cannot lead outside. What was opened is then checked by its real path (read back from the
-//! open descriptor, so it is the file actually opened): nothing may be written inside a `.git`
+//! runs cannot lead outside. There is one way in: every open, of every kind, is then checked by
+//! its real path (read back from the open descriptor, so it is the file actually opened): nothing may be written inside a `.git`
 //! (of any checkout) and nothing read or written inside runner's state directory.
 
 use std::fs::File;
@@ -169,11 +169,6 @@ impl Workspace {
     /// caller can refuse them by their type.
     pub fn open_read(&self, path: &str) -> Result<(File, Utf8PathBuf), ConfineError> {
         let rel = self.relative(path)?;
-        if let Some(file) = self.open_plain(&rel) {
-            let real = plain_join(&self.root, &rel);
-            self.check_real(path, &real, Access::Read)?;
-            return Ok((file, real));
-        }
         let mut options = OpenOptions::new();
         options.read(true).custom_flags(nix::libc::O_NONBLOCK);
         let file = self
@@ -183,33 +178,6 @@ impl Workspace {
             .into_std();
         let real = self.check(path, &file, Access::Read)?;
         Ok((file, real))
-    }
-
-    /// Opens `rel` for reading the quick way, when it can be: beneath the root as ever, but with
-    /// no symlink on the way and no mount crossed. Then the file opened is the one named, and its
-    /// real path is the root joined with the name made plain ([`plain_join`]), with no need to
-    /// read it back from `/proc` (a tenth of a `read_file` call). `None` on any failure (a
-    /// symlink, a mount, a missing file, a kernel without `openat2`): the careful way then
-    /// decides, and says what went wrong as it always has.
-    #[cfg(target_os = "linux")]
-    fn open_plain(&self, rel: &Utf8Path) -> Option<File> {
-        use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
-        let how = OpenHow::new()
-            .flags(OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC | OFlag::O_NOCTTY)
-            .resolve(
-                ResolveFlag::RESOLVE_BENEATH
-                    | ResolveFlag::RESOLVE_NO_SYMLINKS
-                    | ResolveFlag::RESOLVE_NO_MAGICLINKS
-                    | ResolveFlag::RESOLVE_NO_XDEV,
-            );
-        openat2(&self.dir, rel.as_std_path(), how)
-            .ok()
-            .map(File::from)
-    }
-
-    #[cfg(not(target_os = "linux"))]
-    fn open_plain(&self, _rel: &Utf8Path) -> Option<File> {
-        None
     }
 
     /// Opens a directory to list or search it.
@@ -335,24 +303,6 @@ impl Workspace {
             Err(_) => path.to_string(),
         }
     }
-}
-
-/// `rel` joined to `root` with `.` and `..` taken away by name. Exact only for a path with no
-/// symlink in it (a `..` after a symlink leaves where the link led, not where its name is), which
-/// is the only kind [`Workspace::open_plain`] opens.
-fn plain_join(root: &Utf8Path, rel: &Utf8Path) -> Utf8PathBuf {
-    let mut real = root.to_owned();
-    for part in rel.components() {
-        match part {
-            Utf8Component::Normal(name) => real.push(name),
-            // `relative` refused any climb above the root.
-            Utf8Component::ParentDir if real != root => {
-                real.pop();
-            }
-            _ => {}
-        }
-    }
-    real
 }
 
 /// Whether any part of a path is `.git` (a checkout's git directory, or a worktree's `.git`
@@ -483,15 +433,12 @@ mod tests {
         ));
     }
 
-    /// A plain path (no symlink, no mount) is opened without reading its real path back, so the
-    /// real path made from its name must be the one the kernel reports, and must be checked.
+    /// Every path is opened one way and checked where the kernel says it is: through a symlink
+    /// inside, by `.` and `..`, the state directory and the cassettes under any name.
     #[test]
-    fn plain_paths_are_placed_and_checked_by_name() {
+    fn paths_are_checked_where_they_really_are() {
         let (_dir, ws, outer) = workspace();
-        // The quick way is taken for a plain path, never through a symlink.
-        assert!(ws.open_plain(Utf8Path::new("src/a.rs")).is_some());
         std::os::unix::fs::symlink("src", ws.root().join("code")).unwrap();
-        assert!(ws.open_plain(Utf8Path::new("code/a.rs")).is_none());
         assert_eq!(read(&ws, "code/a.rs").unwrap(), "fn a() {}\n");
         for path in ["src/a.rs", "./src/../src/./a.rs", "src", "."] {
             let (file, real) = ws.open_read(path).unwrap();
