@@ -13,45 +13,38 @@ use sha2::{Digest, Sha256};
 
 use crate::plan::{Plan, PlannedStep};
 
-/// What defines a step for `--resume`: agent, model, tools and the rendered prompt (plus the
-/// system prompt, output schema, command, checks and rendered `env` templates, which change
-/// what the step does).
+/// What defines a step for `--resume`: everything that decides what it does or sees (agent,
+/// model, tools, system prompt, the rendered prompt and `env`, output schema, isolation, sandbox,
+/// command, checks, subagents, MCP servers, project memory) and every resolved setting but the
+/// limits ([`crate::plan::StepSettings::fingerprinted`]). A step that succeeded with the same
+/// fingerprint is reused.
 pub fn fingerprint(
     step: &PlannedStep,
     prompt: &str,
     env: &std::collections::BTreeMap<String, String>,
 ) -> String {
-    let mut hash = Sha256::new();
-    let extra = serde_json::json!({
+    let what = serde_json::json!({
+        "agent": step.agent,
+        "model": step.model_label(),
+        "tools": step.tools,
+        "system_prompt": step.system_prompt,
+        "output_schema": step.output_schema,
+        "isolation": step.isolation.as_str(),
+        "sandbox": step.sandbox.as_str(),
+        "prompt": prompt,
+        "env": env,
         "command": step.command,
         "checks": step.checks.iter().map(|c| &c.command).collect::<Vec<_>>(),
         "check_retries": step.check_retries,
-        "env": env,
-    })
-    .to_string();
-    for part in [
-        step.agent.as_str(),
-        &step.model_label(),
-        &step
-            .tools
-            .iter()
-            .map(|t| t.as_str())
-            .collect::<Vec<_>>()
-            .join(","),
-        &step.system_prompt,
-        &step
-            .output_schema
-            .as_ref()
-            .map(|s| s.to_string())
-            .unwrap_or_default(),
-        step.isolation.as_str(),
-        prompt,
-        &extra,
-    ] {
-        hash.update(part.len().to_le_bytes());
-        hash.update(part.as_bytes());
-    }
-    hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
+        "subagents": step.subagents,
+        "mcp_servers": step.mcp_servers,
+        "project_memory": step.project_memory,
+        "settings": step.settings.fingerprinted(),
+    });
+    Sha256::digest(what.to_string().as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

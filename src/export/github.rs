@@ -58,7 +58,7 @@ fn build_job(out: &mut String) {
 pub fn check(plan: &Plan, options: &Options<'_>) -> (Vec<String>, Vec<String>) {
     let (errors, mut warnings) = super::check(plan, options, "GitHub Actions", 256);
     for step in plan.steps() {
-        if step.timeout.as_secs() > (MAX_JOB_MINUTES - JOB_OVERHEAD_MINUTES) * 60 {
+        if step.settings.timeout.as_secs() > (MAX_JOB_MINUTES - JOB_OVERHEAD_MINUTES) * 60 {
             warnings.push(format!(
                 "step `{}` has a timeout over {} minutes: its job gets `timeout-minutes: {MAX_JOB_MINUTES}`, the most a GitHub-hosted runner allows",
                 step.id,

@@ -98,6 +98,7 @@ pub fn jobs<'a>(plan: &'a Plan, options: &Options<'_>) -> Vec<Job<'a>> {
             matrix: matrix_instances(step),
             pushes: step.isolation == Isolation::Worktree,
             minutes: step
+                .settings
                 .timeout
                 .as_secs()
                 .div_ceil(60)

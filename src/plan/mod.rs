@@ -6,6 +6,7 @@ pub mod graph;
 pub mod render;
 mod settings;
 mod step;
+mod step_settings;
 mod templates;
 mod tools_check;
 mod typing;
@@ -30,6 +31,7 @@ use crate::workflow::duration::parse_duration;
 use crate::workflow::source::{Seg, SourceFile};
 use crate::workflow::{Isolation, LoadedWorkflow, Step};
 use graph::StepGraph;
+pub use step_settings::StepSettings;
 
 pub const DEFAULT_MAX_PARALLEL: u32 = 4;
 pub const DEFAULT_MAX_TURNS: u32 = 50;
@@ -146,33 +148,22 @@ pub struct PlannedStep {
     pub prompt_template: String,
     /// The prompt with inputs filled in and upstream results as `<steps.x.summary>`.
     pub prompt: String,
-    pub max_turns: u32,
-    pub timeout: Duration,
-    pub max_tokens: Option<u32>,
-    pub retries: u32,
+    /// The keys it shares with `[defaults]`, resolved (what `--resume` fingerprints).
+    pub settings: StepSettings,
     pub condition: Option<String>,
     pub output_schema: Option<Value>,
     pub continue_on_error: bool,
     pub isolation: Isolation,
     /// What the step's `bash` may write, from its tools (or `--sandbox off`).
     pub sandbox: crate::sandbox::Mode,
-    /// Whether the step's `bash` may open network connections.
-    pub network: bool,
     /// The project memory file its agent (and subagents) get: `CLAUDE.md` or `AGENTS.md` at
     /// the root of its working directory, unless `project_memory = false`, its agent's
     /// `omitClaudeMd`, or a command step. `Some` names the file found when planning.
     pub project_memory: Option<&'static str>,
     /// Agents its `task` tool may spawn (empty without `task`).
     pub subagents: Vec<String>,
-    /// How deep its subagents may nest.
-    pub max_subagent_depth: u32,
-    /// Tokens the step (with its subagents) may use.
-    pub max_tokens_total: Option<u64>,
     /// The MCP servers its tools come from, by name.
     pub mcp_servers: BTreeMap<String, crate::workflow::McpServerDef>,
-    /// Variables its bash, checks and command get on top of the clean environment: templates
-    /// (rendered when the step starts) or text with `${VAR}` (expanded then).
-    pub env: BTreeMap<String, String>,
     /// A command step's shell text (`run`); `None` for an agent step.
     pub command: Option<String>,
     /// Commands that must pass after the agent's final answer.
@@ -470,6 +461,37 @@ impl Builder<'_> {
 
     fn error_count(&self) -> usize {
         self.problems.iter().filter(|p| p.is_error()).count()
+    }
+}
+
+/// An agent step with `settings` and nothing else of note, for tests of what reads a step.
+#[cfg(test)]
+pub(crate) fn planned_step_for_tests(settings: StepSettings) -> PlannedStep {
+    PlannedStep {
+        id: "s".into(),
+        description: None,
+        agent: "explore".into(),
+        agent_source: AgentSource::Builtin,
+        system_prompt: "system".into(),
+        model: ModelRef::parse("anthropic/m"),
+        tools: BTreeSet::from(["read_file".to_owned()]),
+        needs: Vec::new(),
+        prompt_template: "p".into(),
+        prompt: "p".into(),
+        settings,
+        condition: None,
+        output_schema: None,
+        continue_on_error: false,
+        isolation: Isolation::None,
+        sandbox: crate::sandbox::Mode::ReadOnly,
+        project_memory: None,
+        subagents: Vec::new(),
+        mcp_servers: BTreeMap::new(),
+        command: None,
+        checks: Vec::new(),
+        check_retries: 0,
+        for_each: None,
+        wave: 0,
     }
 }
 

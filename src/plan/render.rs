@@ -127,20 +127,20 @@ pub fn to_json(plan: &Plan, support: Support) -> String {
                 tools: s.tools.iter().map(String::as_str).collect(),
                 needs: &s.needs,
                 prompt: &s.prompt,
-                max_turns: s.max_turns,
-                timeout_secs: s.timeout.as_secs(),
+                max_turns: s.settings.max_turns,
+                timeout_secs: s.settings.timeout.as_secs(),
                 isolation: s.isolation.as_str(),
                 condition: s.condition.as_deref(),
                 sandbox: s.sandbox.as_str(),
-                network: s.network,
+                network: s.settings.network,
                 project_memory: s.project_memory,
                 bash_confined: s
                     .tools
                     .contains("bash")
                     .then(|| s.sandbox != Mode::Off && support.landlock()),
                 subagents: &s.subagents,
-                max_subagent_depth: s.max_subagent_depth,
-                max_tokens_total: s.max_tokens_total,
+                max_subagent_depth: s.settings.max_subagent_depth,
+                max_tokens_total: s.settings.max_tokens_total,
                 run: s.command.as_deref(),
                 checks: s
                     .checks
@@ -282,15 +282,16 @@ fn step_text(out: &mut String, step: &PlannedStep, width: usize, support: Suppor
         for line in lines {
             let _ = writeln!(out, "    {:<9}{line}", "");
         }
-        if !step.env.is_empty() {
+        if !step.settings.env.is_empty() {
             let vars: Vec<String> = step
+                .settings
                 .env
                 .iter()
                 .map(|(k, v)| format!("{k}={}", one_line(v)))
                 .collect();
             let _ = writeln!(out, "    {:<9}{}", "env", vars.join(", "));
         }
-        let network = if step.network {
+        let network = if step.settings.network {
             "network"
         } else {
             "no network"
@@ -331,7 +332,7 @@ fn step_text(out: &mut String, step: &PlannedStep, width: usize, support: Suppor
         let _ = writeln!(out, "    {:<9}{memory} (project memory)", "memory");
     }
     if !step.subagents.is_empty() {
-        let nesting = match step.max_subagent_depth {
+        let nesting = match step.settings.max_subagent_depth {
             1 => String::new(),
             depth => format!(" (nesting {depth} deep)"),
         };
@@ -343,7 +344,7 @@ fn step_text(out: &mut String, step: &PlannedStep, width: usize, support: Suppor
         );
     }
     if step.tools.contains("bash") {
-        let network = if step.network {
+        let network = if step.settings.network {
             "network"
         } else {
             "no network"
@@ -363,13 +364,16 @@ fn step_text(out: &mut String, step: &PlannedStep, width: usize, support: Suppor
     }
     let mut limits = Vec::new();
     if step.command.is_none() {
-        limits.push(format!("{} turns", step.max_turns));
+        limits.push(format!("{} turns", step.settings.max_turns));
     }
-    limits.push(format!("timeout {}", format_duration(step.timeout)));
-    if let Some(tokens) = step.max_tokens {
+    limits.push(format!(
+        "timeout {}",
+        format_duration(step.settings.timeout)
+    ));
+    if let Some(tokens) = step.settings.max_tokens {
         limits.push(format!("{tokens} tokens per reply"));
     }
-    if let Some(tokens) = step.max_tokens_total {
+    if let Some(tokens) = step.settings.max_tokens_total {
         limits.push(format!("{tokens} tokens in all"));
     }
     let _ = writeln!(out, "    {:<9}{}", "limits", limits.join(", "));

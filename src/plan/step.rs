@@ -35,26 +35,11 @@ impl Builder<'_> {
             Some(_) => None,
             None => self.resolve_agent(id, step, catalog),
         };
-        let defaults = &self.loaded.def.defaults;
 
         let model = agent.and_then(|agent| self.resolve_model(id, step, agent, aliases, providers));
         let tools = match command {
             Some(_) => Some(BTreeSet::new()),
             None => agent.and_then(|agent| self.resolve_tools(id, step, agent)),
-        };
-
-        let max_turns = match command {
-            Some(_) => 0,
-            None => step
-                .max_turns
-                .or(agent.and_then(|a| a.max_turns))
-                .or(defaults.max_turns)
-                .unwrap_or(DEFAULT_MAX_TURNS),
-        };
-        let timeout = match (&step.timeout, &defaults.timeout) {
-            (Some(t), _) => self.duration(t, &path!["steps", id, "timeout"]),
-            (None, Some(t)) => self.duration(t, &path!["defaults", "timeout"]),
-            (None, None) => Some(DEFAULT_TIMEOUT),
         };
 
         let mut system_prompt = agent.map(|a| a.system_prompt.clone()).unwrap_or_default();
@@ -98,6 +83,13 @@ impl Builder<'_> {
         let checks = self.resolve_checks(id, step);
         let subagents = self.subagents(id, step, catalog, tools.as_ref());
         let env = self.step_env(ctx, step, inputs, env);
+        let settings = self.resolve_settings(
+            id,
+            &step.keys,
+            agent.and_then(|a| a.max_turns),
+            command.is_some(),
+            env,
+        );
         let mcp_servers = match (agent, &tools) {
             (Some(agent), Some(tools)) => {
                 let known = self.mcp_servers_of(agent);
@@ -117,6 +109,10 @@ impl Builder<'_> {
             return None;
         }
         let tools = tools?;
+        let settings = settings?;
+        let project_memory = self
+            .project_memory
+            .filter(|_| settings.project_memory && agent.is_some_and(|a| !a.omit_project_memory));
         let writes = match command {
             Some(_) => step.writes.unwrap_or(false),
             None => self.registry.any_writes(&tools),
@@ -140,32 +136,15 @@ impl Builder<'_> {
             needs: step.needs.clone(),
             prompt_template: step.prompt.clone(),
             prompt: prompt?,
-            max_turns,
-            timeout: timeout?,
-            max_tokens: step.max_tokens.or(defaults.max_tokens),
-            retries: step.retries.or(defaults.retries).unwrap_or(DEFAULT_RETRIES),
+            settings,
             condition: step.condition.clone(),
             output_schema,
             continue_on_error: step.continue_on_error,
             isolation: step.isolation,
             sandbox,
-            network: step.network.or(defaults.network).unwrap_or(false),
-            project_memory: self.project_memory.filter(|_| {
-                command.is_none()
-                    && step
-                        .project_memory
-                        .or(defaults.project_memory)
-                        .unwrap_or(true)
-                    && agent.is_some_and(|a| !a.omit_project_memory)
-            }),
+            project_memory,
             subagents,
-            max_subagent_depth: step
-                .max_subagent_depth
-                .or(defaults.max_subagent_depth)
-                .unwrap_or(DEFAULT_SUBAGENT_DEPTH),
-            max_tokens_total: step.max_tokens_total.or(defaults.max_tokens_total),
             mcp_servers,
-            env,
             command: command.map(str::to_owned),
             checks,
             check_retries: step.check_retries.unwrap_or(DEFAULT_CHECK_RETRIES),
@@ -186,9 +165,9 @@ impl Builder<'_> {
         let id = ctx.id;
         let defaults = &self.loaded.def.defaults.env;
         let mut env = defaults.clone();
-        env.extend(step.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        env.extend(step.keys.env.iter().map(|(k, v)| (k.clone(), v.clone())));
         for (name, value) in &env {
-            let at = if step.env.contains_key(name) {
+            let at = if step.keys.env.contains_key(name) {
                 path!["steps", id, "env", name.as_str()].to_vec()
             } else {
                 path!["defaults", "env", name.as_str()].to_vec()

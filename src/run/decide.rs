@@ -177,7 +177,7 @@ pub fn render_env(
     context: &JinjaValue,
 ) -> Result<BTreeMap<String, String>, Outcome> {
     let mut vars = BTreeMap::new();
-    for (name, value) in &step.env {
+    for (name, value) in &step.settings.env {
         if !template::is_template(value) {
             continue;
         }

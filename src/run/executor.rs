@@ -136,8 +136,8 @@ impl ModelExecutor {
         if let Some(tapes) = &self.team.tapes {
             workspace = workspace.with_cassettes(tapes.dir());
         }
-        let mut bash = BashEnv::new(step.sandbox, step.network);
-        bash.vars = crate::tools::bash::bash_vars(&step.env, &job.rendered_env);
+        let mut bash = BashEnv::new(step.sandbox, step.settings.network);
+        bash.vars = crate::tools::bash::bash_vars(&step.settings.env, &job.rendered_env);
         bash.support = self.support;
         bash.protected = protected_paths(
             workspace.root(),
@@ -179,8 +179,12 @@ impl Executor for ModelExecutor {
             ],
         );
         let team = self.team.clone();
-        let meter =
-            crate::budget::Meter::new(team.budget.clone(), &step.id, step.max_tokens_total, &model);
+        let meter = crate::budget::Meter::new(
+            team.budget.clone(),
+            &step.id,
+            step.settings.max_tokens_total,
+            &model,
+        );
         Box::pin(async move {
             let api = match api {
                 Ok(api) => api,
@@ -209,10 +213,10 @@ impl Executor for ModelExecutor {
                 Arc::new(StepScope::new(
                     team,
                     step.subagents.clone(),
-                    step.max_subagent_depth,
-                    step.max_turns,
-                    step.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
-                    step.retries,
+                    step.settings.max_subagent_depth,
+                    step.settings.max_turns,
+                    step.settings.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+                    step.settings.retries,
                     meter.clone(),
                     tools.registry.clone(),
                     memory.clone(),
@@ -240,9 +244,9 @@ impl Executor for ModelExecutor {
                 ),
                 history: Vec::new(),
                 first_message: session::prompt::first_message(&workdir, &job.prompt),
-                max_turns: step.max_turns,
-                max_tokens: step.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
-                retries: step.retries,
+                max_turns: step.settings.max_turns,
+                max_tokens: step.settings.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+                retries: step.settings.retries,
                 output_schema: step.output_schema.as_ref(),
                 tools: &tools,
                 events: &job.events,

@@ -161,28 +161,33 @@ pub enum ProviderKind {
     Openai,
 }
 
-#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+// Declared once for both (`plan::StepSettings` resolves them; adding one is ARCHITECTURE.md
+// "a step key").
+/// Settings for every step that does not set its own: a step's value wins, then these, then the
+/// built-in default.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct Defaults {
-    /// Model requests a step may make before it fails.
+#[schemars(rename = "Defaults")]
+pub struct SharedKeys {
+    /// Model requests a step may make before it fails (default 50).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub max_turns: Option<u32>,
-    /// How long a step may run, e.g. `90s`, `15m`, `1h`.
+    /// How long a step may run, e.g. `90s`, `10m`, `1h` (default 30m).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<String>,
     /// Output tokens per model request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub max_tokens: Option<u32>,
-    /// Attempts for a model request that failed in a way retrying can fix.
+    /// Attempts for a model request that failed in a way retrying can fix (default 4).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retries: Option<u32>,
     /// Whether `bash` may open network connections (default false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<bool>,
-    /// Whether agents get the project's `CLAUDE.md` (or `AGENTS.md`) in their system prompt
-    /// (default true).
+    /// Whether agents (and their subagents) get the project's `CLAUDE.md` (or `AGENTS.md`) in
+    /// their system prompt (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub project_memory: Option<bool>,
     /// How deep subagents may nest: 1 (the default) lets a step spawn subagents that cannot spawn
@@ -190,15 +195,20 @@ pub struct Defaults {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub max_subagent_depth: Option<u32>,
-    /// Tokens a step may use, its subagents included (input + output).
+    /// Tokens a step may use, its subagents included (input + output); reaching it fails the
+    /// step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub max_tokens_total: Option<u64>,
     /// Variables `bash` gets on top of its clean environment; `${VAR}` in a value is runner's
-    /// variable (a secret named here is passed on purpose, and still hidden in every output).
+    /// variable (a secret named here is passed on purpose, and still hidden in every output). A
+    /// step's `env` adds to `[defaults]`'s.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
 }
+
+/// `[defaults]`: the shared keys, for every step that does not set its own.
+pub type Defaults = SharedKeys;
 
 /// One type with two shapes, so a wrong value reads "must be a string or a list".
 fn needs_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
@@ -278,20 +288,6 @@ pub struct Step {
     /// Tools taken away last; always wins.
     #[serde(default)]
     pub disallowed_tools: Vec<String>,
-    /// Model requests the step may make before it fails.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
-    pub max_turns: Option<u32>,
-    /// How long the step may run, e.g. `90s`, `10m`, `1h`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout: Option<String>,
-    /// Output tokens per model request.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
-    pub max_tokens: Option<u32>,
-    /// Attempts for a model request that failed in a way retrying can fix (default 4).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retries: Option<u32>,
     /// A minijinja expression; when false the step is skipped.
     #[serde(default, rename = "if", skip_serializing_if = "Option::is_none")]
     pub condition: Option<String>,
@@ -309,29 +305,12 @@ pub struct Step {
     /// Explore only: how hard to search.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thoroughness: Option<Thoroughness>,
-    /// Whether `bash` may open network connections (default false, or `[defaults]`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub network: Option<bool>,
-    /// Whether the step's agent (and its subagents) get the project's `CLAUDE.md` (or
-    /// `AGENTS.md`) in their system prompt (default true, or `[defaults]`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub project_memory: Option<bool>,
     /// Agents this step's `task` tool may spawn (default: every agent the workflow sees).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subagents: Option<Vec<String>>,
-    /// How deep subagents may nest (default 1, or `[defaults]`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
-    pub max_subagent_depth: Option<u32>,
-    /// Tokens the step may use, its subagents included (input + output); reaching it fails the
-    /// step.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
-    pub max_tokens_total: Option<u64>,
-    /// Variables `bash` gets on top of its clean environment; `${VAR}` in a value is runner's
-    /// variable (a secret named here is passed on purpose, and still hidden in every output).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub env: BTreeMap<String, String>,
+    /// The keys `[defaults]` also takes (`max_turns`, `timeout`, `env`, ...).
+    #[serde(flatten)]
+    pub keys: SharedKeys,
 }
 
 fn checks_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {

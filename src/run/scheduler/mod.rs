@@ -217,7 +217,7 @@ impl Scheduler<'_> {
                 };
                 if let Some(future) = self.start(unit, &executor, &workdir) {
                     let cancelled = self.cancel.clone();
-                    let timeout = self.plan.steps()[unit.step].timeout;
+                    let timeout = self.plan.steps()[unit.step].settings.timeout;
                     let handle = tasks.spawn(async move {
                         // Dropping the step's future on timeout or cancel aborts its HTTP
                         // request and stops its bash calls.
