@@ -8,12 +8,15 @@ pub mod prompt;
 pub mod subagent;
 pub mod text_call;
 
+use std::ops::ControlFlow;
 use std::time::Instant;
 
 use serde_json::Value;
 
 use crate::event::{Emitter, EventKind};
-use crate::provider::message::{Block, ChatRequest, Message, Role, StopReason, Usage};
+use crate::provider::message::{
+    Block, ChatRequest, ChatResponse, Message, Role, StopReason, Usage,
+};
 use crate::provider::retry::{self, RetryPolicy};
 use crate::provider::{ModelApi, Outgoing};
 use crate::tools::StepTools;
@@ -266,6 +269,9 @@ pub async fn converse(mut session: Session<'_>) -> Conversation {
     }
 }
 
+/// The conversation's turns until it ends: each turn asks the model, then runs the reply's tool
+/// calls, or takes its final answer through the output schema and the checks. Each part is a
+/// method of [`Turns`], which holds what the loop carries from one turn to the next.
 async fn turns_until_done(
     session: Session<'_>,
     turns: &mut u32,
@@ -273,54 +279,138 @@ async fn turns_until_done(
     usage: &mut Usage,
     request: &mut ChatRequest,
 ) -> StepOutcome {
-    let step = session.events.step().to_owned();
-    let emit = |kind: EventKind| session.events.emit(kind);
-    let policy = RetryPolicy::new(session.retries);
-    // Messages already in an earlier TurnStarted event.
-    let mut logged = 0;
-    let mut fixes_left = if session.output_schema.is_some() {
-        OUTPUT_FIX_TURNS
-    } else {
-        0
+    let mut state = Turns {
+        step: session.events.step().to_owned(),
+        policy: RetryPolicy::new(session.retries),
+        logged: 0,
+        fixes_left: if session.output_schema.is_some() {
+            OUTPUT_FIX_TURNS
+        } else {
+            0
+        },
+        turn_limit: session.max_turns,
+        turn: 0,
+        check_round: 0,
+        last_failure: None,
+        same: None,
+        session: &session,
     };
-    let mut turn_limit = session.max_turns;
-    let mut turn = 0;
-    let mut check_round = 0;
-    let mut last_failure: Option<checks::Failure> = None;
-    // The newest call's name and input, and how many times in a row it was made.
-    let mut same: Option<(String, Value, u32)> = None;
-    while turn < turn_limit {
+    while state.turn < state.turn_limit {
         // Before every request: a budget is passed by at most the replies already coming.
         if let Err(used_up) = session.meter.check() {
             return StepOutcome::failed(FailureKind::Budget, used_up);
         }
-        turn += 1;
-        *turns = turn;
-        // The last allowed turn asks for the answer with what the agent has, offering the
-        // tools (the cached prefix holds them) but allowing no call: a step out of turns ends
-        // with an answer rather than nothing.
-        if turn == turn_limit && turn > 1 && !request.tools.is_empty() && !request.no_tool_calls {
-            request.no_tool_calls = true;
-            emit(EventKind::OutOfTurns {
-                step: step.clone(),
-                turn,
+        state.turn += 1;
+        *turns = state.turn;
+        state.last_turn_if_due(request);
+        let mut response = match state.ask(request, usage).await {
+            ControlFlow::Continue(response) => response,
+            ControlFlow::Break(outcome) => return outcome,
+        };
+        let calls = match state.calls_of(&mut response, request) {
+            ControlFlow::Continue(calls) => calls,
+            ControlFlow::Break(outcome) => return outcome,
+        };
+        // The final answer's text is read before the reply's blocks move into the conversation.
+        let text = if calls.is_empty() {
+            response.text()
+        } else {
+            String::new()
+        };
+        let (stop_reason, reply_usage) = (response.stop_reason, response.usage);
+        if !response.content.is_empty() {
+            request.messages.push(Message {
+                role: Role::Assistant,
+                content: response.content,
             });
-            push_user_text(
-                &mut request.messages,
-                format!(
-                    "This is your last turn (max_turns = {}): no more tool calls. Give your final answer now with what you have found, and say plainly what is left undone.",
-                    session.max_turns
-                ),
-            );
         }
+        if !calls.is_empty() {
+            *tool_calls += calls.len() as u32;
+            if let ControlFlow::Break(outcome) = state.run_calls(request, calls).await {
+                return outcome;
+            }
+            continue;
+        }
+        // The server paused a long turn; sending the conversation back lets it go on.
+        if stop_reason == StopReason::PauseTurn {
+            continue;
+        }
+        if let ControlFlow::Break(outcome) = state.stopped(stop_reason, &reply_usage, &text) {
+            return outcome;
+        }
+        let output = match state.output(&text, request) {
+            ControlFlow::Continue(Some(output)) => output,
+            ControlFlow::Continue(None) => continue,
+            ControlFlow::Break(outcome) => return outcome,
+        };
+        if let ControlFlow::Break(outcome) = state.verify(text, output, request).await {
+            return outcome;
+        }
+    }
+    state.out_of_turns(request)
+}
+
+/// What the loop carries from one turn to the next.
+struct Turns<'s, 'a> {
+    session: &'s Session<'a>,
+    step: String,
+    policy: RetryPolicy,
+    /// Messages already in an earlier `TurnStarted` event.
+    logged: usize,
+    /// Turns left to fix a final answer that does not match the output schema.
+    fixes_left: u32,
+    turn_limit: u32,
+    turn: u32,
+    check_round: u32,
+    last_failure: Option<checks::Failure>,
+    /// The newest call's name and input, and how many times in a row it was made.
+    same: Option<(String, Value, u32)>,
+}
+
+impl Turns<'_, '_> {
+    fn emit(&self, kind: EventKind) {
+        self.session.events.emit(kind);
+    }
+
+    /// The last allowed turn asks for the answer with what the agent has, offering the tools
+    /// (the cached prefix holds them) but allowing no call: a step out of turns ends with an
+    /// answer rather than nothing.
+    fn last_turn_if_due(&self, request: &mut ChatRequest) {
+        let turn = self.turn;
+        if turn != self.turn_limit || turn <= 1 || request.tools.is_empty() || request.no_tool_calls
+        {
+            return;
+        }
+        request.no_tool_calls = true;
+        self.emit(EventKind::OutOfTurns {
+            step: self.step.clone(),
+            turn,
+        });
+        push_user_text(
+            &mut request.messages,
+            format!(
+                "This is your last turn (max_turns = {}): no more tool calls. Give your final answer now with what you have found, and say plainly what is left undone.",
+                self.session.max_turns
+            ),
+        );
+    }
+
+    /// One request, retried as its errors allow, with its `TurnStarted` and `TurnFinished`.
+    async fn ask(
+        &mut self,
+        request: &ChatRequest,
+        usage: &mut Usage,
+    ) -> ControlFlow<StepOutcome, ChatResponse> {
+        let session = self.session;
+        let (step, turn) = (&self.step, self.turn);
         let body = session.api.encode(request);
-        emit(EventKind::TurnStarted {
+        self.emit(EventKind::TurnStarted {
             step: step.clone(),
             turn,
-            messages: request.messages[logged..].to_vec(),
+            messages: request.messages[self.logged..].to_vec(),
             digest: body.digest().to_owned(),
         });
-        logged = request.messages.len();
+        self.logged = request.messages.len();
         let started = Instant::now();
         // Streamed replies show as they arrive, about every 25 tokens (4 characters a token).
         let shown = std::sync::atomic::AtomicU64::new(0);
@@ -341,9 +431,9 @@ async fn turns_until_done(
                 request,
                 body: &body,
             },
-            policy,
+            self.policy,
             |note| {
-                emit(EventKind::Retrying {
+                session.events.emit(EventKind::Retrying {
                     step: step.clone(),
                     turn,
                     attempt: note.attempt,
@@ -358,24 +448,32 @@ async fn turns_until_done(
         let exchange = match sent {
             Ok(exchange) => exchange,
             Err(failure) => {
-                return StepOutcome::failed(
+                return ControlFlow::Break(StepOutcome::failed(
                     FailureKind::Model,
                     format!("model request failed: {failure}"),
-                );
+                ));
             }
         };
-        let response = exchange.response;
-        usage.add(&response.usage);
-        let cost_usd = session.meter.charge(&response.usage);
-        emit(EventKind::TurnFinished {
+        usage.add(&exchange.response.usage);
+        let cost_usd = session.meter.charge(&exchange.response.usage);
+        self.emit(EventKind::TurnFinished {
             step: step.clone(),
             turn,
             duration_ms: started.elapsed().as_millis() as u64,
-            usage: response.usage,
+            usage: exchange.response.usage,
             cost_usd,
             body: exchange.raw,
         });
-        let mut response = response;
+        ControlFlow::Continue(exchange.response)
+    }
+
+    /// The reply's tool calls: its own, or one it wrote as text (a local model's habit), made
+    /// into a call of an offered tool.
+    fn calls_of(
+        &self,
+        response: &mut ChatResponse,
+        request: &ChatRequest,
+    ) -> ControlFlow<StepOutcome, Vec<(String, String, Value)>> {
         let mut calls: Vec<(String, String, Value)> = response
             .tool_uses()
             .map(|(id, name, input)| (id.to_owned(), name.to_owned(), input.clone()))
@@ -383,22 +481,23 @@ async fn turns_until_done(
         if request.no_tool_calls && !calls.is_empty() {
             // A server that ignored `tool_choice`: the calls are not run, and text that came
             // with them ("Let me look.") is no answer.
-            return StepOutcome::failed(
+            return ControlFlow::Break(StepOutcome::failed(
                 FailureKind::MaxTurns,
                 format!(
                     "reached max_turns ({}): asked for its final answer on its last turn, with no tools, it called tools again",
-                    session.max_turns
+                    self.session.max_turns
                 ),
-            );
-        } else if calls.is_empty()
+            ));
+        }
+        if calls.is_empty()
             && let Some((name, input)) = text_call::parse(&response.text(), &request.tools)
         {
-            emit(EventKind::ToolCallInText {
-                step: step.clone(),
-                turn,
+            self.emit(EventKind::ToolCallInText {
+                step: self.step.clone(),
+                turn: self.turn,
                 name: name.clone(),
             });
-            let id = format!("call_text_{turn}");
+            let id = format!("call_text_{}", self.turn);
             response.content = vec![Block::ToolUse {
                 id: id.clone(),
                 name: name.clone(),
@@ -406,165 +505,176 @@ async fn turns_until_done(
             }];
             calls.push((id, name, input));
         }
-        // The final answer's text is read before the reply's blocks move into the conversation.
-        let text = if calls.is_empty() {
-            response.text()
-        } else {
-            String::new()
+        ControlFlow::Continue(calls)
+    }
+
+    /// Runs the calls and adds their results to the conversation; a tool's fatal error ends
+    /// the step.
+    async fn run_calls(
+        &mut self,
+        request: &mut ChatRequest,
+        calls: Vec<(String, String, Value)>,
+    ) -> ControlFlow<StepOutcome> {
+        let session = self.session;
+        let refused = self.refusals(&calls);
+        // A forked subagent starts from the conversation as it stands: it is lent to the tools
+        // while they run (moved, not copied) and taken back after.
+        let shared = &session.tools.context.conversation;
+        *lock(shared) = Some(std::mem::take(request));
+        let (results, fatal) = call_tools(session, &self.step, self.turn, calls, &refused).await;
+        let Some(back) = lock(shared).take() else {
+            // Nothing else takes it: the tools only read it while they run.
+            return ControlFlow::Break(StepOutcome::failed(
+                FailureKind::Crashed,
+                "the conversation was lost while its tools ran",
+            ));
         };
-        let stop_reason = response.stop_reason;
-        if !response.content.is_empty() {
-            request.messages.push(Message {
-                role: Role::Assistant,
-                content: response.content,
-            });
+        *request = back;
+        request.messages.push(Message {
+            role: Role::User,
+            content: results,
+        });
+        match fatal {
+            Some(message) => ControlFlow::Break(StepOutcome::failed(FailureKind::Tool, message)),
+            None => ControlFlow::Continue(()),
         }
-        if !calls.is_empty() {
-            *tool_calls += calls.len() as u32;
-            // A forked subagent starts from the conversation as it stands: it is lent to the
-            // tools while they run (moved, not copied) and taken back after.
-            let shared = &session.tools.context.conversation;
-            *lock(shared) = Some(std::mem::take(request));
-            let total = calls.len();
-            let refused: Vec<Option<String>> = calls
-                .iter()
-                .enumerate()
-                .map(|(i, (_, name, input))| {
-                    if i >= MAX_CALLS_PER_REPLY {
-                        return Some(format!(
-                            "not run: a reply may make at most {MAX_CALLS_PER_REPLY} tool calls, and this one made {total}; make the calls you still need in your next turn"
-                        ));
-                    }
-                    let count = match &same {
-                        Some((n, i, count)) if n == name && i == input => count + 1,
-                        _ => 1,
-                    };
-                    same = Some((name.clone(), input.clone(), count));
-                    (count >= MAX_SAME_CALLS).then(|| format!(
-                        "`{name}` was called with exactly this input {MAX_SAME_CALLS} times in a row, and its output is above: it was not run again. Use what it returned, or do something else."
-                    ))
-                })
-                .collect();
-            let (results, fatal) = call_tools(&session, &step, turn, calls, &refused).await;
-            let Some(back) = lock(shared).take() else {
-                // Nothing else takes it: the tools only read it while they run.
-                return StepOutcome::failed(
-                    FailureKind::Crashed,
-                    "the conversation was lost while its tools ran",
-                );
-            };
-            *request = back;
-            request.messages.push(Message {
-                role: Role::User,
-                content: results,
-            });
-            if let Some(message) = fatal {
-                return StepOutcome::failed(FailureKind::Tool, message);
-            }
-            continue;
-        }
-        match stop_reason {
-            // The server paused a long turn; sending the conversation back lets it go on.
-            StopReason::PauseTurn => continue,
-            StopReason::MaxTokens => {
-                return StepOutcome::Failed {
-                    kind: FailureKind::CutOff,
-                    message: cut_off(&response.usage, session.max_tokens),
-                    summary: text,
+    }
+
+    /// Which calls are not run, and why: past the most a reply may make, or the same call made
+    /// too many times in a row.
+    fn refusals(&mut self, calls: &[(String, String, Value)]) -> Vec<Option<String>> {
+        let total = calls.len();
+        calls
+            .iter()
+            .enumerate()
+            .map(|(i, (_, name, input))| {
+                if i >= MAX_CALLS_PER_REPLY {
+                    return Some(format!(
+                        "not run: a reply may make at most {MAX_CALLS_PER_REPLY} tool calls, and this one made {total}; make the calls you still need in your next turn"
+                    ));
+                }
+                let count = match &self.same {
+                    Some((n, i, count)) if n == name && i == input => count + 1,
+                    _ => 1,
                 };
-            }
-            StopReason::Refusal => {
-                return StepOutcome::failed(
-                    FailureKind::Refused,
-                    format!("the model refused: {text}"),
-                );
-            }
-            _ => {}
+                self.same = Some((name.clone(), input.clone(), count));
+                (count >= MAX_SAME_CALLS).then(|| format!(
+                    "`{name}` was called with exactly this input {MAX_SAME_CALLS} times in a row, and its output is above: it was not run again. Use what it returned, or do something else."
+                ))
+            })
+            .collect()
+    }
+
+    /// A reply without calls that ends the step by how it stopped.
+    fn stopped(
+        &self,
+        stop_reason: StopReason,
+        usage: &Usage,
+        text: &str,
+    ) -> ControlFlow<StepOutcome> {
+        match stop_reason {
+            StopReason::MaxTokens => ControlFlow::Break(StepOutcome::Failed {
+                kind: FailureKind::CutOff,
+                message: cut_off(usage, self.session.max_tokens),
+                summary: text.to_owned(),
+            }),
+            StopReason::Refusal => ControlFlow::Break(StepOutcome::failed(
+                FailureKind::Refused,
+                format!("the model refused: {text}"),
+            )),
+            _ => ControlFlow::Continue(()),
         }
-        let output = match session.output_schema {
-            None => Value::Null,
-            Some(schema) => match output::check(&text, schema) {
-                Ok(value) => value,
-                Err(problem) if fixes_left > 0 => {
-                    fixes_left -= 1;
-                    // The fix turns come on top of max_turns: the step did finish its work.
-                    turn_limit = turn_limit.max(turn) + 1;
-                    emit(EventKind::OutputInvalid {
-                        step: step.clone(),
-                        turn,
-                        error: problem.clone(),
-                    });
-                    request.messages.push(Message::user_text(format!(
-                        "Your final answer does not match the required JSON Schema: {problem}\nAnswer again with only the corrected JSON value."
-                    )));
-                    continue;
-                }
-                Err(problem) => {
-                    return StepOutcome::Failed {
-                        kind: FailureKind::OutputSchema,
-                        message: format!(
-                            "the final answer does not match `output_schema` after {OUTPUT_FIX_TURNS} more tries: {problem}"
-                        ),
-                        summary: text,
-                    };
-                }
-            },
+    }
+
+    /// The final answer's structured output, checked against the step's schema: `None` when a
+    /// fix was asked for (the loop goes on).
+    fn output(
+        &mut self,
+        text: &str,
+        request: &mut ChatRequest,
+    ) -> ControlFlow<StepOutcome, Option<Value>> {
+        let Some(schema) = self.session.output_schema else {
+            return ControlFlow::Continue(Some(Value::Null));
         };
+        match output::check(text, schema) {
+            Ok(value) => ControlFlow::Continue(Some(value)),
+            Err(problem) if self.fixes_left > 0 => {
+                self.fixes_left -= 1;
+                // The fix turns come on top of max_turns: the step did finish its work.
+                self.turn_limit = self.turn_limit.max(self.turn) + 1;
+                self.emit(EventKind::OutputInvalid {
+                    step: self.step.clone(),
+                    turn: self.turn,
+                    error: problem.clone(),
+                });
+                request.messages.push(Message::user_text(format!(
+                    "Your final answer does not match the required JSON Schema: {problem}\nAnswer again with only the corrected JSON value."
+                )));
+                ControlFlow::Continue(None)
+            }
+            Err(problem) => ControlFlow::Break(StepOutcome::Failed {
+                kind: FailureKind::OutputSchema,
+                message: format!(
+                    "the final answer does not match `output_schema` after {OUTPUT_FIX_TURNS} more tries: {problem}"
+                ),
+                summary: text.to_owned(),
+            }),
+        }
+    }
+
+    /// The step's checks on a final answer: success, a failure sent back to the agent (the
+    /// loop goes on), or a failure that ends the step.
+    async fn verify(
+        &mut self,
+        text: String,
+        output: Value,
+        request: &mut ChatRequest,
+    ) -> ControlFlow<StepOutcome> {
+        let session = self.session;
         if session.checks.is_empty() {
-            return StepOutcome::Succeeded {
+            return ControlFlow::Break(StepOutcome::Succeeded {
                 summary: text,
                 output,
-            };
+            });
         }
         // Checks count against the step's turns: a fix is one more request like any other.
-        check_round += 1;
-        let rounds = session.check_retries.saturating_add(1);
-        match checks::run_round(session.checks, check_round, session.tools, session.events).await {
-            None => {
-                return StepOutcome::Succeeded {
-                    summary: text,
-                    output,
-                };
+        self.check_round += 1;
+        let (round, rounds) = (self.check_round, session.check_retries.saturating_add(1));
+        match checks::run_round(session.checks, round, session.tools, session.events).await {
+            None => ControlFlow::Break(StepOutcome::Succeeded {
+                summary: text,
+                output,
+            }),
+            Some(failure) if round < rounds => {
+                push_user_text(&mut request.messages, failure.feedback(round, rounds));
+                self.last_failure = Some(failure);
+                ControlFlow::Continue(())
             }
-            Some(failure) if check_round < rounds => {
-                push_user_text(&mut request.messages, failure.feedback(check_round, rounds));
-                last_failure = Some(failure);
-            }
-            Some(failure) => {
-                return StepOutcome::Failed {
-                    kind: FailureKind::Checks,
-                    message: failure.message(),
-                    summary: text,
-                };
-            }
+            Some(failure) => ControlFlow::Break(StepOutcome::Failed {
+                kind: FailureKind::Checks,
+                message: failure.message(),
+                summary: text,
+            }),
         }
     }
-    if request.no_tool_calls {
-        return StepOutcome::failed(
-            FailureKind::MaxTurns,
+
+    /// Why the step ended with its turns used up.
+    fn out_of_turns(self, request: &ChatRequest) -> StepOutcome {
+        let max_turns = self.session.max_turns;
+        let message = if request.no_tool_calls {
             format!(
-                "reached max_turns ({}): its last turn, asked for the final answer, gave none",
-                session.max_turns
-            ),
-        );
-    }
-    if let Some(failure) = last_failure {
-        return StepOutcome::failed(
-            FailureKind::MaxTurns,
+                "reached max_turns ({max_turns}): its last turn, asked for the final answer, gave none"
+            )
+        } else if let Some(failure) = self.last_failure {
             format!(
-                "reached max_turns ({}) while fixing failed checks; last: {}",
-                session.max_turns,
+                "reached max_turns ({max_turns}) while fixing failed checks; last: {}",
                 failure.message()
-            ),
-        );
+            )
+        } else {
+            format!("reached max_turns ({max_turns}) without a final answer")
+        };
+        StepOutcome::failed(FailureKind::MaxTurns, message)
     }
-    StepOutcome::failed(
-        FailureKind::MaxTurns,
-        format!(
-            "reached max_turns ({}) without a final answer",
-            session.max_turns
-        ),
-    )
 }
 
 /// Why a reply stopped for length, naming the real limit: `max_tokens` when the reply reached
