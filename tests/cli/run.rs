@@ -562,3 +562,29 @@ async fn a_failed_step_skips_its_dependents() {
     assert_eq!(run["steps"]["b"]["status"], "skipped");
     assert_eq!(fake.requests().await.len(), 1);
 }
+
+/// A reply the server paused (`pause_turn`) is no final answer: the conversation goes back as
+/// it stands and the step ends with the answer that follows.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paused_turn_is_sent_back_and_goes_on() {
+    let paused = ok(json!({
+        "id": "msg", "type": "message", "role": "assistant", "model": "m",
+        "content": [{"type": "text", "text": "Still searching"}],
+        "stop_reason": "pause_turn",
+        "usage": {"input_tokens": 10, "output_tokens": 5}
+    }));
+    let fake = Fake::anthropic(vec![paused, anthropic_text("Found it.")]).await;
+    let (out, _test) = run_anthropic(project(&one_step("explore", "find", "")), &fake).await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let run = run_json(&out);
+    assert_eq!(run["steps"]["s"]["summary"], "Found it.");
+    assert_eq!(run["steps"]["s"]["turns"], 2);
+    let requests = fake.requests().await;
+    assert_eq!(requests.len(), 2);
+    // The paused reply's text went back to the model as its own turn.
+    let second: Value = serde_json::from_slice(&requests[1].body).unwrap();
+    assert_eq!(
+        second["messages"][1]["content"][0]["text"],
+        "Still searching"
+    );
+}
