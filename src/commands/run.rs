@@ -25,20 +25,12 @@ use crate::sandbox::Support;
 use crate::session::subagent::Team;
 use crate::tools::Registry;
 
+/// Each part is a function below: what the run builds on (`previous`), the cassettes
+/// (`tapes`), the keys, the executor with its model APIs (`executor`), the sinks the flags ask
+/// for (`sinks`), then the run and its report (`finish`).
 pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
     if args.dry_run {
-        let format = match args.format {
-            RunFormat::Text => Format::Text,
-            RunFormat::Json => Format::Json,
-            RunFormat::Jsonl => {
-                let _ = writeln!(
-                    io.err,
-                    "error: `--format jsonl` is the event stream of a run; with `--dry-run` use `text` or `json`"
-                );
-                return Exit::Invalid;
-            }
-        };
-        return super::plan::plan(&args.workflow, &args.resolve, args.limits, format, io);
+        return dry_run(&args, io);
     }
     let Some(plan) = load_plan_with(&args.workflow, &args.resolve, args.limits, true, true, io)
     else {
@@ -46,41 +38,9 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
     };
     let (workdir, state_dir) =
         run::directories(args.resolve.workdir.as_deref(), args.state_dir.as_deref());
-    // `--run-id` of a run other jobs recorded (their state directories copied here): its
-    // results are what this job builds on.
-    let merged = match &args.run_id {
-        Some(id) if !run::is_run_id(id) => {
-            report(
-                io,
-                &[crate::error::Problem::error(format!(
-                    "--run-id {id}: use letters, digits, `.`, `_` and `-` (at most 64; no `..`, and not ending in `.` or `.lock`: it is part of git branch names)"
-                ))],
-            );
-            return Exit::Invalid;
-        }
-        Some(id) => match run::load_merged(&state_dir, id) {
-            Ok(merged) => merged,
-            Err(problem) => {
-                report(io, &[problem]);
-                return Exit::Invalid;
-            }
-        },
-        None => None,
-    };
-    let resume = match &args.resume {
-        Some(which) => match run::load_resume(&state_dir, which) {
-            Ok(record) => {
-                for note in run::clean_up_after(&workdir, &state_dir, &record) {
-                    let _ = writeln!(io.err, "note: {note}");
-                }
-                Some(record)
-            }
-            Err(problem) => {
-                report(io, &[problem]);
-                return Exit::Invalid;
-            }
-        },
-        None => merged,
+    let resume = match previous(&args, &workdir, &state_dir, io) {
+        Ok(resume) => resume,
+        Err(exit) => return exit,
     };
     let only: BTreeSet<String> = args.only.iter().cloned().collect();
     let same_run = resume
@@ -93,27 +53,9 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
     }
     // Known before the run starts, so that cassettes can leave it out of what they hash.
     let run_id = args.run_id.clone().unwrap_or_else(run::new_run_id);
-    let tapes = match (&args.record, &args.replay) {
-        (Some(dir), _) => {
-            // Made before any step runs, so a writing step's bash finds it read-only rather
-            // than free to plant cassettes in.
-            if let Err(err) = std::fs::create_dir_all(dir) {
-                let _ = writeln!(io.err, "error: cannot create `--record {dir}`: {err}");
-                return Exit::Unexpected;
-            }
-            Some(Arc::new(Tapes::new(TapeMode::Record, dir.clone(), &run_id)))
-        }
-        (_, Some(dir)) if !dir.is_dir() => {
-            let _ = writeln!(
-                io.err,
-                "error: `--replay {dir}`: there is no such directory of cassettes (make one with `--record {dir}`)"
-            );
-            return Exit::Invalid;
-        }
-        (_, Some(dir)) => Some(Arc::new(
-            Tapes::new(TapeMode::Replay, dir.clone(), &run_id).strict(args.replay_strict),
-        )),
-        (None, None) => None,
+    let tapes = match tapes(&args, &run_id, io) {
+        Ok(tapes) => tapes,
+        Err(exit) => return exit,
     };
     let replaying = tapes.as_ref().is_some_and(|t| t.replaying());
     // Keys are checked before anything starts: a missing one costs nothing. A replay needs none.
@@ -133,6 +75,129 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
     };
     let interrupt = CancellationToken::new();
     watch_signals(&runtime, interrupt.clone());
+    let (executor, mcp) = executor(&args, &plan, &workdir, &state_dir, tapes, &keys, io);
+    let options = RunOptions {
+        workdir,
+        state_dir,
+        fail_fast: args.fail_fast,
+        resume,
+        only,
+        run_id: Some(run_id),
+        interrupt,
+    };
+    warn_uncommitted(&plan, &options.workdir, io);
+    let mut sinks = sinks(&args, &plan, &options.only);
+    let result = runtime.block_on(async {
+        let result = run::execute(&plan, executor, &options, &mut sinks).await;
+        // MCP servers end with the run, however it ended.
+        mcp.shutdown().await;
+        result
+    });
+    drop(sinks);
+    // Steps still winding down (a cancelled HTTP request, a killed process) are not waited for.
+    runtime.shutdown_timeout(Duration::from_millis(500));
+    finish(&args, &plan, &options, result, io)
+}
+
+/// `--dry-run`: the plan, as `runner plan` prints it.
+fn dry_run(args: &RunArgs, io: &mut Io<'_>) -> Exit {
+    let format = match args.format {
+        RunFormat::Text => Format::Text,
+        RunFormat::Json => Format::Json,
+        RunFormat::Jsonl => {
+            let _ = writeln!(
+                io.err,
+                "error: `--format jsonl` is the event stream of a run; with `--dry-run` use `text` or `json`"
+            );
+            return Exit::Invalid;
+        }
+    };
+    super::plan::plan(&args.workflow, &args.resolve, args.limits, format, io)
+}
+
+/// The run this one builds on: `--resume`'s (its leftovers cleaned up), else the run of
+/// `--run-id` that other jobs recorded (their state directories copied here).
+fn previous(
+    args: &RunArgs,
+    workdir: &camino::Utf8Path,
+    state_dir: &camino::Utf8Path,
+    io: &mut Io<'_>,
+) -> Result<Option<crate::record::RunRecord>, Exit> {
+    let merged = match &args.run_id {
+        Some(id) if !run::is_run_id(id) => {
+            report(
+                io,
+                &[crate::error::Problem::error(format!(
+                    "--run-id {id}: use letters, digits, `.`, `_` and `-` (at most 64; no `..`, and not ending in `.` or `.lock`: it is part of git branch names)"
+                ))],
+            );
+            return Err(Exit::Invalid);
+        }
+        Some(id) => run::load_merged(state_dir, id).map_err(|problem| {
+            report(io, &[problem]);
+            Exit::Invalid
+        })?,
+        None => None,
+    };
+    let Some(which) = &args.resume else {
+        return Ok(merged);
+    };
+    match run::load_resume(state_dir, which) {
+        Ok(record) => {
+            for note in run::clean_up_after(workdir, state_dir, &record) {
+                let _ = writeln!(io.err, "note: {note}");
+            }
+            Ok(Some(record))
+        }
+        Err(problem) => {
+            report(io, &[problem]);
+            Err(Exit::Invalid)
+        }
+    }
+}
+
+/// The cassettes of `--record` or `--replay`, if either.
+fn tapes(args: &RunArgs, run_id: &str, io: &mut Io<'_>) -> Result<Option<Arc<Tapes>>, Exit> {
+    match (&args.record, &args.replay) {
+        (Some(dir), _) => {
+            // Made before any step runs, so a writing step's bash finds it read-only rather
+            // than free to plant cassettes in.
+            if let Err(err) = std::fs::create_dir_all(dir) {
+                let _ = writeln!(io.err, "error: cannot create `--record {dir}`: {err}");
+                return Err(Exit::Unexpected);
+            }
+            Ok(Some(Arc::new(Tapes::new(
+                TapeMode::Record,
+                dir.clone(),
+                run_id,
+            ))))
+        }
+        (_, Some(dir)) if !dir.is_dir() => {
+            let _ = writeln!(
+                io.err,
+                "error: `--replay {dir}`: there is no such directory of cassettes (make one with `--record {dir}`)"
+            );
+            Err(Exit::Invalid)
+        }
+        (_, Some(dir)) => Ok(Some(Arc::new(
+            Tapes::new(TapeMode::Replay, dir.clone(), run_id).strict(args.replay_strict),
+        ))),
+        (None, None) => Ok(None),
+    }
+}
+
+/// What runs the steps: the model APIs the plan's steps use (none when replaying), the
+/// registry, the agents, the MCP hub (returned too, to be shut down with the run).
+fn executor(
+    args: &RunArgs,
+    plan: &crate::plan::Plan,
+    workdir: &camino::Utf8Path,
+    state_dir: &camino::Utf8Path,
+    tapes: Option<Arc<Tapes>>,
+    keys: &BTreeMap<String, Option<crate::provider::Secret>>,
+    io: &mut Io<'_>,
+) -> (Arc<ModelExecutor>, Arc<crate::mcp::Hub>) {
+    let replaying = tapes.as_ref().is_some_and(|t| t.replaying());
     let apis: BTreeMap<String, Arc<dyn ModelApi>> = plan
         .providers
         .values()
@@ -162,82 +227,85 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
         &args.resolve.agents_dirs,
         Some(&args.workflow),
         &plan.workdir_trust,
-        &workdir,
+        workdir,
         &registry,
     ));
-    let mut team = Team::new(&plan, registry, catalog, apis);
+    let mut team = Team::new(plan, registry, catalog, apis);
     team.tapes = tapes;
     let canonical = workdir
         .canonicalize_utf8()
-        .unwrap_or_else(|_| workdir.clone());
+        .unwrap_or_else(|_| workdir.to_owned());
     team.mcp = Arc::new(crate::mcp::Hub::new(canonical.clone()));
     let mcp = team.mcp.clone();
     let executor = Arc::new(ModelExecutor {
         team: Arc::new(team),
         workdir: canonical,
-        state_dir: state_dir.clone(),
+        state_dir: state_dir.to_owned(),
         support,
     });
-    let options = RunOptions {
-        workdir,
-        state_dir,
-        fail_fast: args.fail_fast,
-        resume,
-        only,
-        run_id: Some(run_id),
-        interrupt,
-    };
-    // A worktree starts from HEAD: what the checkout has not committed does not reach it.
+    (executor, mcp)
+}
+
+/// A worktree starts from HEAD: what the checkout has not committed does not reach it.
+fn warn_uncommitted(plan: &crate::plan::Plan, workdir: &camino::Utf8Path, io: &mut Io<'_>) {
     let worktree_steps: Vec<&str> = plan
         .steps()
         .iter()
         .filter(|s| s.isolation == crate::workflow::Isolation::Worktree)
         .map(|s| s.id.as_str())
         .collect();
-    if !worktree_steps.is_empty()
-        && let Some(repo) = crate::run::worktree::Repo::discover(&options.workdir)
-    {
-        let changed = repo.uncommitted();
-        if changed > 0 {
-            let _ = writeln!(
-                io.err,
-                "warning: the checkout has {changed} uncommitted change{} (`git status`); worktree steps ({}) start from HEAD and will not see {}: commit first to include {}",
-                if changed == 1 { "" } else { "s" },
-                worktree_steps.join(", "),
-                if changed == 1 { "it" } else { "them" },
-                if changed == 1 { "it" } else { "them" },
-            );
-        }
+    if worktree_steps.is_empty() {
+        return;
     }
+    let Some(repo) = crate::run::worktree::Repo::discover(workdir) else {
+        return;
+    };
+    let changed = repo.uncommitted();
+    if changed > 0 {
+        let _ = writeln!(
+            io.err,
+            "warning: the checkout has {changed} uncommitted change{} (`git status`); worktree steps ({}) start from HEAD and will not see {}: commit first to include {}",
+            if changed == 1 { "" } else { "s" },
+            worktree_steps.join(", "),
+            if changed == 1 { "it" } else { "them" },
+            if changed == 1 { "it" } else { "them" },
+        );
+    }
+}
+
+/// The displays and records the flags ask for.
+fn sinks(args: &RunArgs, plan: &crate::plan::Plan, only: &BTreeSet<String>) -> Sinks {
     let mut sinks = Sinks::default();
     let terminal = std::io::stderr().is_terminal();
     // In a GitHub Actions job, its sink prints the log lines (grouped by step) instead.
     let github = crate::report::github::detected();
     if !args.no_progress {
         if terminal {
-            sinks.add(LiveProgress::new(&plan));
+            sinks.add(LiveProgress::new(plan));
         } else if !github {
-            sinks.add(PlainProgress::new(&plan));
+            sinks.add(PlainProgress::new(plan));
         }
     }
     if github {
-        sinks.add(GithubSink::new(&plan, !args.no_progress && !terminal).only(&options.only));
+        sinks.add(GithubSink::new(plan, !args.no_progress && !terminal).only(only));
     }
     if args.format == RunFormat::Jsonl {
         sinks.add(JsonlSink::stdout());
     }
     if let Some(path) = &args.junit {
-        sinks.add(JunitSink::new(path.clone(), &plan));
+        sinks.add(JunitSink::new(path.clone(), plan));
     }
-    let result = runtime.block_on(async {
-        let result = run::execute(&plan, executor, &options, &mut sinks).await;
-        // MCP servers end with the run, however it ended.
-        mcp.shutdown().await;
-        result
-    });
-    drop(sinks);
-    // Steps still winding down (a cancelled HTTP request, a killed process) are not waited for.
-    runtime.shutdown_timeout(Duration::from_millis(500));
+    sinks
+}
+
+/// The table under the run, `run.json` on stdout with `--format json`, and the exit code.
+fn finish(
+    args: &RunArgs,
+    plan: &crate::plan::Plan,
+    options: &RunOptions,
+    result: Result<crate::record::RunRecord, run::RunError>,
+    io: &mut Io<'_>,
+) -> Exit {
     let record = match result {
         Ok(record) => record,
         Err(run::RunError::Invalid(problem)) => {
@@ -253,7 +321,7 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
     let _ = write!(
         io.err,
         "{}",
-        summary_table_within(&plan, &record, &run_dir, crate::terminal::stderr_width())
+        summary_table_within(plan, &record, &run_dir, crate::terminal::stderr_width())
     );
     if args.format == RunFormat::Json {
         let _ = writeln!(io.out, "{}", record.to_json());
