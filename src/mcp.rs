@@ -237,6 +237,8 @@ impl<R: AsyncRead + Unpin> AsyncRead for LimitedLines<R> {
     }
 }
 
+// Over 80 lines: starting a server is one sequence (spawn or connect, handshake, list tools) whose
+// failures each get their own message.
 async fn start(
     name: &str,
     def: &McpServerDef,

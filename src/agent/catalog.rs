@@ -23,6 +23,7 @@ pub struct AgentCatalog {
 }
 
 impl AgentCatalog {
+    // Over 80 lines: the agent lookup order, one directory after another.
     /// Loads the agents of `dirs` (highest priority first), then the built-ins.
     pub fn load(dirs: &[AgentDir], registry: &Registry) -> Self {
         let builtins = builtin::builtins();

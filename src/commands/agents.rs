@@ -8,6 +8,7 @@ use crate::cli::{AgentsArgs, Io, ResolveArgs};
 use crate::error::{Exit, Problem};
 use crate::tools::Registry;
 
+// Over 80 lines: the listing's columns and warnings in one pass over the catalog.
 pub fn agents(args: AgentsArgs, io: &mut Io<'_>) -> Exit {
     let resolve = ResolveArgs {
         workdir: args.workdir.clone(),

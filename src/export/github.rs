@@ -69,6 +69,7 @@ pub fn check(plan: &Plan, options: &Options<'_>) -> (Vec<String>, Vec<String>) {
     (errors, warnings)
 }
 
+// Over 80 lines: one exported job's fields, in the order the YAML shows them.
 fn step_job(out: &mut String, job: &Job<'_>, options: &Options<'_>) {
     let step = job.step;
     let _ = writeln!(out, "  {}:", step.id);

@@ -222,6 +222,8 @@ pub fn lookup_alias<'a>(
     })
 }
 
+// Over 80 lines: the planning passes in their order, each a call; what flows between them is local
+// state.
 /// Builds the plan. Warnings come back either way; the plan only when there is no error.
 pub fn build_plan(
     loaded: &LoadedWorkflow,

@@ -220,6 +220,8 @@ pub fn to_text(plan: &Plan, support: Support) -> String {
     out
 }
 
+// Over 80 lines: one section per part of a step, in the order the plan shows them; splitting would
+// scatter the layout.
 fn step_text(out: &mut String, step: &PlannedStep, width: usize, support: Support) {
     let _ = writeln!(
         out,

@@ -4,6 +4,8 @@ use super::settings::model_ref;
 use super::*;
 
 impl Builder<'_> {
+    // Over 80 lines: each step key resolved in turn; the parts with logic of their own are methods
+    // already.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn resolve_step(
         &mut self,
@@ -206,6 +208,7 @@ impl Builder<'_> {
         env
     }
 
+    // Over 80 lines: the `subagents` list checked name by name, each failure with its own message.
     /// The agents the step's `task` may spawn: its `subagents` list, checked, or every agent the
     /// workflow sees (sorted either way).
     fn subagents(
@@ -342,6 +345,8 @@ impl Builder<'_> {
         None
     }
 
+    // Over 80 lines: the model resolution order (step, agent, aliases, defaults) with a message for
+    // each miss.
     /// README "Models and providers": the step's model, else the agent's, else the agent's alias;
     /// `small` and `plan` fall back to `default`; nothing is made up.
     pub(super) fn resolve_model(

@@ -9,6 +9,8 @@ const MAX_OVERLAP_WARNINGS: usize = 5;
 const MAX_ANCESTRY_CHECKS: usize = 2_000;
 
 impl Builder<'_> {
+    // Over 80 lines: the tool list rules (agent, step, disallowed, MCP, aliases) in their order of
+    // precedence.
     pub(super) fn resolve_tools(
         &mut self,
         id: &str,
@@ -169,6 +171,8 @@ impl Builder<'_> {
         })
     }
 
+    // Over 80 lines: every pair of steps that may write at once, checked in one pass with one
+    // warning each.
     /// Two steps that can change files, in the same directory, with nothing ordering them, may
     /// overwrite each other's work: worth a warning.
     pub(super) fn warn_concurrent_writers(

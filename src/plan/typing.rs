@@ -230,6 +230,7 @@ impl Builder<'_> {
         Some(format!("{skipped}, and {runs}"))
     }
 
+    // Over 80 lines: one arm per kind of type mismatch, each with its own help.
     pub(super) fn report_type(
         &mut self,
         ctx: &StepCtx<'_>,

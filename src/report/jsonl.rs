@@ -24,6 +24,7 @@ struct Line<'a> {
     fields: Value,
 }
 
+// Over 80 lines: one arm per event kind: the public JSONL shape of each, side by side.
 /// The public name and fields of an event; `None` for the ones only transcripts keep.
 fn public(kind: &EventKind) -> Option<(&'static str, Value)> {
     Some(match kind {

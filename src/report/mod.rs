@@ -140,6 +140,7 @@ pub fn summary_table(plan: &Plan, record: &RunRecord, run_dir: &camino::Utf8Path
     summary_table_within(plan, record, run_dir, None)
 }
 
+// Over 80 lines: building the table and fitting it to the width are one pass over the same rows.
 /// [`summary_table`] in at most `width` columns (a terminal's): branches lose their
 /// `runner/<run id>/` prefix (said once below the table), then the widest cells are cut.
 pub fn summary_table_within(

@@ -306,6 +306,7 @@ impl LiveProgress {
 }
 
 impl Sink for LiveProgress {
+    // Over 80 lines: one arm per event kind this sink shows.
     fn handle(&mut self, event: &Event) -> Result<(), String> {
         match &event.kind {
             EventKind::StepStarted { step, agent, .. } => {

@@ -81,6 +81,8 @@ impl TranscriptSink {
 }
 
 impl Sink for TranscriptSink {
+    // Over 80 lines: a transcript file's life (opened on its first event, closed when its
+    // subagent ends) and the line each event writes, which share the open files.
     fn handle(&mut self, event: &Event) -> Result<(), String> {
         let Some(step) = event.kind.step() else {
             return Ok(());

@@ -154,6 +154,8 @@ impl ModelExecutor {
 }
 
 impl Executor for ModelExecutor {
+    // Over 80 lines: one step's run in order (workspace, tools, session or command, checks,
+    // record); each part is a call.
     fn run(&self, job: StepJob) -> BoxFuture<'static, StepOutcome> {
         let step = job.step.clone();
         let tools = self.tools(&job);

@@ -16,6 +16,8 @@ use crate::record::{RunRecord, StepRecord, StepStatus};
 use crate::session::FailureKind;
 use crate::template;
 
+// Over 80 lines: a fan-out's list read, checked, keyed and bounded in one pass with one message per
+// failure.
 /// The instances of `step`, each prepared; or how the step ends when its list cannot be made.
 pub fn expand(
     step: &PlannedStep,

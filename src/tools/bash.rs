@@ -305,6 +305,8 @@ impl Ran {
 /// See [`Ran::read_only_note`].
 pub const READ_ONLY_NOTE: &str = "note: this step's sandbox is read-only, so nothing here may be written (a build's lock file or `target/` included): a command step writes its working directory with `writes = true`, an agent step when its tools include `write_file` or `edit_file`";
 
+// Over 80 lines: the child's set-up (namespace, Landlock, seccomp, limits, pipes) must happen in
+// this order in one place.
 /// Runs `bash -c command` in `root` under the step's sandbox, as the `bash` tool, checks and
 /// command steps all do. `None` for `timeout`: until the caller drops the future (a command
 /// step lives as long as its step). An error means the command could not start.

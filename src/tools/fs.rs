@@ -222,6 +222,7 @@ impl Rows {
 }
 
 impl OpenedFile {
+    // Over 80 lines: `read_file`'s checks (type, size, binary, lines) in the order they must run.
     /// Its lines, numbered, as `read_file` answers.
     fn read(self) -> ToolOutput {
         let OpenedFile { input, file, len } = self;

@@ -218,6 +218,7 @@ struct GrepInput {
     max_results: Option<usize>,
 }
 
+// Over 80 lines: the search walk with its limits and per-file reporting in one loop.
 /// Lines matching a regex, as `path:line:text`, sorted by path and line.
 pub fn grep(ws: &Workspace, input: &Value) -> ToolOutput {
     let input: GrepInput = match parse_input("grep", input) {

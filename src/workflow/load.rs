@@ -53,6 +53,8 @@ pub fn load_workflow(path: &Utf8Path) -> Result<LoadedWorkflow, Vec<Problem>> {
     load_workflow_source(file, syntax)
 }
 
+// Over 80 lines: reading, parsing, schema and typed loading in order, each failure with its own
+// span.
 pub fn load_workflow_source(
     file: Arc<SourceFile>,
     syntax: Syntax,
@@ -242,6 +244,7 @@ fn push(
     })
 }
 
+// Over 80 lines: one arm per kind of schema violation, each turned into its diagnostic.
 /// Every schema violation in `json`, as problems pointing into `tree`.
 pub fn check_schema(
     file: &Arc<SourceFile>,

@@ -81,6 +81,8 @@ struct Scheduler<'a> {
     repo: Option<Repo>,
 }
 
+// Over 80 lines: the scheduler's main loop: start what is ready, settle what finished, in one
+// select.
 /// Runs the plan and returns the finished record (also written to disk as it goes).
 pub async fn execute(
     plan: &Plan,

@@ -156,6 +156,8 @@ impl Delegation {
         })
     }
 
+    // Over 80 lines: a subagent's set-up (agent, tools, model, budget, history) in order, each part
+    // a few lines.
     fn prepare_with(
         &self,
         input: &TaskInput,
@@ -286,6 +288,8 @@ impl Delegation {
         tools
     }
 
+    // Over 80 lines: a subagent's run in order (slot, start event, conversation, record, end
+    // event), whose parts share the slot it holds and its timing.
     /// Runs a prepared subagent to its end, under the run-wide limit.
     async fn run(&self, job: Prepared, description: String, background: bool) -> ToolOutput {
         let scope = &self.scope;
