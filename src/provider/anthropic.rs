@@ -3,11 +3,11 @@
 use futures_util::future::BoxFuture;
 use reqwest::header::{HeaderMap, HeaderValue};
 
-use super::Secret;
 use super::api::{Exchange, ModelApi, Outgoing};
 use super::error::ProviderError;
 use super::format;
 use super::http::{Endpoint, ErrorBodies};
+use super::secret::Secret;
 use super::stream::{self, AnthropicStream};
 
 const ERRORS: ErrorBodies = ErrorBodies {

@@ -17,6 +17,50 @@ use super::error::{HttpFailure, ProviderError};
 use super::format::body::Body;
 use crate::limits::MAX_RESPONSE_BYTES;
 
+/// Registers for redaction what a URL carries as credentials: its user info and the values of
+/// query parameters whose names say they are keys or tokens.
+pub fn hide_url_credentials(url: &str) {
+    let Ok(parsed) = reqwest::Url::parse(url) else {
+        return;
+    };
+    // As written in the URL and as sent (percent-decoded: `proxy%20pass` goes out as
+    // `proxy pass`, base64 in a Basic header the redactor recognises by the decoded form).
+    let decode = |text: &str| {
+        percent_encoding::percent_decode_str(text)
+            .decode_utf8_lossy()
+            .into_owned()
+    };
+    if let Some(password) = parsed.password() {
+        for (user, password) in [
+            (parsed.username().to_owned(), password.to_owned()),
+            (decode(parsed.username()), decode(password)),
+        ] {
+            crate::secrets::register(&format!("{user}:{password}"));
+            crate::secrets::register(&password);
+        }
+    } else if !parsed.username().is_empty() {
+        crate::secrets::register(parsed.username());
+        crate::secrets::register(&decode(parsed.username()));
+    }
+    for (name, value) in parsed.query_pairs() {
+        let name = name.to_ascii_lowercase();
+        if [
+            "key",
+            "token",
+            "secret",
+            "password",
+            "auth",
+            "sig",
+            "credential",
+        ]
+        .iter()
+        .any(|word| name.contains(word))
+        {
+            crate::secrets::register(&value);
+        }
+    }
+}
+
 /// How long making a connection (DNS, TCP, proxy tunnel, TLS) may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -29,7 +73,7 @@ fn builder() -> reqwest::ClientBuilder {
     for name in ["HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY"] {
         for name in [name.to_owned(), name.to_ascii_lowercase()] {
             if let Ok(proxy) = std::env::var(name) {
-                super::hide_url_credentials(&proxy);
+                hide_url_credentials(&proxy);
             }
         }
     }

@@ -13,6 +13,7 @@ pub mod openai;
 pub mod parts;
 mod registry;
 pub mod retry;
+mod secret;
 mod sse;
 pub mod stream;
 pub mod tape;
@@ -20,7 +21,8 @@ pub mod tape;
 pub use api::{Exchange, ModelApi, Outgoing, Raw};
 pub use error::ProviderError;
 pub use format::body::{Body, Wire};
+pub use http::hide_url_credentials;
 pub use registry::{
-    BaseUrl, ModelRef, ProviderSpec, Secret, builtin_providers, connect, hide_url_credentials,
-    http_client, providers_for,
+    BaseUrl, ModelRef, ProviderSpec, builtin_providers, connect, http_client, providers_for,
 };
+pub use secret::Secret;

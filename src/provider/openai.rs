@@ -5,13 +5,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use futures_util::future::BoxFuture;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
 
-use super::Secret;
 use super::api::{Exchange, ModelApi, Outgoing};
 use super::error::ProviderError;
 use super::format;
 use super::format::body::{Body, Wire};
 use super::http::{Endpoint, ErrorBodies};
 use super::message::ChatRequest;
+use super::secret::Secret;
 use super::stream::{self, OpenAiStream};
 
 const ERRORS: ErrorBodies = ErrorBodies {

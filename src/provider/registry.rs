@@ -5,33 +5,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
+use super::secret::Secret;
 use super::{ModelApi, Wire, anthropic, http, openai};
-
-/// An API key. Never printed: Debug and Display show `[hidden]`.
-#[derive(Clone)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
-    }
-
-    pub(super) fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("[hidden]")
-    }
-}
-
-impl fmt::Display for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("[hidden]")
-    }
-}
 
 /// The HTTP client runner uses (TLS set up), for other HTTP peers such as MCP servers.
 pub fn http_client() -> reqwest::Client {
@@ -86,50 +61,6 @@ pub enum BaseUrl {
     Fixed(String),
 }
 
-/// Registers for redaction what a URL carries as credentials: its user info and the values of
-/// query parameters whose names say they are keys or tokens.
-pub fn hide_url_credentials(url: &str) {
-    let Ok(parsed) = reqwest::Url::parse(url) else {
-        return;
-    };
-    // As written in the URL and as sent (percent-decoded: `proxy%20pass` goes out as
-    // `proxy pass`, base64 in a Basic header the redactor recognises by the decoded form).
-    let decode = |text: &str| {
-        percent_encoding::percent_decode_str(text)
-            .decode_utf8_lossy()
-            .into_owned()
-    };
-    if let Some(password) = parsed.password() {
-        for (user, password) in [
-            (parsed.username().to_owned(), password.to_owned()),
-            (decode(parsed.username()), decode(password)),
-        ] {
-            crate::secrets::register(&format!("{user}:{password}"));
-            crate::secrets::register(&password);
-        }
-    } else if !parsed.username().is_empty() {
-        crate::secrets::register(parsed.username());
-        crate::secrets::register(&decode(parsed.username()));
-    }
-    for (name, value) in parsed.query_pairs() {
-        let name = name.to_ascii_lowercase();
-        if [
-            "key",
-            "token",
-            "secret",
-            "password",
-            "auth",
-            "sig",
-            "credential",
-        ]
-        .iter()
-        .any(|word| name.contains(word))
-        {
-            crate::secrets::register(&value);
-        }
-    }
-}
-
 /// An endpoint a model name can be sent to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProviderSpec {
@@ -145,7 +76,7 @@ impl ProviderSpec {
     /// secrets first, so no output shows them.
     pub fn base_url(&self) -> String {
         let url = self.raw_base_url();
-        hide_url_credentials(&url);
+        http::hide_url_credentials(&url);
         url
     }
 
@@ -234,12 +165,6 @@ pub fn providers_for(extra: &BTreeMap<String, ProviderDef>) -> BTreeMap<String, 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn secrets_never_print() {
-        let s = Secret::new("sk-very-secret");
-        assert_eq!(format!("{s:?} {s}"), "[hidden] [hidden]");
-    }
 
     #[test]
     fn model_refs_split_at_first_slash() {
