@@ -1,4 +1,4 @@
-//! Budgets (README "Budgets"): a step's `max_tokens_total` and the run's `[budget]`, checked before
+//! Budgets (docs/src/budgets.md): a step's `max_tokens_total` and the run's `[budget]`, checked before
 //! every model request (a step's and its subagents'), so a ceiling is passed by at most the replies
 //! already on their way. Costs come from `[prices]`; under a cost ceiling a model without a price
 //! is refused (the plan for a step's model, the request for a subagent's), since its replies could

@@ -17,7 +17,7 @@ use miette::{
 use crate::source_file::SourceFile;
 use crate::terminal::{clean, mask};
 
-/// How a command ended, by class; [`Exit::code`] maps it to the exit codes of README "Commands".
+/// How a command ended, by class; [`Exit::code`] maps it to the exit codes of docs/src/reference/commands.md.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
     Success,

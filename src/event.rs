@@ -73,7 +73,7 @@ pub enum EventKind {
         delay_ms: u64,
         error: String,
     },
-    /// A replayed request differs from its recording (README "Record and replay"); it was
+    /// A replayed request differs from its recording (docs/src/ci.md "Record and replay"); it was
     /// answered from the recording all the same.
     ReplayDrift {
         step: String,
@@ -313,7 +313,7 @@ impl Sinks {
 pub struct Tally {
     pub turns: u32,
     pub tool_calls: u32,
-    /// The step's tokens and its subagents' (README "Delegation": the step's counts include them).
+    /// The step's tokens and its subagents' (docs/src/delegation.md: the step's counts include them).
     pub usage: Usage,
     pub subagents: Vec<SubagentRecord>,
     /// USD of the replies with a known price.

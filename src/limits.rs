@@ -1,4 +1,4 @@
-//! Every input has a size limit. The numbers live here so that the README and the code agree, and
+//! Every input has a size limit. The numbers live here so that the docs and the code agree, and
 //! [`read_text`] is the one way runner reads a file whose size it does not control: regular files
 //! only (a FIFO or `/dev/zero` is refused, never read), opened without blocking, and never more
 //! than the limit.

@@ -18,8 +18,7 @@ fn main() -> std::process::ExitCode {
 /// for in peak memory. Fixing the trim threshold also fixes the mmap threshold at its default
 /// (128 kB): blocks that large are mapped and unmapped on their own. The free top of a heap is
 /// kept up to 1 MB: giving back every 128 kB, as before, made each turn of a long step fault
-/// its pages back in (a tenth of a 300-turn step's time), for no lower peak (README,
-/// "Performance").
+/// its pages back in (a tenth of a 300-turn step's time), for no lower peak (docs/src/performance.md).
 fn return_large_blocks() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {

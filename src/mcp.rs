@@ -1,4 +1,4 @@
-//! MCP servers (README "MCP servers") through the `rmcp` crate, behind the tool seam: each tool of
+//! MCP servers (docs/src/mcp.md) through the `rmcp` crate, behind the tool seam: each tool of
 //! a server is a [`Tool`] named `mcp__<server>__<tool>`, registered into the step's registry, so
 //! allowlists, `task` intersection and transcripts treat it like any other.
 //!

@@ -135,7 +135,7 @@ pub struct StepRecord {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub checks: Vec<CheckRecord>,
     /// The step used its last allowed turn: that turn offered no tools and asked for the final
-    /// answer with what the agent had (README "Agents that loop or run out of turns").
+    /// answer with what the agent had (docs/src/runs.md, "Agents that loop or run out of turns").
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ran_out_of_turns: bool,
     /// A fan-out instance's id (`X[0]`), in its step's `instances`.
@@ -285,7 +285,7 @@ impl StepRecord {
     }
 }
 
-/// One subagent of a step (README "Delegation").
+/// One subagent of a step (docs/src/delegation.md).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SubagentRecord {
     /// `explore#2`.

@@ -104,7 +104,7 @@ pub fn expand_vars(value: &str) -> String {
         let var = &rest[start + 2..start + end];
         let value = var_any(var).unwrap_or_default();
         // A value taken from runner's environment on purpose is a secret of the run, whatever
-        // its name: hidden in everything runner writes or sends (README "Security").
+        // its name: hidden in everything runner writes or sends (docs/src/security.md).
         register(&value);
         out.push_str(&value);
         rest = &rest[start + end + 1..];

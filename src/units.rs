@@ -27,7 +27,7 @@ pub fn usd(amount: f64) -> String {
 }
 
 /// Token counts added up, stopping at the largest count rather than wrapping: a hostile server
-/// may report any figure (README "Security").
+/// may report any figure (docs/src/security.md).
 pub fn sum(counts: impl IntoIterator<Item = u64>) -> u64 {
     counts.into_iter().fold(0, u64::saturating_add)
 }

@@ -1,4 +1,4 @@
-//! Every agent a workflow can see, and the lookup order of README "Agents": each `--agents-dir`,
+//! Every agent a workflow can see, and the lookup order of docs/src/agents.md: each `--agents-dir`,
 //! the `agents/` folder beside the workflow's folder, `.claude/agents/`, then the built-ins; and
 //! the trust boundary between the user's agent files and those the working directory brings.
 
@@ -11,7 +11,7 @@ use crate::error::Problem;
 use crate::tools::{Registry, ToolSet};
 use crate::workflow::source::SourceFile;
 
-/// Every agent a workflow can use, highest priority first (README "Agents").
+/// Every agent a workflow can use, highest priority first (docs/src/agents.md).
 #[derive(Debug, Default)]
 pub struct AgentCatalog {
     agents: BTreeMap<String, Agent>,
@@ -187,7 +187,7 @@ impl DirTrust {
     }
 }
 
-/// The lookup directories of README "Agents", highest priority first: each `--agents-dir`, the
+/// The lookup directories of docs/src/agents.md, highest priority first: each `--agents-dir`, the
 /// `agents/` folder beside the workflow's folder, `.claude/agents/` under the working directory
 /// (trusted only as `trust` says). A folder met twice keeps its first, higher-priority place and
 /// trust.

@@ -1,5 +1,5 @@
 //! Agent definitions: the built-ins, user agents in Claude Code's Markdown format (or TOML/YAML),
-//! and the lookup order of README "Agents".
+//! and the lookup order of docs/src/agents.md.
 
 pub mod builtin;
 mod catalog;
@@ -22,7 +22,7 @@ use crate::tools::{Registry, ToolEntry, ToolSet};
 use crate::workflow::load::{compile, load_typed};
 use crate::workflow::source::{self, Node, SourceFile, Spanned, Syntax};
 
-/// Where an agent came from, and so whether it is trusted (README "Security": the working
+/// Where an agent came from, and so whether it is trusted (docs/src/security.md: the working
 /// directory's own agent files are not, unless the user says so).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AgentSource {

@@ -1,5 +1,5 @@
 //! `runner clean`: lists and removes the worktrees and `runner/*` branches that finished runs
-//! left (README "Worktrees"). Nothing that holds work goes without `--force`: a worktree with
+//! left (docs/src/runs.md "Worktrees"). Nothing that holds work goes without `--force`: a worktree with
 //! uncommitted changes, a branch with commits no remote and no checkout has. A run still going
 //! (it holds its run lock) is left alone whatever the flags.
 

@@ -1,4 +1,4 @@
-//! `runner diff RUN_A RUN_B` (README "Comparing runs"): two runs compared step by step. A step is
+//! `runner diff RUN_A RUN_B` (docs/src/ci.md "Comparing runs"): two runs compared step by step. A step is
 //! `added`, `removed`, `changed` (its status, summary or output differ) or `same`; for steps in
 //! both, the counts (tool calls, tokens, cost, time) are shown side by side. Summaries are diffed
 //! by line.

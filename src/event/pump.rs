@@ -2,8 +2,7 @@
 //! on: putting one takes a lock and wakes nobody. The sinks' thread takes everything queued
 //! about every [`TICK`] (at once when asked to flush), hands it to the sinks in the order it was
 //! queued (so each step's events stay in order), then lets the sinks write what they buffered.
-//! Encoding, redaction and file writes never hold up a step or the scheduler (README,
-//! "Performance").
+//! Encoding, redaction and file writes never hold up a step or the scheduler (docs/src/performance.md).
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;

@@ -1,4 +1,4 @@
-//! `runner export` (README "Exporting"): a plan as a pipeline of another engine, one job per step,
+//! `runner export` (docs/src/ci.md): a plan as a pipeline of another engine, one job per step,
 //! so a pipeline too big for one machine runs on an engine people already trust.
 //!
 //! Every engine gets the same model of a step as a job ([`Job`]): what it needs, whether it

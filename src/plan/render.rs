@@ -1,4 +1,4 @@
-//! Plans as people and programs read them: text, JSON (README "Commands"), Mermaid, DOT.
+//! Plans as people and programs read them: text, JSON (docs/src/reference/commands.md), Mermaid, DOT.
 
 use std::fmt::Write as _;
 

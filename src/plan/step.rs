@@ -347,7 +347,7 @@ impl Builder<'_> {
 
     // Over 80 lines: the model resolution order (step, agent, aliases, defaults) with a message for
     // each miss.
-    /// README "Models and providers": the step's model, else the agent's, else the agent's alias;
+    /// docs/src/models.md: the step's model, else the agent's, else the agent's alias;
     /// `small` and `plan` fall back to `default`; nothing is made up.
     pub(super) fn resolve_model(
         &mut self,

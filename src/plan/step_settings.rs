@@ -38,7 +38,7 @@ pub struct StepSettings {
 impl StepSettings {
     /// The keys that bound how long and how much a step may spend, not what it does: a step
     /// that succeeded is still valid when one of them changes, so `--resume` does not run it
-    /// again for that (README "Resume"). Every other key is part of the fingerprint.
+    /// again for that (docs/src/runs.md "Resume"). Every other key is part of the fingerprint.
     pub const LIMITS: [&'static str; 4] = ["max_turns", "timeout", "retries", "max_tokens_total"];
 
     /// The settings that decide what the step does, as JSON: every field but [`Self::LIMITS`].

@@ -116,7 +116,7 @@ impl Builder<'_> {
         }
     }
 
-    /// README "Workflow files": `inputs.<declared>`, `workflow.name`, and
+    /// docs/src/reference/workflow.md: `inputs.<declared>`, `workflow.name`, and
     /// `steps.<ancestor>.<field>`.
     pub(super) fn check_names(&mut self, ctx: &StepCtx<'_>, at: &[Seg], names: &BTreeSet<String>) {
         let id = ctx.id;

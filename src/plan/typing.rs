@@ -1,4 +1,4 @@
-//! Typed templates: the types a step's prompt and `if` can see (README "Templates"), when an
+//! Typed templates: the types a step's prompt and `if` can see (docs/src/reference/workflow.md "Templates"), when an
 //! upstream output may be missing, and the checker's findings as diagnostics.
 
 use super::*;
@@ -187,7 +187,7 @@ impl Builder<'_> {
     }
 
     /// Why step `ctx.index` can run after step `x` (upstream) was skipped or failed, if it can
-    /// (README "Scheduling and failures"): `x` tolerates failure, or a step between them (or the
+    /// (docs/src/runs.md "Scheduling and failures"): `x` tolerates failure, or a step between them (or the
     /// reader) has an `if` — which runs after a skipped need — and `x` not succeeding can reach it
     /// as a skip: `x` itself can be skipped, or a step between them is skipped when `x` fails.
     fn absence(&self, ctx: &StepCtx<'_>, x: usize) -> Option<String> {

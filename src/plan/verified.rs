@@ -1,4 +1,4 @@
-//! Verified steps (README "Verified steps"): command steps (`run`), `checks` after an agent's
+//! Verified steps (docs/src/verified-steps.md): command steps (`run`), `checks` after an agent's
 //! answer, and `for_each` fan-out, resolved and checked like the rest of a step.
 
 use super::*;

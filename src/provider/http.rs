@@ -120,7 +120,7 @@ pub fn client() -> reqwest::Client {
 const MCP_REQUEST_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// How long a model request may wait: for the answer to begin, and for each next piece of it
-/// once it has (README "Models and providers"). There is no limit on the whole: a CPU server
+/// once it has (docs/src/models.md). There is no limit on the whole: a CPU server
 /// may stream for half an hour, and the step's `timeout` bounds it.
 #[derive(Debug, Clone, Copy)]
 pub struct Waits {
@@ -231,7 +231,7 @@ fn sent_unanswered(err: &(dyn std::error::Error + 'static)) -> bool {
 /// A model endpoint: where requests go, with the headers each carries. Redirects are not
 /// followed, as the providers' own SDKs do not: a followed redirect would carry the API key to
 /// wherever the endpoint points, and a POST turned into a GET is never what was meant. The
-/// answer says where the endpoint points instead (README, "Models and providers").
+/// answer says where the endpoint points instead (docs/src/models.md).
 pub struct Endpoint {
     url: String,
     headers: HeaderMap,

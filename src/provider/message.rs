@@ -37,7 +37,7 @@ pub struct Message {
 
 impl Message {
     /// The message as a model may see it: every known secret in its text, tool results and
-    /// tool inputs hidden (README "Security": one way out). Borrowed when it holds none.
+    /// tool inputs hidden (docs/src/security.md: one way out). Borrowed when it holds none.
     pub fn redacted(&self) -> std::borrow::Cow<'_, Message> {
         use crate::secrets::{holds_secret, redact_owned};
         let holds = self.content.iter().any(|block| match block {

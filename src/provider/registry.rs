@@ -1,4 +1,4 @@
-//! The endpoints a workflow can name: the built-ins of README "Models and providers" and those
+//! The endpoints a workflow can name: the built-ins of docs/src/models.md and those
 //! `[providers.*]` adds, their keys, and the API each speaks.
 
 use std::collections::BTreeMap;

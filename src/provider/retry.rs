@@ -16,7 +16,7 @@ pub struct RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// `retries` retries after the first attempt (README "Workflow files": `retries = 4` is 5
+    /// `retries` retries after the first attempt (docs/src/reference/workflow.md: `retries = 4` is 5
     /// attempts).
     pub fn new(retries: u32) -> Self {
         Self {

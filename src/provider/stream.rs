@@ -1,4 +1,4 @@
-//! Streamed replies (README "Models and providers"): the server-sent events of both APIs read into
+//! Streamed replies (docs/src/models.md): the server-sent events of both APIs read into
 //! the reply the loop acts on, and kept as the body the API would have sent unstreamed (for the
 //! transcript and cassettes). Chat Completions chunks are put back together into that body and
 //! read by its parser; Anthropic's events are read as they come, their body made only where it
@@ -92,7 +92,7 @@ pub async fn post<A: Assemble>(
 /// The loop needs only a few fields of it: those are read as the events come, into the reply
 /// the loop acts on. The rest is kept as the text it came in ([`AnthropicParts`]), and the body
 /// the API would have sent unstreamed is made from it where it is written (the transcript, a
-/// cassette), off the step's thread (README, "Performance").
+/// cassette), off the step's thread (docs/src/performance.md).
 #[derive(Default)]
 pub struct AnthropicStream {
     parts: AnthropicParts,

@@ -1,4 +1,4 @@
-//! Record and replay (README "Record and replay") as [`ModelApi`] wrappers. `--record DIR` keeps
+//! Record and replay (docs/src/ci.md "Record and replay") as [`ModelApi`] wrappers. `--record DIR` keeps
 //! every exchange of a run as cassettes, `DIR/<step>/<hash>.json`, keyed by the step and a hash of
 //! the request; `--replay DIR` answers from them with no network and no key. A cassette is plain,
 //! pretty JSON: the request (as hashed) and the replies, in the order they came, for a reviewer to
@@ -513,7 +513,7 @@ impl Taped {
 
 /// A file of the cassette directory `dir`, read through the confined opener the tools use: a
 /// cassette that is a link out of the directory (to `/proc/self/environ`, a file of the user's)
-/// is refused (README "Security": one way in).
+/// is refused (docs/src/security.md: one way in).
 fn read_in(dir: &Utf8Path, path: &Utf8Path) -> Result<String, String> {
     let relative = path
         .strip_prefix(dir)

@@ -1,4 +1,4 @@
-//! GitHub Actions (README "GitHub Actions and the event stream"), on when `GITHUB_ACTIONS=true`:
+//! GitHub Actions (docs/src/ci.md "GitHub Actions and the event stream"), on when `GITHUB_ACTIONS=true`:
 //! each step's log lines in a `::group::` (printed whole when the step ends, so steps running at
 //! once do not interleave), `::error`/`::warning` annotations for failed and skipped steps, and a
 //! Markdown table appended to `$GITHUB_STEP_SUMMARY`. Workflow commands go to stderr, which GitHub

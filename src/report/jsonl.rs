@@ -1,4 +1,4 @@
-//! `--format jsonl` (README "GitHub Actions and the event stream"): the run's events on stdout, one
+//! `--format jsonl` (docs/src/ci.md "GitHub Actions and the event stream"): the run's events on stdout, one
 //! JSON object a line, written and flushed as they happen. Each line has `event`, `at` and, where
 //! it applies, `step` and `subagent` (the id of the subagent it comes from); what follows is the
 //! event's own fields. Whole conversations and tool outputs stay in the transcripts: a line says

@@ -195,7 +195,7 @@ pub fn render_env(
     Ok(vars)
 }
 
-/// Whether a step runs (README "Scheduling and failures"): a failed need skips it (unless that need
+/// Whether a step runs (docs/src/runs.md "Scheduling and failures"): a failed need skips it (unless that need
 /// has `continue_on_error`); a skipped need skips it unless it has its own `if`, which then
 /// decides.
 fn decide(

@@ -1,4 +1,4 @@
-//! `for_each` at run time (README "Verified steps"): the list is evaluated once the step's needs
+//! `for_each` at run time (docs/src/verified-steps.md): the list is evaluated once the step's needs
 //! are done, each item becomes an instance (`X[0]`, or `X[<key>]`) with `item` and
 //! `item_index` in its context, and each instance is prepared like a step of its own: reused
 //! from the resumed run when its fingerprint is unchanged, left to another job by `--only`, or

@@ -1,4 +1,4 @@
-//! The state directory, checked before runner writes anything into it (README "Security": one
+//! The state directory, checked before runner writes anything into it (docs/src/security.md: one
 //! way in), and whose runs this user recorded.
 //!
 //! A checkout may ship a `.runner/` of its own: with links inside it (`run.json.tmp`, a

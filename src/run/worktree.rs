@@ -16,7 +16,7 @@ mod leftovers;
 pub use leftovers::{Leftover, LeftoverKind};
 
 /// Configuration that would make git run a program, or enter a repository a step made, turned
-/// off for every git runner runs (README "Security").
+/// off for every git runner runs (docs/src/security.md).
 const SAFE_CONFIG: &[&str] = &[
     "core.hooksPath=/dev/null",
     "core.fsmonitor=false",
@@ -91,7 +91,7 @@ pub struct Finished {
     pub kept: Option<Utf8PathBuf>,
 }
 
-/// What becomes of a worktree that holds changes when its step ends (README "Worktrees").
+/// What becomes of a worktree that holds changes when its step ends (docs/src/runs.md "Worktrees").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Keep {
     /// The step succeeded: its changes are committed on its branch, the worktree goes.
@@ -196,7 +196,7 @@ impl Repo {
         })
     }
 
-    /// Keeps worktrees in `<state_dir>/worktrees` (README "Worktrees"): hidden from every
+    /// Keeps worktrees in `<state_dir>/worktrees` (docs/src/runs.md "Worktrees"): hidden from every
     /// tool like the rest of the state directory, and out of the git directory, where an agent
     /// told its path went looking around. The path is made absolute (git runs in the checkout's
     /// top, not where runner was started).

@@ -40,7 +40,7 @@ pub enum Mode {
 }
 
 impl Mode {
-    /// What an agent's bash may write, from whether it has a write tool (README "Security"), unless
+    /// What an agent's bash may write, from whether it has a write tool (docs/src/security.md), unless
     /// the sandbox is off for the run.
     pub fn for_tools(sandbox_off: bool, writes: bool) -> Self {
         match (sandbox_off, writes) {

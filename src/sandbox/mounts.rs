@@ -3,7 +3,7 @@
 //! Landlock only grants, and a grant on a directory covers everything beneath it, so a working
 //! directory whose `.git` must stay read-only cannot be granted whole: without more, the
 //! directory's root would stay unwritable and `cargo test` could not make `Cargo.lock`, nor
-//! pytest `.pytest_cache` (README "Security"). So the confined stage first gives itself a mount
+//! pytest `.pytest_cache` (docs/src/security.md). So the confined stage first gives itself a mount
 //! namespace of its own (a user namespace too when it is not privileged) and binds each
 //! protected path read-only onto itself. Then the whole working directory is granted: a write
 //! into `.git` meets a read-only mount, renaming or removing `.git` meets a mount point (busy),

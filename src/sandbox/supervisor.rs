@@ -18,7 +18,7 @@ use super::{Mode, Policy, SETUP_FAILED, SETUP_FAILED_PREFIX, filter, mounts, rul
 pub const ARG: &str = "__sandbox";
 
 /// The first argument of the confined stage the supervisor starts: it restricts itself and
-/// becomes the command, so the supervisor itself stays outside the sandbox (README "Security").
+/// becomes the command, so the supervisor itself stays outside the sandbox (docs/src/security.md).
 pub const CONFINE_ARG: &str = "__confine";
 
 /// Rounds of killing before giving up on a process tree that keeps forking.

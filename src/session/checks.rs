@@ -1,4 +1,4 @@
-//! A step's `checks` (README "Verified steps"): after the agent's final answer, each command runs
+//! A step's `checks` (docs/src/verified-steps.md): after the agent's final answer, each command runs
 //! in the step's sandbox and directory, in order, until one fails. A failure, with the end of
 //! what it printed, becomes the agent's next message.
 

@@ -26,7 +26,7 @@ pub const DEFAULT_MAX_TOKENS: u32 = 8192;
 /// Extra turns a step gets to fix a final answer that does not match its `output_schema`.
 pub const OUTPUT_FIX_TURNS: u32 = 2;
 /// The same call with the same input this many times in a row is answered with an error
-/// instead of being run again (README "Agents that loop or run out of turns").
+/// instead of being run again (docs/src/runs.md, "Agents that loop or run out of turns").
 pub const MAX_SAME_CALLS: u32 = 3;
 /// Tool calls of one reply that are run; the rest are answered with an error the model can
 /// read (a reply of thousands of calls would otherwise hold thousands of outputs at once).

@@ -10,7 +10,7 @@ use serde_json::Value;
 use crate::tools::confine::Workspace;
 
 /// The project memory files agents get, in the order looked for: Claude Code's, then the one
-/// Codex and other agents read (README "Project memory").
+/// Codex and other agents read (docs/src/agents.md "Project memory").
 pub const MEMORY_FILES: [&str; 2] = ["CLAUDE.md", "AGENTS.md"];
 /// Bytes of a memory file an agent gets; the rest is cut, saying so (Claude Code warns past
 /// about 40 k characters).

@@ -2,8 +2,8 @@
 //! Ollama, vLLM without a tool parser) often answer with the call as plain content: bare JSON
 //! `{"name": …, "arguments": {…}}`, fenced in a code block, or inside `<tool_call>` tags. Taken
 //! as a final answer, that is a silent false success; so a reply whose *whole* text is one call
-//! of a tool the step was offered is run as that call (README "Agents that loop or run out of
-//! turns"). Anything else stays text.
+//! of a tool the step was offered is run as that call (docs/src/runs.md, "Agents that loop or
+//! run out of turns"). Anything else stays text.
 
 use serde_json::Value;
 

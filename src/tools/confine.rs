@@ -69,8 +69,8 @@ impl Workspace {
 
     /// The text of a file runner itself reads from the working directory (an agent file,
     /// `.mcp.json`, `CLAUDE.md`): opened as the tools open it (no link followed out of the
-    /// directory, no `/proc`), a regular file of at most `limit` bytes, UTF-8 (README
-    /// "Security": one way in).
+    /// directory, no `/proc`), a regular file of at most `limit` bytes, UTF-8 (docs/src/security.md:
+    /// one way in).
     pub fn read_text(&self, path: &str, limit: u64) -> Result<String, String> {
         use std::io::Read as _;
         let (file, _) = self.open_read(path).map_err(|e| e.to_string())?;

@@ -230,7 +230,7 @@ impl ToolSet {
     }
 }
 
-/// README "Tools and resolution": start from the agent's tools, a step's `tools` replaces them,
+/// docs/src/tools.md: start from the agent's tools, a step's `tools` replaces them,
 /// `disallowed_tools` (the agent's and the step's) are removed last.
 pub fn resolve<'a>(
     registry: &Registry,

@@ -22,7 +22,7 @@ impl std::fmt::Debug for Registry {
 }
 
 impl Registry {
-    /// runner's own tools (README "Tools and resolution").
+    /// runner's own tools (docs/src/tools.md).
     pub fn builtin() -> Self {
         let mut registry = Self::default();
         registry

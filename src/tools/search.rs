@@ -27,7 +27,7 @@ const MAX_MATCH_CHARS: usize = 500;
 /// A walk from `base` that reads ignore files as git and rg do in a checkout at `root`: from
 /// the working directory down, never from the folders above it. A checkout inside a CI build
 /// folder whose own `.gitignore` says `*` (`gitlab-ci-local`'s `.gitlab-ci-local/builds/`) is
-/// searched in full (README "Tools in detail").
+/// searched in full (docs/src/tools.md "Tools in detail").
 fn walker(root: &Utf8Path, base: &Utf8Path) -> WalkBuilder {
     let mut builder = WalkBuilder::new(base);
     // .gitignore applies whether or not the directory is a git checkout, as users expect of rg;

@@ -1,5 +1,5 @@
 //! `task` and `task_output`: an agent hands a focused sub-task to a subagent with a clean
-//! conversation (README "Delegation"). The tools only read their input; the subagents themselves
+//! conversation (docs/src/delegation.md). The tools only read their input; the subagents themselves
 //! are run by whatever [`Delegate`] the step was given (the agent loop's, in
 //! [`crate::session::subagent`]), because running a conversation is the session's business, not a
 //! tool's.

@@ -68,7 +68,7 @@ pub struct WorkflowFile {
     pub steps: IndexMap<String, Step>,
 }
 
-/// The run's ceilings (README "Budgets"): checked before each model request, so a run passes one by
+/// The run's ceilings (docs/src/budgets.md): checked before each model request, so a run passes one by
 /// at most the replies already on their way.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -83,7 +83,7 @@ pub struct Budget {
     pub max_cost_usd: Option<f64>,
 }
 
-/// An MCP server (README "MCP servers"): a program started for the run (`command`), or a streamable
+/// An MCP server (docs/src/mcp.md): a program started for the run (`command`), or a streamable
 /// HTTP endpoint (`url`). The same shape as Claude Code's `mcpServers` entries.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

@@ -1,4 +1,4 @@
-//! Budgets (README "Budgets"): a step's `max_tokens_total` and the run's `[budget]`, through the
+//! Budgets (docs/src/budgets.md): a step's `max_tokens_total` and the run's `[budget]`, through the
 //! binary.
 
 use serde_json::{Value, json};

@@ -1,4 +1,4 @@
-//! What CI gets (README "Running in CI"): the JSONL event stream and the GitHub Actions summary,
+//! What CI gets (docs/src/ci.md): the JSONL event stream and the GitHub Actions summary,
 //! annotations and groups, through the binary.
 
 use serde_json::{Value, json};

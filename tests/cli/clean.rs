@@ -1,4 +1,4 @@
-//! Nothing a user made is thrown away (README "Worktrees"): a worktree step that fails keeps its
+//! Nothing a user made is thrown away (docs/src/runs.md "Worktrees"): a worktree step that fails keeps its
 //! worktree (its changes committed on its branch) and Ctrl-C keeps it uncommitted, each said
 //! with its path and branch; `--resume` leaves such a worktree alone; `runner clean` lists and
 //! removes what finished runs left, and what holds work only with `--force`.

@@ -1,4 +1,4 @@
-//! Delegation through the `task` tool (README "Delegation"), through the binary against fake model
+//! Delegation through the `task` tool (docs/src/delegation.md), through the binary against fake model
 //! APIs: what a subagent sees, which tools it gets, how several run, and what is recorded.
 
 use std::process::Command;

@@ -1,4 +1,4 @@
-//! `runner export github-actions` (README "Exporting to other engines"): every example workflow
+//! `runner export github-actions` (docs/src/ci.md "Exporting to other engines"): every example workflow
 //! exports to a GitHub Actions workflow that actionlint accepts and whose jobs mirror the steps.
 
 use std::path::{Path, PathBuf};

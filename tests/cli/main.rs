@@ -8,6 +8,7 @@ mod clean;
 mod delegate;
 mod demo;
 mod diagnostics;
+mod docs;
 mod export;
 mod fake;
 mod gitlab;

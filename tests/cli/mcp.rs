@@ -1,4 +1,4 @@
-//! MCP servers (README "MCP servers") through the binary: the reference server
+//! MCP servers (docs/src/mcp.md) through the binary: the reference server
 //! `@modelcontextprotocol/server-everything` from npm, started over stdio for the run.
 
 use std::path::PathBuf;

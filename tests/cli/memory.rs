@@ -1,4 +1,4 @@
-//! Project memory (README "Project memory"): the project's `CLAUDE.md` (or `AGENTS.md` where
+//! Project memory (docs/src/agents.md "Project memory"): the project's `CLAUDE.md` (or `AGENTS.md` where
 //! there is none) reaches every agent's system prompt, as Claude Code and Codex give it, read
 //! through the confined opener with secrets hidden; `omitClaudeMd` and `project_memory = false`
 //! leave it out, and `plan` says which file each step gets.

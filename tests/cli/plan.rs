@@ -59,7 +59,7 @@ fn every_example_workflow_plans_in_text_and_json() {
     }
 }
 
-/// README "Commands": the exact keys, sorted waves and tools, placeholders for results.
+/// docs/src/reference/commands.md: the exact keys, sorted waves and tools, placeholders for results.
 fn check_json_shape(plan: &serde_json::Value) {
     let mut keys: Vec<&str> = plan
         .as_object()

@@ -1,4 +1,4 @@
-//! How model requests travel (README "Models and providers"): proxies from the environment
+//! How model requests travel (docs/src/models.md): proxies from the environment
 //! (plain HTTP forwarded to the proxy with its credentials, HTTPS through a `CONNECT` tunnel with
 //! the key inside it, `NO_PROXY` direct), kept connections reused, a kept connection the server
 //! closed replaced, and HTTPS endpoints checked against the system's certificate authorities.

@@ -3,7 +3,7 @@
 //! each as a command step and as a check after an agent whose `bash` writes at the root, in the
 //! working directory and in a worktree. What they make at the repository's root (a lock file,
 //! `target/`, `.pytest_cache/`, `__pycache__/`) is the proof that a writing step writes like a
-//! person would (README "Security").
+//! person would (docs/src/security.md).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -101,7 +101,7 @@ fn make() -> Project {
 }
 
 /// git's own commands in a writing step: status, log and diff read the repository (its `.git`
-/// stays read-only, README "Security").
+/// stays read-only, docs/src/security.md).
 fn git_commands() -> Project {
     Project {
         files: GIT,

@@ -1,4 +1,4 @@
-//! One way out (README "Security"): every byte runner sends to a model or writes (run records,
+//! One way out (docs/src/security.md): every byte runner sends to a model or writes (run records,
 //! transcripts, cassettes, the terminal) passes one redactor that knows every secret of the
 //! run: provider keys, values of variables whose names say they are secrets, values a workflow
 //! takes from the environment with `${VAR}`, and their URL and base64 encodings. Each feature

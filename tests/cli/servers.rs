@@ -1,4 +1,4 @@
-//! Real model servers and how they behave (README "Running against each kind of server"):
+//! Real model servers and how they behave (docs/src/models.md "Running against each kind of server"):
 //! llama.cpp's server closes the connection after each streamed reply while advertising
 //! keep-alive, a CPU server streams slowly for a long time, local models write tool calls as
 //! text, a full context ends a reply with `length`, and agents repeat themselves or run out of

@@ -1,4 +1,4 @@
-//! Streamed replies (README "Models and providers") through the binary: the fake APIs answer with
+//! Streamed replies (docs/src/models.md) through the binary: the fake APIs answer with
 //! server-sent events, in pieces, as the real ones do.
 
 use serde_json::{Value, json};

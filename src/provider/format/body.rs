@@ -28,7 +28,7 @@ pub struct Body {
 
 impl Body {
     /// `request` written in `wire`'s format. Every byte to a model passes the one redactor
-    /// (README "Security"): the system prompt and each message are redacted here.
+    /// (docs/src/security.md): the system prompt and each message are redacted here.
     pub fn of(wire: Wire, request: &ChatRequest) -> Body {
         let system = crate::secrets::redact(&request.system);
         let redacted: Vec<std::borrow::Cow<'_, Message>> =

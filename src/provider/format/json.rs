@@ -2,7 +2,7 @@
 
 /// The first key some object of `text` (JSON) has twice, if any. A tool call whose input says
 /// `path` twice would be run with one and shown, by a reader that takes the other, as the
-/// other: such a reply is refused rather than guessed at (README "Security").
+/// other: such a reply is refused rather than guessed at (docs/src/security.md).
 pub fn first_duplicate_key(text: &str) -> Option<String> {
     use serde::de::{Deserializer as _, MapAccess, SeqAccess, Visitor};
 

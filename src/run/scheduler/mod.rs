@@ -118,7 +118,7 @@ pub async fn execute(
         .map_err(|err| RunError::Storage(format!("cannot create `{run_dir}`: {err}")))?;
     // Held until the run ends: `runner clean` leaves a live run's worktrees alone.
     let _running = super::lock::hold(&run_dir);
-    // Worktrees live in the state directory, which exists now (README "Worktrees").
+    // Worktrees live in the state directory, which exists now (docs/src/runs.md "Worktrees").
     let repo = repo.map(|r| r.keeping_worktrees_in(&options.state_dir));
     // Keep run records out of the user's `git status`.
     let ignore = options.state_dir.join(".gitignore");
@@ -471,7 +471,7 @@ impl Scheduler<'_> {
         outcome.record(entry);
         if let (Some(repo), Some(tree)) = (&repo, &run.worktree) {
             // Work is never thrown away: a step that did not succeed keeps a worktree that
-            // holds changes, and the table says where (README "Worktrees").
+            // holds changes, and the table says where (docs/src/runs.md "Worktrees").
             let keep = match entry.status {
                 _ if cancelled => Keep::Uncommitted,
                 StepStatus::Succeeded => Keep::Nothing,

@@ -1,5 +1,5 @@
 //! What `runner clean` sees of runner's in a repository: its worktrees and `runner/*` branches,
-//! each with the work removing it would lose (README "Worktrees").
+//! each with the work removing it would lose (docs/src/runs.md "Worktrees").
 
 use std::collections::BTreeSet;
 

@@ -43,7 +43,7 @@ pub(super) fn context_files(ctx: &ToolContext, files: &[ContextFile]) -> Result<
     Ok(out)
 }
 
-/// The parent's conversation as a forked subagent starts from it (README "Delegation"): tool calls
+/// The parent's conversation as a forked subagent starts from it (docs/src/delegation.md): tool calls
 /// the subagent cannot make, and their results, become short text notes; calls not answered yet
 /// (the `task` calls being run, and their siblings) are dropped.
 pub fn fork(parent: &ChatRequest, tools: &BTreeSet<String>) -> Vec<Message> {

@@ -1,4 +1,4 @@
-//! Subagents (README "Delegation"): the work behind the `task` tool. A subagent is a conversation
+//! Subagents (docs/src/delegation.md): the work behind the `task` tool. A subagent is a conversation
 //! of its own (its agent's system prompt, the prompt as its first message), with its agent's tools
 //! narrowed to the caller's and its own model, in the step's working directory. Several run at once
 //! under one run-wide limit; background ones are collected with `task_output`; a step does not end
