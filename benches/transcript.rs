@@ -104,6 +104,13 @@ async fn transcript_bytes(turns: usize, file_bytes: usize) -> (u64, u64) {
         meter: &runner::budget::Meter::unlimited("s"),
         checks: &[],
         check_retries: 0,
+        // Wide enough that nothing is cleared: this measures the transcript of a whole
+        // conversation.
+        window: runner::session::context::Window {
+            tokens: 1 << 40,
+            compact_at: 0.8,
+            keep_tool_results: 4,
+        },
     })
     .await;
     assert!(

@@ -112,6 +112,26 @@ pub enum EventKind {
     /// The step reached its last allowed turn: that request offers no tools and asks for the
     /// final answer.
     OutOfTurns { step: String, turn: u32 },
+    /// Old tool results were replaced by one-line stubs to keep the conversation inside its
+    /// window (docs/src/runs.md, "Context that lasts"). The next `turn_started` carries the
+    /// whole conversation.
+    ContextCleared {
+        step: String,
+        turn: u32,
+        /// Tool results cleared.
+        cleared: u32,
+        tokens_before: u64,
+        tokens_after: u64,
+    },
+    /// The conversation was replaced by the step's first message, the model's summary of the
+    /// work (the request before this event) and the newest turn. The next `turn_started`
+    /// carries the whole conversation.
+    ContextCompacted {
+        step: String,
+        turn: u32,
+        tokens_before: u64,
+        tokens_after: u64,
+    },
     /// A reply whose whole text was a call of an offered tool (a local model's chat template
     /// writes calls as text) is run as that call.
     ToolCallInText {
@@ -194,6 +214,8 @@ impl EventKind {
             | EventKind::ToolFinished { step, .. }
             | EventKind::OutputInvalid { step, .. }
             | EventKind::OutOfTurns { step, .. }
+            | EventKind::ContextCleared { step, .. }
+            | EventKind::ContextCompacted { step, .. }
             | EventKind::ToolCallInText { step, .. }
             | EventKind::CheckStarted { step, .. }
             | EventKind::CheckFinished { step, .. }
@@ -320,6 +342,8 @@ pub struct Tally {
     pub cost_usd: Option<f64>,
     pub checks: Vec<CheckRecord>,
     pub ran_out_of_turns: bool,
+    /// Times the step's own conversation was compacted.
+    pub compactions: u32,
 }
 
 impl Tally {
@@ -344,6 +368,7 @@ impl Tally {
                 self.checks.push(record.clone());
             }
             EventKind::OutOfTurns { .. } if own => self.ran_out_of_turns = true,
+            EventKind::ContextCompacted { .. } if own => self.compactions += 1,
             _ => {}
         }
     }

@@ -138,6 +138,10 @@ pub struct StepRecord {
     /// answer with what the agent had (docs/src/runs.md, "Agents that loop or run out of turns").
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ran_out_of_turns: bool,
+    /// Times the step's conversation was compacted to fit its window (docs/src/runs.md,
+    /// "Context that lasts").
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub compactions: u32,
     /// A fan-out instance's id (`X[0]`), in its step's `instances`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance: Option<String>,
@@ -189,6 +193,7 @@ impl StepRecord {
             cost_usd: None,
             checks: Vec::new(),
             ran_out_of_turns: false,
+            compactions: 0,
             instance: None,
             item: None,
             instances: Vec::new(),
@@ -446,4 +451,8 @@ impl RunRecord {
             .and_then(|()| std::fs::rename(&tmp, &path))
             .map_err(|err| format!("cannot write `{path}`: {err}"))
     }
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }

@@ -56,6 +56,12 @@ struct JsonStep<'a> {
     subagents: &'a [String],
     max_subagent_depth: u32,
     max_tokens_total: Option<u64>,
+    /// The context window in tokens, the share of it at which the conversation is compacted,
+    /// and the newest tool results kept whole when old ones are cleared (null for a command
+    /// step, which has no conversation).
+    context_window: Option<u64>,
+    compact_at: Option<f64>,
+    keep_tool_results: Option<u32>,
     /// A command step's shell text (null for an agent step).
     run: Option<&'a str>,
     /// Commands that must pass after the agent's final answer.
@@ -141,6 +147,9 @@ pub fn to_json(plan: &Plan, support: Support) -> String {
                 subagents: &s.subagents,
                 max_subagent_depth: s.settings.max_subagent_depth,
                 max_tokens_total: s.settings.max_tokens_total,
+                context_window: s.command.is_none().then_some(s.settings.context_window),
+                compact_at: s.command.is_none().then_some(s.settings.compact_at),
+                keep_tool_results: s.command.is_none().then_some(s.settings.keep_tool_results),
                 run: s.command.as_deref(),
                 checks: s
                     .checks
@@ -379,6 +388,17 @@ fn step_text(out: &mut String, step: &PlannedStep, width: usize, support: Suppor
         limits.push(format!("{tokens} tokens in all"));
     }
     let _ = writeln!(out, "    {:<9}{}", "limits", limits.join(", "));
+    if step.command.is_none() {
+        let settings = &step.settings;
+        let _ = writeln!(
+            out,
+            "    {:<9}{} tokens, compacted at {:.0}%, newest {} tool results kept whole",
+            "context",
+            crate::units::tokens(settings.context_window),
+            settings.compact_at * 100.0,
+            settings.keep_tool_results
+        );
+    }
     let mut flags = Vec::new();
     if step.isolation == Isolation::Worktree {
         flags.push("worktree".to_owned());

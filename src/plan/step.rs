@@ -88,6 +88,7 @@ impl Builder<'_> {
         let settings = self.resolve_settings(
             id,
             &step.keys,
+            model.as_ref().map(|m| m.model.as_str()),
             agent.and_then(|a| a.max_turns),
             command.is_some(),
             env,

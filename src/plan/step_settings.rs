@@ -29,6 +29,13 @@ pub struct StepSettings {
     pub max_subagent_depth: u32,
     /// Tokens the step (with its subagents) may use.
     pub max_tokens_total: Option<u64>,
+    /// The model's context window in tokens: the step's, `[defaults]`'s, the model's known
+    /// window, else 128k.
+    pub context_window: u64,
+    /// The share of the window at which the conversation is compacted.
+    pub compact_at: f64,
+    /// How many of the newest tool results stay whole when old ones are cleared.
+    pub keep_tool_results: u32,
     /// Variables its bash, checks and command get on top of the clean environment: templates
     /// (rendered when the step starts) or text with `${VAR}` (expanded then). `[defaults]`'s,
     /// with the step's on top.
@@ -39,7 +46,16 @@ impl StepSettings {
     /// The keys that bound how long and how much a step may spend, not what it does: a step
     /// that succeeded is still valid when one of them changes, so `--resume` does not run it
     /// again for that (docs/src/runs.md "Resume"). Every other key is part of the fingerprint.
-    pub const LIMITS: [&'static str; 4] = ["max_turns", "timeout", "retries", "max_tokens_total"];
+    /// The context keys are limits too: they bound how much the step may hold at once.
+    pub const LIMITS: [&'static str; 7] = [
+        "max_turns",
+        "timeout",
+        "retries",
+        "max_tokens_total",
+        "context_window",
+        "compact_at",
+        "keep_tool_results",
+    ];
 
     /// The settings that decide what the step does, as JSON: every field but [`Self::LIMITS`].
     pub fn fingerprinted(&self) -> serde_json::Value {
@@ -52,6 +68,11 @@ impl StepSettings {
         value
     }
 }
+
+/// Compaction at this share of the window, unless a step or `[defaults]` says otherwise.
+pub const DEFAULT_COMPACT_AT: f64 = 0.8;
+/// The newest tool results kept whole when old ones are cleared.
+pub const DEFAULT_KEEP_TOOL_RESULTS: u32 = 4;
 
 /// The step's value, else `[defaults]`'s.
 fn first<T: Clone>(step: &Option<T>, defaults: &Option<T>) -> Option<T> {
@@ -66,6 +87,7 @@ impl Builder<'_> {
         &mut self,
         id: &str,
         step: &SharedKeys,
+        model: Option<&str>,
         agent_turns: Option<u32>,
         command: bool,
         env: BTreeMap<String, String>,
@@ -94,6 +116,12 @@ impl Builder<'_> {
             max_subagent_depth: first(&step.max_subagent_depth, &defaults.max_subagent_depth)
                 .unwrap_or(DEFAULT_SUBAGENT_DEPTH),
             max_tokens_total: first(&step.max_tokens_total, &defaults.max_tokens_total),
+            context_window: first(&step.context_window, &defaults.context_window)
+                .or_else(|| model.and_then(crate::provider::known::window))
+                .unwrap_or(crate::provider::known::DEFAULT_WINDOW),
+            compact_at: first(&step.compact_at, &defaults.compact_at).unwrap_or(DEFAULT_COMPACT_AT),
+            keep_tool_results: first(&step.keep_tool_results, &defaults.keep_tool_results)
+                .unwrap_or(DEFAULT_KEEP_TOOL_RESULTS),
             env,
         })
     }
@@ -114,6 +142,9 @@ mod tests {
             project_memory: true,
             max_subagent_depth: 1,
             max_tokens_total: None,
+            context_window: 200_000,
+            compact_at: 0.8,
+            keep_tool_results: 4,
             env: BTreeMap::new(),
         }
     }

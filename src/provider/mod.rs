@@ -8,6 +8,7 @@ pub mod api;
 pub mod error;
 pub mod format;
 mod http;
+pub mod known;
 pub mod message;
 pub mod openai;
 pub mod parts;

@@ -358,6 +358,18 @@ impl Sink for GithubSink {
                 let line = format!("{}retrying (attempt {attempt}): {error}", who(event));
                 self.note(step, line);
             }
+            EventKind::ContextCompacted {
+                step,
+                turn,
+                tokens_before,
+                tokens_after,
+            } => {
+                let line = format!(
+                    "{}compacted its conversation at turn {turn} ({tokens_before} to {tokens_after} tokens)",
+                    who(event)
+                );
+                self.note(step, line);
+            }
             EventKind::OutOfTurns { step, turn } => {
                 let line = format!(
                     "{}out of turns: turn {turn} is its last, with no tools, asking for the final answer",

@@ -70,6 +70,25 @@ fn public(kind: &EventKind) -> Option<(&'static str, Value)> {
             json!({"turn": turn, "attempt": attempt, "delay_ms": delay_ms, "error": error}),
         ),
         EventKind::OutOfTurns { turn, .. } => ("out_of_turns", json!({"turn": turn})),
+        EventKind::ContextCleared {
+            turn,
+            cleared,
+            tokens_before,
+            tokens_after,
+            ..
+        } => (
+            "context_cleared",
+            json!({"turn": turn, "cleared": cleared, "tokens_before": tokens_before, "tokens_after": tokens_after}),
+        ),
+        EventKind::ContextCompacted {
+            turn,
+            tokens_before,
+            tokens_after,
+            ..
+        } => (
+            "context_compacted",
+            json!({"turn": turn, "tokens_before": tokens_before, "tokens_after": tokens_after}),
+        ),
         EventKind::ToolCallInText { turn, name, .. } => {
             ("tool_call_in_text", json!({"turn": turn, "name": name}))
         }

@@ -125,6 +125,28 @@ fn note_line(label: &str, event: &Event) -> String {
         EventKind::OutOfTurns { turn, .. } => format!(
             "warning: out of turns: turn {turn} is its last (max_turns), so it offers no tools and asks for the final answer"
         ),
+        EventKind::ContextCleared {
+            turn,
+            cleared,
+            tokens_before,
+            tokens_after,
+            ..
+        } => format!(
+            "context: turn {turn}: cleared {cleared} old tool result{} ({} to {} tokens)",
+            if *cleared == 1 { "" } else { "s" },
+            crate::units::tokens(*tokens_before),
+            crate::units::tokens(*tokens_after)
+        ),
+        EventKind::ContextCompacted {
+            turn,
+            tokens_before,
+            tokens_after,
+            ..
+        } => format!(
+            "context: turn {turn}: compacted the conversation ({} to {} tokens)",
+            crate::units::tokens(*tokens_before),
+            crate::units::tokens(*tokens_after)
+        ),
         _ => String::new(),
     };
     format!("{label}{who}: {what}")
@@ -167,6 +189,8 @@ impl Sink for PlainProgress {
             }
             EventKind::ReplayDrift { step, .. }
             | EventKind::Retrying { step, .. }
+            | EventKind::ContextCleared { step, .. }
+            | EventKind::ContextCompacted { step, .. }
             | EventKind::OutOfTurns { step, .. } => {
                 note_line(&format!("[{}] {step}", agent(step)), event)
             }
@@ -319,7 +343,9 @@ impl Sink for LiveProgress {
                 let line = finish_line(agent, step, record);
                 self.end(&(step.clone(), None), line);
             }
-            EventKind::ReplayDrift { step, .. } | EventKind::OutOfTurns { step, .. } => {
+            EventKind::ReplayDrift { step, .. }
+            | EventKind::OutOfTurns { step, .. }
+            | EventKind::ContextCompacted { step, .. } => {
                 let agent = self.agents.get(step_of(step)).map_or("?", String::as_str);
                 let _ = self
                     .multi

@@ -219,6 +219,7 @@ impl Executor for ModelExecutor {
                     step.settings.max_turns,
                     step.settings.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
                     step.settings.retries,
+                    step_window(&step.settings),
                     meter.clone(),
                     tools.registry.clone(),
                     memory.clone(),
@@ -255,6 +256,7 @@ impl Executor for ModelExecutor {
                 meter: &meter,
                 checks: &step.checks,
                 check_retries: step.check_retries,
+                window: step_window(&step.settings),
             })
             .await;
             // A step does not end before its background subagents do.
@@ -314,6 +316,15 @@ async fn with_mcp_tools(
         registry.register(tool);
     }
     Ok((Arc::new(registry), allowed))
+}
+
+/// A step's context window, from its settings (its subagents use the same).
+pub fn step_window(settings: &crate::plan::StepSettings) -> crate::session::context::Window {
+    crate::session::context::Window {
+        tokens: settings.context_window,
+        compact_at: settings.compact_at,
+        keep_tool_results: settings.keep_tool_results,
+    }
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! ([`crate::event`]); how the step ended is a [`StepOutcome`].
 
 pub mod checks;
+pub mod context;
 pub mod output;
 pub mod prompt;
 pub mod subagent;
@@ -18,7 +19,7 @@ use crate::provider::message::{
     Block, ChatRequest, ChatResponse, Message, Role, StopReason, Usage,
 };
 use crate::provider::retry::{self, RetryPolicy};
-use crate::provider::{ModelApi, Outgoing};
+use crate::provider::{ModelApi, Outgoing, ProviderError};
 use crate::tools::StepTools;
 
 /// Output tokens per model request when neither the step nor `[defaults]` sets `max_tokens`.
@@ -57,6 +58,8 @@ pub enum FailureKind {
     Tool,
     /// A token or cost budget was used up.
     Budget,
+    /// The conversation could not be kept inside the model's window.
+    ContextExhausted,
     /// Its checks still failed after the last round.
     Checks,
     /// A command step's command did not exit 0.
@@ -120,6 +123,8 @@ pub struct Session<'a> {
     pub checks: &'a [crate::plan::Check],
     /// How many failed rounds of checks go back to the model.
     pub check_retries: u32,
+    /// The context window the conversation is kept inside.
+    pub window: context::Window,
 }
 
 /// Runs a turn's tool calls: `task` calls all at once (each is a subagent, and they are
@@ -293,6 +298,8 @@ async fn turns_until_done(
         check_round: 0,
         last_failure: None,
         same: None,
+        estimate: context::Estimate::default(),
+        cleared_at: 0,
         session: &session,
     };
     while state.turn < state.turn_limit {
@@ -303,9 +310,20 @@ async fn turns_until_done(
         state.turn += 1;
         *turns = state.turn;
         state.last_turn_if_due(request);
+        if let ControlFlow::Break(outcome) = state.fit(request, usage).await {
+            return outcome;
+        }
         let mut response = match state.ask(request, usage).await {
-            ControlFlow::Continue(response) => response,
-            ControlFlow::Break(outcome) => return outcome,
+            Ok(response) => response,
+            // The provider's word wins: it teaches the window, the conversation is compacted
+            // to fit it, and the request goes once more.
+            Err(failure) if matches!(failure.error, ProviderError::ContextTooLong { .. }) => {
+                match state.refit(request, usage, &failure).await {
+                    ControlFlow::Continue(response) => response,
+                    ControlFlow::Break(outcome) => return outcome,
+                }
+            }
+            Err(failure) => return model_failed(&failure),
         };
         let calls = match state.calls_of(&mut response, request) {
             ControlFlow::Continue(calls) => calls,
@@ -365,6 +383,19 @@ struct Turns<'s, 'a> {
     last_failure: Option<checks::Failure>,
     /// The newest call's name and input, and how many times in a row it was made.
     same: Option<(String, Value, u32)>,
+    /// What the last reply said of its request's size.
+    estimate: context::Estimate,
+    /// The estimate right after the last clearing: the next clears only once the conversation
+    /// has grown a tenth of the window past it, so the cache breaks once per clearing.
+    cleared_at: u64,
+}
+
+/// A model request that failed for good.
+fn model_failed(failure: &retry::ModelFailure) -> StepOutcome {
+    StepOutcome::failed(
+        FailureKind::Model,
+        format!("model request failed: {failure}"),
+    )
 }
 
 impl Turns<'_, '_> {
@@ -400,7 +431,7 @@ impl Turns<'_, '_> {
         &mut self,
         request: &ChatRequest,
         usage: &mut Usage,
-    ) -> ControlFlow<StepOutcome, ChatResponse> {
+    ) -> Result<ChatResponse, retry::ModelFailure> {
         let session = self.session;
         let (step, turn) = (&self.step, self.turn);
         let body = session.api.encode(request);
@@ -445,15 +476,11 @@ impl Turns<'_, '_> {
         )
         .await;
         drop(body);
-        let exchange = match sent {
-            Ok(exchange) => exchange,
-            Err(failure) => {
-                return ControlFlow::Break(StepOutcome::failed(
-                    FailureKind::Model,
-                    format!("model request failed: {failure}"),
-                ));
-            }
-        };
+        let exchange = sent?;
+        self.estimate = context::Estimate::reported(
+            exchange.response.usage.total_input(),
+            context::bytes_of(request),
+        );
         usage.add(&exchange.response.usage);
         let cost_usd = session.meter.charge(&exchange.response.usage);
         self.emit(EventKind::TurnFinished {
@@ -464,7 +491,132 @@ impl Turns<'_, '_> {
             cost_usd,
             body: exchange.raw,
         });
-        ControlFlow::Continue(exchange.response)
+        Ok(exchange.response)
+    }
+
+    /// Keeps the next request inside the window: past half of it, old tool results are
+    /// cleared; past `compact_at`, the conversation is compacted.
+    async fn fit(
+        &mut self,
+        request: &mut ChatRequest,
+        usage: &mut Usage,
+    ) -> ControlFlow<StepOutcome> {
+        let window = self.session.window.learnt(self.session.model);
+        let before = self.estimate.tokens(request);
+        let batch = window.tokens / 10;
+        if before > window.clear_above() && before > self.cleared_at.saturating_add(batch) {
+            let keep = window.keep_tool_results as usize;
+            let cleared = context::clear_old_results(&mut request.messages, keep);
+            if cleared > 0 {
+                let after = self.estimate.tokens(request);
+                self.cleared_at = after;
+                // Earlier messages changed: the next request is logged whole.
+                self.logged = 0;
+                self.emit(EventKind::ContextCleared {
+                    step: self.step.clone(),
+                    turn: self.turn,
+                    cleared: cleared as u32,
+                    tokens_before: before,
+                    tokens_after: after,
+                });
+            }
+        }
+        if self.estimate.tokens(request) <= window.compact_above() {
+            return ControlFlow::Continue(());
+        }
+        self.compact(request, usage, window).await
+    }
+
+    /// The step's own model summarises the work (the same system prompt and tools, so the
+    /// cached prefix serves the request) and the conversation restarts from the first message,
+    /// the summary and the newest turn. One that cannot make room fails the step.
+    async fn compact(
+        &mut self,
+        request: &mut ChatRequest,
+        usage: &mut Usage,
+        window: context::Window,
+    ) -> ControlFlow<StepOutcome> {
+        let before = self.estimate.tokens(request);
+        let exhausted = |why: String| {
+            ControlFlow::Break(StepOutcome::failed(
+                FailureKind::ContextExhausted,
+                format!(
+                    "context exhausted: {why} (context_window {}; the transcript keeps the conversation)",
+                    window.tokens
+                ),
+            ))
+        };
+        let mut asking = request.clone();
+        push_user_text(&mut asking.messages, context::SUMMARY_REQUEST.to_owned());
+        asking.no_tool_calls = !asking.tools.is_empty();
+        if self.estimate.tokens(&asking) > window.tokens {
+            // Over the window even to ask: the old results go, all but the newest.
+            context::clear_old_results(&mut asking.messages, 1);
+            if self.estimate.tokens(&asking) > window.tokens {
+                return exhausted(format!(
+                    "{before} tokens, and too large to summarise even with old tool results cleared"
+                ));
+            }
+        }
+        self.logged = 0;
+        let summary = match self.ask(&asking, usage).await {
+            Ok(reply) => reply.text(),
+            Err(failure) => {
+                return exhausted(format!("the summary request failed: {failure}"));
+            }
+        };
+        if summary.trim().is_empty() {
+            return exhausted("the model gave no summary".to_owned());
+        }
+        request.messages = context::compacted(&request.messages, &summary);
+        let after = self.estimate.tokens(request);
+        self.logged = 0;
+        self.cleared_at = 0;
+        self.emit(EventKind::ContextCompacted {
+            step: self.step.clone(),
+            turn: self.turn,
+            tokens_before: before,
+            tokens_after: after,
+        });
+        if after > window.tokens || before.saturating_sub(after) < before / 5 {
+            return exhausted(format!(
+                "compacting freed too little ({before} to {after} tokens)"
+            ));
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// After a refusal for length: the window it teaches, a compaction to fit it, one retry.
+    async fn refit(
+        &mut self,
+        request: &mut ChatRequest,
+        usage: &mut Usage,
+        failure: &retry::ModelFailure,
+    ) -> ControlFlow<StepOutcome, ChatResponse> {
+        // Refused before any turn: there is nothing to compact, the prompt alone is too long.
+        if !request.messages.iter().any(|m| m.role == Role::Assistant) {
+            return ControlFlow::Break(model_failed(failure));
+        }
+        let sent = self.estimate.tokens(request);
+        let learnt = context::learn(self.session.model, sent, &failure.error.to_string());
+        let window = self.session.window.learnt(self.session.model);
+        self.emit(EventKind::Retrying {
+            step: self.step.clone(),
+            turn: self.turn,
+            attempt: 1,
+            delay_ms: 0,
+            error: format!(
+                "{}; the window is taken as {learnt} tokens and the conversation compacted",
+                failure.error
+            ),
+        });
+        if let ControlFlow::Break(outcome) = self.compact(request, usage, window).await {
+            return ControlFlow::Break(outcome);
+        }
+        match self.ask(request, usage).await {
+            Ok(response) => ControlFlow::Continue(response),
+            Err(failure) => ControlFlow::Break(model_failed(&failure)),
+        }
     }
 
     /// The reply's tool calls: its own, or one it wrote as text (a local model's habit), made

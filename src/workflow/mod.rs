@@ -200,6 +200,17 @@ pub struct SharedKeys {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub max_tokens_total: Option<u64>,
+    /// The model's context window in tokens (default: the model's known window, else 128k).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1024))]
+    pub context_window: Option<u64>,
+    /// The share of the window at which the conversation is compacted (default 0.8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.1, max = 1.0))]
+    pub compact_at: Option<f64>,
+    /// How many of the newest tool results are kept whole when old ones are cleared (default 4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_tool_results: Option<u32>,
     /// Variables `bash` gets on top of its clean environment; `${VAR}` in a value is runner's
     /// variable (a secret named here is passed on purpose, and still hidden in every output). A
     /// step's `env` adds to `[defaults]`'s.

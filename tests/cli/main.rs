@@ -5,6 +5,7 @@ mod bash;
 mod budget;
 mod ci;
 mod clean;
+mod context;
 mod delegate;
 mod demo;
 mod diagnostics;

@@ -296,12 +296,18 @@ pub fn parse_response(body: &Value) -> Result<ChatResponse, FormatError> {
 pub fn error_message(body: &Value) -> Option<String> {
     match body.get("error") {
         Some(Value::String(s)) => Some(s.clone()),
-        Some(Value::Object(e)) => Some(
-            e.get("message")
+        Some(Value::Object(e)) => {
+            let message = e
+                .get("message")
                 .and_then(Value::as_str)
-                .unwrap_or("unknown error")
-                .to_owned(),
-        ),
+                .unwrap_or("unknown error");
+            // llama.cpp's server names its context size apart from the message: said, so the
+            // window it teaches is the real one.
+            Some(match e.get("n_ctx").and_then(Value::as_u64) {
+                Some(n_ctx) => format!("{message} (n_ctx {n_ctx})"),
+                None => message.to_owned(),
+            })
+        }
         // vLLM: `{"object": "error", "message": ...}`.
         _ if body.get("object").and_then(Value::as_str) == Some("error") => body
             .get("message")

@@ -336,6 +336,7 @@ impl Delegation {
             meter: &scope.meter.for_model(&job.model),
             checks: &[],
             check_retries: 0,
+            window: scope.window,
         })
         .await;
         if let Some(child) = child {

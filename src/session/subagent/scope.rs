@@ -147,6 +147,8 @@ pub struct StepScope {
     pub max_turns: u32,
     pub max_tokens: u32,
     pub retries: u32,
+    /// The step's context window: its subagents keep theirs inside the same.
+    pub window: crate::session::context::Window,
     /// Cancelled when the step ends or is dropped: background subagents stop with it.
     pub cancel: CancellationToken,
     /// The step's budgets: its subagents charge them too.
@@ -214,6 +216,7 @@ impl StepScope {
         max_turns: u32,
         max_tokens: u32,
         retries: u32,
+        window: crate::session::context::Window,
         meter: crate::budget::Meter,
         registry: Arc<Registry>,
         memory: Option<(&'static str, String)>,
@@ -228,6 +231,7 @@ impl StepScope {
             max_turns,
             max_tokens,
             retries,
+            window,
             cancel: CancellationToken::new(),
             state: Mutex::default(),
         }

@@ -1,0 +1,295 @@
+//! Context that lasts (docs/src/runs.md, "Context that lasts"): long steps against a scripted
+//! model that enforces a context window, counting a request's tokens as its JSON's bytes over
+//! four and refusing one over the window with the provider's own error body.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+use wiremock::ResponseTemplate;
+
+use crate::fake::Fake;
+use crate::support::Test;
+
+const FILES: usize = 150;
+const WINDOW: usize = 60_000;
+
+/// The wording a server refuses an over-long request with.
+#[derive(Clone, Copy, Debug)]
+enum Refusal {
+    Anthropic,
+    OpenAi,
+    LlamaCpp,
+    Vllm,
+}
+
+impl Refusal {
+    fn anthropic_api(self) -> bool {
+        matches!(self, Refusal::Anthropic)
+    }
+
+    /// The error body, as each server sends it.
+    fn body(self, tokens: usize) -> Value {
+        match self {
+            Refusal::Anthropic => {
+                json!({"type": "error", "error": {"type": "invalid_request_error",
+                "message": format!("prompt is too long: {tokens} tokens > {WINDOW} maximum")}})
+            }
+            Refusal::OpenAi => json!({"error": {"message": format!(
+                "This model's maximum context length is {WINDOW} tokens. However, your messages resulted in {tokens} tokens. Please reduce the length of the messages."),
+                "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}),
+            Refusal::LlamaCpp => json!({"error": {"code": 400,
+                "message": "the request exceeds the available context size, try increasing it",
+                "type": "exceed_context_size_error", "n_prompt_tokens": tokens, "n_ctx": WINDOW}}),
+            Refusal::Vllm => json!({"object": "error", "message": format!(
+                "This model's maximum context length is {WINDOW} tokens. However, you requested {tokens} tokens in the messages, Please reduce the length of the messages."),
+                "type": "BadRequestError", "param": null, "code": 400}),
+        }
+    }
+}
+
+/// What the scripted model saw.
+#[derive(Default)]
+struct Seen {
+    /// The next file to ask for.
+    next: usize,
+    /// The largest request it accepted, in tokens.
+    largest: usize,
+    refusals: usize,
+    summaries: usize,
+    /// Files whose text reached it in a tool result.
+    read: BTreeSet<usize>,
+}
+
+/// A model that reads `data/f000.txt` to `data/f149.txt`, one a turn, then answers; it
+/// summarises when asked to (runner's compaction request) and refuses requests over the window.
+fn model(refusal: Refusal, seen: Arc<Mutex<Seen>>) -> impl Fn(&Value) -> ResponseTemplate {
+    move |body| {
+        let text = body.to_string();
+        let tokens = text.len() / 4;
+        let mut seen = seen.lock().unwrap();
+        if tokens > WINDOW {
+            seen.refusals += 1;
+            return ResponseTemplate::new(400).set_body_json(refusal.body(tokens));
+        }
+        seen.largest = seen.largest.max(tokens);
+        for (at, _) in text.match_indices("MARK-f") {
+            if let Ok(n) = text[at + 6..at + 9].parse::<usize>() {
+                seen.read.insert(n);
+            }
+        }
+        let last = body["messages"].as_array().and_then(|m| m.last()).cloned();
+        let asked_to_summarise = last.is_some_and(|m| m.to_string().contains("will be compacted"));
+        let reply = if asked_to_summarise {
+            seen.summaries += 1;
+            Reply::Text(format!(
+                "SUMMARY: read data/f000.txt to data/f{:03}.txt",
+                seen.next
+            ))
+        } else if seen.next < FILES {
+            seen.next += 1;
+            Reply::Read(seen.next - 1)
+        } else {
+            Reply::Text("Read every file.".into())
+        };
+        reply.template(refusal.anthropic_api(), tokens)
+    }
+}
+
+enum Reply {
+    Read(usize),
+    Text(String),
+}
+
+impl Reply {
+    /// The reply in the API's shape, its usage reporting the request's tokens as counted.
+    fn template(self, anthropic: bool, tokens: usize) -> ResponseTemplate {
+        let body = match (self, anthropic) {
+            (Reply::Read(n), true) => json!({"type": "message", "role": "assistant",
+                "content": [{"type": "tool_use", "id": format!("t{n}"), "name": "read_file",
+                    "input": {"path": format!("data/f{n:03}.txt")}}],
+                "stop_reason": "tool_use", "usage": {"input_tokens": tokens, "output_tokens": 20}}),
+            (Reply::Text(text), true) => json!({"type": "message", "role": "assistant",
+                "content": [{"type": "text", "text": text}],
+                "stop_reason": "end_turn", "usage": {"input_tokens": tokens, "output_tokens": 40}}),
+            (Reply::Read(n), false) => {
+                json!({"choices": [{"index": 0, "message": {"role": "assistant",
+                "content": null, "tool_calls": [{"id": format!("t{n}"), "type": "function",
+                    "function": {"name": "read_file", "arguments": json!({"path": format!("data/f{n:03}.txt")}).to_string()}}]},
+                "finish_reason": "tool_calls"}], "usage": {"prompt_tokens": tokens, "completion_tokens": 20}})
+            }
+            (Reply::Text(text), false) => {
+                json!({"choices": [{"index": 0, "message": {"role": "assistant",
+                "content": text}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": tokens, "completion_tokens": 40}})
+            }
+        };
+        ResponseTemplate::new(200).set_body_json(body)
+    }
+}
+
+/// A project of 150 files of 8 kB, each starting with its own marker.
+fn project(workflow: &str) -> Test {
+    let mut test = Test::new().file("w.toml", workflow);
+    for n in 0..FILES {
+        let line = format!("{n:03} lorem ipsum dolor sit amet consectetur adipiscing elit\n");
+        let mut text = format!("MARK-f{n:03}\n");
+        while text.len() + line.len() <= 8192 {
+            text.push_str(&line);
+        }
+        test = test.file(&format!("data/f{n:03}.txt"), &text);
+    }
+    test
+}
+
+fn workflow(refusal: Refusal, base_url: &str, keys: &str) -> String {
+    let (model, provider) = if refusal.anthropic_api() {
+        ("anthropic/claude-test", String::new())
+    } else {
+        (
+            "local/test-model",
+            format!("[providers.local]\nkind = \"openai\"\nbase_url = \"{base_url}/v1\"\n"),
+        )
+    };
+    format!(
+        "name = \"long\"\n[models]\ndefault = \"{model}\"\n{provider}\n[steps.read]\nagent = \"explore\"\nmax_turns = 400\n{keys}\nprompt = \"Read data/f000.txt to data/f149.txt, one at a time.\"\n"
+    )
+}
+
+async fn run_long(
+    refusal: Refusal,
+    keys: &str,
+) -> (crate::support::Output, Test, Arc<Mutex<Seen>>, Value) {
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let fake = if refusal.anthropic_api() {
+        Fake::anthropic_fn(model(refusal, seen.clone())).await
+    } else {
+        Fake::openai_fn(model(refusal, seen.clone())).await
+    };
+    let (out, test) = project(&workflow(refusal, &fake.uri(), keys))
+        .env("ANTHROPIC_API_KEY", "sk-test")
+        .env("ANTHROPIC_BASE_URL", &fake.uri())
+        .args(&["run", "w.toml", "--format", "json"])
+        .run_async()
+        .await;
+    let record: Value = serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("run.json on stdout ({e}):\n{}", out.transcript()));
+    (out, test, seen, record)
+}
+
+fn events(test: &Test, record: &Value) -> Vec<Value> {
+    let id = record["run_id"].as_str().unwrap();
+    std::fs::read_to_string(
+        test.path()
+            .join(format!(".runner/runs/{id}/steps/read/transcript.jsonl")),
+    )
+    .unwrap()
+    .lines()
+    .map(|l| serde_json::from_str(l).unwrap())
+    .collect()
+}
+
+/// With the window declared, old results are cleared in batches, no request passes the window
+/// and every file is read.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_long_step_under_a_declared_window_finishes_inside_it() {
+    let (out, test, seen, record) =
+        run_long(Refusal::Anthropic, &format!("context_window = {WINDOW}")).await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    assert_eq!(record["steps"]["read"]["summary"], "Read every file.");
+    let seen = seen.lock().unwrap();
+    eprintln!(
+        "declared window: largest request {} tokens, {} refusals",
+        seen.largest, seen.refusals
+    );
+    assert_eq!(seen.refusals, 0, "a request went over the window");
+    assert!(seen.largest <= WINDOW, "{}", seen.largest);
+    assert_eq!(seen.read.len(), FILES, "files never read: {:?}", seen.read);
+    let events = events(&test, &record);
+    let cleared = events
+        .iter()
+        .filter(|e| e["event"] == "context_cleared")
+        .count();
+    // Batches, not a clearing every turn: one per tenth of the window of growth at most.
+    assert!((2..=40).contains(&cleared), "{cleared} clearings");
+    // Cleared results are stubs naming the file and its size.
+    let logged = events
+        .iter()
+        .filter(|e| e["event"] == "turn_started")
+        .map(Value::to_string);
+    assert!(
+        logged
+            .into_iter()
+            .any(|e| e.contains("[read_file data/f000.txt: ")
+                && e.contains(" kB, cleared; read it again if needed]")),
+        "no stub for data/f000.txt"
+    );
+}
+
+/// Without clearing (every result kept), the conversation is compacted by the step's model:
+/// the summary exchange is in the transcript, `compactions` in the record.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_long_step_is_compacted_by_its_own_model() {
+    let (out, test, seen, record) = run_long(
+        Refusal::Anthropic,
+        &format!("context_window = {WINDOW}\nkeep_tool_results = 1000"),
+    )
+    .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let seen = seen.lock().unwrap();
+    eprintln!(
+        "compaction: {} summaries, largest request {} tokens",
+        seen.summaries, seen.largest
+    );
+    assert_eq!(seen.refusals, 0);
+    assert!(seen.summaries >= 2, "{} summaries", seen.summaries);
+    assert_eq!(seen.read.len(), FILES);
+    let step = &record["steps"]["read"];
+    assert_eq!(step["compactions"], seen.summaries as u64, "{step}");
+    let events = events(&test, &record);
+    let compacted: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["event"] == "context_compacted")
+        .collect();
+    assert_eq!(compacted.len(), seen.summaries);
+    assert!(
+        compacted
+            .iter()
+            .all(|e| e["tokens_after"].as_u64() < e["tokens_before"].as_u64())
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e["event"] == "turn_finished" && e.to_string().contains("SUMMARY: read"))
+    );
+}
+
+/// With no window declared (runner assumes 200k for a Claude model, 128k for an unknown one),
+/// the first refusal teaches the window; the step finishes with at most three refusals.
+#[tokio::test(flavor = "multi_thread")]
+async fn each_providers_refusal_teaches_the_window() {
+    for refusal in [
+        Refusal::Anthropic,
+        Refusal::OpenAi,
+        Refusal::LlamaCpp,
+        Refusal::Vllm,
+    ] {
+        let (out, _test, seen, record) = run_long(refusal, "").await;
+        assert_eq!(out.status, 0, "{refusal:?}: {}", out.transcript());
+        assert_eq!(
+            record["steps"]["read"]["summary"], "Read every file.",
+            "{refusal:?}"
+        );
+        let seen = seen.lock().unwrap();
+        eprintln!(
+            "{refusal:?}: {} refusals, {} summaries, largest accepted {} tokens",
+            seen.refusals, seen.summaries, seen.largest
+        );
+        assert!(
+            (1..=3).contains(&seen.refusals),
+            "{refusal:?}: {} refusals",
+            seen.refusals
+        );
+        assert_eq!(seen.read.len(), FILES, "{refusal:?}");
+    }
+}
