@@ -293,3 +293,55 @@ async fn each_providers_refusal_teaches_the_window() {
         assert_eq!(seen.read.len(), FILES, "{refusal:?}");
     }
 }
+
+/// A compacted run replays from its cassettes with `--replay-strict`: the same decisions from
+/// the same recorded usage, the summary exchange answered from the recording.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_compacted_run_replays_strictly() {
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let fake = Fake::anthropic_fn(model(Refusal::Anthropic, seen.clone())).await;
+    let keys = format!("context_window = {WINDOW}\nkeep_tool_results = 1000");
+    let test = project(&workflow(Refusal::Anthropic, &fake.uri(), &keys));
+    let cassettes = test.path().join("cassettes");
+    let cassettes = cassettes.to_str().unwrap().to_owned();
+    let (recorded, test) = test
+        .env("ANTHROPIC_API_KEY", "sk-test")
+        .env("ANTHROPIC_BASE_URL", &fake.uri())
+        .args(&["run", "w.toml", "--format", "json", "--record", &cassettes])
+        .run_async()
+        .await;
+    assert_eq!(recorded.status, 0, "{}", recorded.transcript());
+    let first: Value = serde_json::from_str(&recorded.stdout).unwrap();
+    let compactions = first["steps"]["read"]["compactions"].as_u64().unwrap_or(0);
+    assert!(compactions >= 2, "{}", first["steps"]["read"]);
+    let requests = fake.requests().await.len();
+    // No server this time: every answer comes from the cassettes, and any request that differs
+    // from its recording fails the step.
+    let (replayed, _test) = test
+        .clear_args()
+        .args(&[
+            "run",
+            "w.toml",
+            "--format",
+            "json",
+            "--replay",
+            &cassettes,
+            "--replay-strict",
+        ])
+        .run_async()
+        .await;
+    assert_eq!(replayed.status, 0, "{}", replayed.transcript());
+    let second: Value = serde_json::from_str(&replayed.stdout).unwrap();
+    assert_eq!(second["steps"]["read"]["compactions"], compactions);
+    assert_eq!(second["steps"]["read"]["summary"], "Read every file.");
+    assert!(
+        !replayed.stderr.contains("replay drift"),
+        "{}",
+        replayed.stderr
+    );
+    assert_eq!(
+        fake.requests().await.len(),
+        requests,
+        "the replay reached the server"
+    );
+}
