@@ -81,6 +81,7 @@ async fn transcript_bytes(turns: usize, file_bytes: usize) -> (u64, u64) {
     let tools = StepTools {
         registry: Arc::new(Registry::builtin()),
         allowed: BTreeSet::from(["read_file".to_owned()]),
+        offered: None,
         context: ToolContext::new(
             Arc::new(Workspace::new(&root).expect("workspace")),
             Arc::new(BashEnv::new(Mode::ReadOnly, false)),
@@ -104,6 +105,7 @@ async fn transcript_bytes(turns: usize, file_bytes: usize) -> (u64, u64) {
         meter: &runner::budget::Meter::unlimited("s"),
         checks: &[],
         check_retries: 0,
+        shared_until: None,
         // Wide enough that nothing is cleared: this measures the transcript of a whole
         // conversation.
         window: runner::session::context::Window {

@@ -117,6 +117,10 @@ pub struct ChatRequest {
     /// last allowed turn. Left out of the JSON when false, so recorded requests are unchanged.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub no_tool_calls: bool,
+    /// A message whose end is a cached prefix others share (a fork's caller's history): a cache
+    /// breakpoint goes there too. Left out of the JSON when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_until: Option<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -215,5 +219,6 @@ pub fn one_tool_round(tool: &str, input: Value, result: &str, is_error: bool) ->
         }],
         max_tokens: 100,
         no_tool_calls: false,
+        shared_until: None,
     }
 }

@@ -601,6 +601,7 @@ mod tests {
             tools: Vec::new(),
             max_tokens: 10,
             no_tool_calls: false,
+            shared_until: None,
         }
     }
 

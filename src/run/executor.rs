@@ -149,6 +149,7 @@ impl ModelExecutor {
             registry: self.team.registry.clone(),
             allowed: step.tools.clone(),
             context: ToolContext::new(Arc::new(workspace), Arc::new(bash)),
+            offered: None,
         })
     }
 }
@@ -247,6 +248,7 @@ impl Executor for ModelExecutor {
                 ),
                 history: Vec::new(),
                 first_message: session::prompt::first_message(&workdir, &job.prompt),
+                shared_until: None,
                 max_turns: step.settings.max_turns,
                 max_tokens: step.settings.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
                 retries: step.settings.retries,

@@ -149,8 +149,8 @@ const CLEARED: &str = ", cleared; read it again if needed]";
 
 /// Replaces every tool result but the newest `keep` with a one-line stub naming the call
 /// (`[read_file data/f003.txt: 8.1 kB, cleared; read it again if needed]`). Returns how many
-/// were cleared.
-pub fn clear_old_results(messages: &mut [Message], keep: usize) -> usize {
+/// were cleared, and the first message changed.
+pub fn clear_old_results(messages: &mut [Message], keep: usize) -> (usize, Option<usize>) {
     let calls: BTreeMap<String, (String, Value)> = messages
         .iter()
         .flat_map(|m| &m.content)
@@ -166,10 +166,14 @@ pub fn clear_old_results(messages: &mut [Message], keep: usize) -> usize {
         .count();
     let mut left = total.saturating_sub(keep);
     let mut cleared = 0;
-    for message in messages.iter_mut().filter(|m| m.role == Role::User) {
+    let mut first = None;
+    for (at, message) in messages.iter_mut().enumerate() {
+        if message.role != Role::User {
+            continue;
+        }
         for block in &mut message.content {
             if left == 0 {
-                return cleared;
+                return (cleared, first);
             }
             let Block::ToolResult {
                 tool_use_id,
@@ -192,9 +196,10 @@ pub fn clear_old_results(messages: &mut [Message], keep: usize) -> usize {
                 size(content.len())
             );
             cleared += 1;
+            first.get_or_insert(at);
         }
     }
-    cleared
+    (cleared, first)
 }
 
 /// A result's size as its stub gives it: `8.1 kB` (of 1,024 bytes), or bytes under one.
@@ -276,7 +281,8 @@ mod tests {
                 &"x".repeat(8300),
             ));
         }
-        assert_eq!(clear_old_results(&mut messages, 4), 2);
+        // Messages: the task, then six rounds; the first result is message 2.
+        assert_eq!(clear_old_results(&mut messages, 4), (2, Some(2)));
         let results: Vec<&str> = messages
             .iter()
             .flat_map(|m| &m.content)
@@ -292,7 +298,7 @@ mod tests {
         assert!(results[1].starts_with("[read_file f1.txt"));
         assert!(results[2..].iter().all(|r| r.len() == 8300));
         // Cleared once: nothing more to clear with the same number kept.
-        assert_eq!(clear_old_results(&mut messages, 4), 0);
+        assert_eq!(clear_old_results(&mut messages, 4), (0, None));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 pub mod checks;
 pub mod context;
+pub mod gate;
 pub mod output;
 pub mod prompt;
 pub mod subagent;
@@ -111,6 +112,8 @@ pub struct Session<'a> {
     pub history: Vec<Message>,
     /// The first message, or the next one after `history`.
     pub first_message: String,
+    /// Where a history shared with siblings ends (a fork's caller's): a cache breakpoint too.
+    pub shared_until: Option<usize>,
     pub max_turns: u32,
     pub max_tokens: u32,
     pub retries: u32,
@@ -253,6 +256,7 @@ pub async fn converse(mut session: Session<'_>) -> Conversation {
         tools: definitions,
         max_tokens: session.max_tokens,
         no_tool_calls: false,
+        shared_until: session.shared_until,
     };
     let mut turns = 0;
     let mut tool_calls = 0;
@@ -300,6 +304,7 @@ async fn turns_until_done(
         same: None,
         estimate: context::Estimate::default(),
         cleared_at: 0,
+        first_request: true,
         session: &session,
     };
     while state.turn < state.turn_limit {
@@ -388,6 +393,8 @@ struct Turns<'s, 'a> {
     /// The estimate right after the last clearing: the next clears only once the conversation
     /// has grown a tenth of the window past it, so the cache breaks once per clearing.
     cleared_at: u64,
+    /// The conversation's first request waits at the prefix gate ([`gate`]).
+    first_request: bool,
 }
 
 /// A model request that failed for good.
@@ -433,6 +440,11 @@ impl Turns<'_, '_> {
         usage: &mut Usage,
     ) -> Result<ChatResponse, retry::ModelFailure> {
         let session = self.session;
+        // The first request waits for a sibling's with the same cacheable prefix to begin.
+        let opener = match std::mem::take(&mut self.first_request) {
+            true => gate::enter(gate::key(request)).await,
+            false => None,
+        };
         let (step, turn) = (&self.step, self.turn);
         let body = session.api.encode(request);
         self.emit(EventKind::TurnStarted {
@@ -446,6 +458,10 @@ impl Turns<'_, '_> {
         // Streamed replies show as they arrive, about every 25 tokens (4 characters a token).
         let shown = std::sync::atomic::AtomicU64::new(0);
         let arriving = |chars: usize| {
+            // The reply has begun: the provider holds the prefix now.
+            if let Some(opener) = &opener {
+                opener.open();
+            }
             let tokens = chars as u64 / 4;
             if tokens >= shown.load(std::sync::atomic::Ordering::Relaxed) + 25 {
                 shown.store(tokens, std::sync::atomic::Ordering::Relaxed);
@@ -476,6 +492,7 @@ impl Turns<'_, '_> {
         )
         .await;
         drop(body);
+        drop(opener);
         let exchange = sent?;
         self.estimate = context::Estimate::reported(
             exchange.response.usage.total_input(),
@@ -503,11 +520,18 @@ impl Turns<'_, '_> {
     ) -> ControlFlow<StepOutcome> {
         let window = self.session.window.learnt(self.session.model);
         let before = self.estimate.tokens(request);
-        let batch = window.tokens / 10;
+        // Clearings a quarter of the window apart: each breaks the cache from the first result
+        // it changes on, so fewer, larger ones cost less.
+        let batch = window.tokens / 4;
         if before > window.clear_above() && before > self.cleared_at.saturating_add(batch) {
             let keep = window.keep_tool_results as usize;
-            let cleared = context::clear_old_results(&mut request.messages, keep);
+            let (cleared, first) = context::clear_old_results(&mut request.messages, keep);
             if cleared > 0 {
+                // A breakpoint on the newest message an earlier request sent before the first
+                // one changed: its prefix is cached, and the next request reads it from there.
+                if let Some(first) = first {
+                    request.shared_until = first.checked_sub(2);
+                }
                 let after = self.estimate.tokens(request);
                 self.cleared_at = after;
                 // Earlier messages changed: the next request is logged whole.
@@ -551,7 +575,7 @@ impl Turns<'_, '_> {
         asking.no_tool_calls = !asking.tools.is_empty();
         if self.estimate.tokens(&asking) > window.tokens {
             // Over the window even to ask: the old results go, all but the newest.
-            context::clear_old_results(&mut asking.messages, 1);
+            let _ = context::clear_old_results(&mut asking.messages, 1);
             if self.estimate.tokens(&asking) > window.tokens {
                 return exhausted(format!(
                     "{before} tokens, and too large to summarise even with old tool results cleared"
@@ -569,6 +593,7 @@ impl Turns<'_, '_> {
             return exhausted("the model gave no summary".to_owned());
         }
         request.messages = context::compacted(&request.messages, &summary);
+        request.shared_until = None;
         let after = self.estimate.tokens(request);
         self.logged = 0;
         self.cleared_at = 0;

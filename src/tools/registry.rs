@@ -119,12 +119,19 @@ impl Registry {
 pub struct StepTools {
     pub registry: Arc<Registry>,
     pub allowed: BTreeSet<String>,
+    /// What the model is told it has, when that is not `allowed`: a fork is offered its
+    /// caller's tools byte for byte (so its request shares the caller's cached prefix), and a
+    /// call of one it may not use is refused like any tool it was not given.
+    pub offered: Option<Vec<ToolDef>>,
     pub context: ToolContext,
 }
 
 impl StepTools {
     /// What the model is told about the tools it may call.
     pub fn definitions(&self) -> Vec<ToolDef> {
+        if let Some(offered) = &self.offered {
+            return offered.clone();
+        }
         self.allowed
             .iter()
             .filter_map(|name| self.registry.get(name))
@@ -170,6 +177,7 @@ mod tests {
                 Arc::new(Workspace::new(&root).unwrap()),
                 Arc::new(BashEnv::new(crate::sandbox::Mode::ReadOnly, false)),
             ),
+            offered: None,
         };
         let denied = tools
             .call("write_file", &json!({"path": "x", "content": "y"}))

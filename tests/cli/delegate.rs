@@ -603,15 +603,23 @@ fn last_text(body: &Value) -> String {
         .collect()
 }
 
+/// A forked subagent sends its caller's system prompt, tools and conversation byte for byte
+/// (so its request begins with the bytes its caller's cache holds), with a cache breakpoint at
+/// the end of that shared history; the caller's unanswered calls are answered with a note; a
+/// tool the fork was not given is offered (it is in the shared prefix) and refused when called.
 #[tokio::test(flavor = "multi_thread")]
 async fn forked_subagents_start_from_the_parent_conversation() {
     let fake = Fake::anthropic_fn(|body| {
-        let last = last_text(body);
-        if last.contains("MARK-f1") {
+        let text = body.to_string();
+        if last_text(body).contains("MARK-f1") {
             return anthropic_text("f1 done");
         }
-        if last.contains("MARK-f2") {
-            return anthropic_text("f2 done");
+        if text.contains("MARK-f2 go on") {
+            // The narrow fork tries a tool it was not given, then answers.
+            return match text.contains("\"n1\"") {
+                false => anthropic_tool("n1", "read_file", json!({"path": "a.txt"})),
+                true => anthropic_text("f2 done"),
+            };
         }
         match body["messages"].as_array().map_or(0, Vec::len) {
             1 => anthropic_tool("r1", "read_file", json!({"path": "a.txt"})),
@@ -658,51 +666,51 @@ async fn forked_subagents_start_from_the_parent_conversation() {
         .cloned()
         .map(without_cache_marks)
         .unwrap();
-    let f1 = bodies
-        .iter()
-        .find(|b| last_text(b).contains("MARK-f1"))
-        .cloned()
-        .map(without_cache_marks)
-        .unwrap();
-    // Same agent, same tools: the prefix is the parent's, byte for byte.
-    for key in ["model", "max_tokens", "system", "tools"] {
+    let find = |marker: &str| {
+        bodies
+            .iter()
+            .find(|b| last_text(b).contains(marker))
+            .cloned()
+            .unwrap()
+    };
+    for (marked, fork) in [("f1", find("MARK-f1")), ("f2", find("MARK-f2"))] {
+        // The cache breakpoint at the end of the shared history: the caller's last reply.
+        let messages = fork["messages"].as_array().unwrap();
+        assert_eq!(messages.len(), 5, "{marked}");
+        let shared_end = messages[3]["content"].as_array().unwrap().last().unwrap();
+        assert_eq!(shared_end["cache_control"]["type"], "ephemeral", "{marked}");
+        let fork = without_cache_marks(fork);
+        // The caller's prefix byte for byte: model, limits, system prompt, tools, conversation.
+        for key in ["model", "max_tokens", "system", "tools"] {
+            assert_eq!(
+                serde_json::to_string(&fork[key]).unwrap(),
+                serde_json::to_string(&parent[key]).unwrap(),
+                "{marked}: {key}"
+            );
+        }
+        let messages = fork["messages"].as_array().unwrap();
         assert_eq!(
-            serde_json::to_string(&f1[key]).unwrap(),
-            serde_json::to_string(&parent[key]).unwrap(),
-            "{key}"
+            serde_json::to_string(&messages[..3]).unwrap(),
+            serde_json::to_string(&parent["messages"].as_array().unwrap()[..3]).unwrap(),
+            "{marked}"
+        );
+        // The caller's last reply as it was, its calls answered with a note, then the task.
+        assert_eq!(messages[3]["content"][1]["name"], "task", "{marked}");
+        let opening = messages[4]["content"].as_array().unwrap();
+        assert_eq!(opening[0]["tool_use_id"], "t1");
+        assert_eq!(opening[1]["tool_use_id"], "t2");
+        let separator = opening[2]["text"].as_str().unwrap();
+        assert!(
+            separator.starts_with("--- The conversation above is the one you were started from.")
         );
     }
-    let prefix =
-        |b: &Value| serde_json::to_string(&b["messages"].as_array().unwrap()[..3]).unwrap();
-    assert_eq!(prefix(&f1), prefix(&parent));
-    let messages = f1["messages"].as_array().unwrap();
-    assert_eq!(messages.len(), 5);
-    // The turn that called `task` keeps its text; the unanswered calls are dropped.
-    assert_eq!(
-        messages[3]["content"],
-        json!([{"type": "text", "text": "Delegating."}])
-    );
-    let separator = messages[4]["content"][0]["text"].as_str().unwrap();
-    assert!(separator.starts_with("--- The conversation above is the one you were started from."));
-    assert!(separator.ends_with("MARK-f1 go on"));
-
-    // With fewer tools, calls it cannot make become notes, in the same order.
-    let f2 = bodies
+    // The narrow fork's call of a tool it was not given was refused, not run.
+    let refused = bodies
         .iter()
-        .find(|b| last_text(b).contains("MARK-f2"))
+        .find(|b| b.to_string().contains("MARK-f2 go on") && b.to_string().contains("\"n1\""))
         .unwrap();
-    assert_eq!(tool_names(f2), ["grep"]);
-    let messages = f2["messages"].as_array().unwrap();
-    assert_eq!(messages[0], parent["messages"][0]);
-    assert_eq!(
-        messages[1]["content"],
-        json!([{"type": "text", "text": "Let me look."}, {"type": "text", "text": "[called read_file with {\"path\":\"a.txt\"}]"}])
-    );
-    let note = messages[2]["content"][0]["text"].as_str().unwrap();
-    assert!(
-        note.starts_with("[read_file returned: ") && note.contains("alpha"),
-        "{note}"
-    );
+    let (text, is_error) = result_for(refused, "n1");
+    assert!(is_error && !text.contains("alpha"), "{text}");
     let last = bodies.last().unwrap();
     assert!(result_for(last, "t1").0.starts_with("f1 done"));
     assert!(result_for(last, "t2").0.starts_with("f2 done"));

@@ -116,7 +116,7 @@ struct SystemText<'a> {
 
 /// The request body. Two cache breakpoints: one on the system prompt (caching tools and
 /// system, the stable prefix) and one on the newest message's last block, so each turn reads
-/// what the last one wrote. `messages` are the conversation's, already redacted.
+/// what the last one wrote; a third at the end of a history shared with others (a fork's). `messages` are the conversation's, already redacted.
 pub(super) fn body(req: &ChatRequest, system: &str, messages: &[&Message]) -> Vec<u8> {
     let newest = messages.len().saturating_sub(1);
     let request = Request {
@@ -151,7 +151,8 @@ pub(super) fn body(req: &ChatRequest, system: &str, messages: &[&Message]) -> Ve
                         .iter()
                         .enumerate()
                         .map(|(i, b)| {
-                            WireBlock::of(b, (at == newest && i == last).then_some(EPHEMERAL))
+                            let marked = at == newest || Some(at) == req.shared_until;
+                            WireBlock::of(b, (marked && i == last).then_some(EPHEMERAL))
                         })
                         .collect(),
                 }

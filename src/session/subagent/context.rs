@@ -1,9 +1,9 @@
 //! What a subagent starts from besides its prompt: the files its `task` call names, and for a
 //! forked subagent its caller's conversation.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
-use crate::provider::message::{Block, ChatRequest, Message, Role};
+use crate::provider::message::{Block, ChatRequest, Message, Role, ToolDef};
 use crate::tools::ToolContext;
 use crate::tools::task::ContextFile;
 
@@ -43,10 +43,23 @@ pub(super) fn context_files(ctx: &ToolContext, files: &[ContextFile]) -> Result<
     Ok(out)
 }
 
-/// The parent's conversation as a forked subagent starts from it (docs/src/delegation.md): tool calls
-/// the subagent cannot make, and their results, become short text notes; calls not answered yet
-/// (the `task` calls being run, and their siblings) are dropped.
-pub fn fork(parent: &ChatRequest, tools: &BTreeSet<String>) -> Vec<Message> {
+/// What a forked subagent starts from (docs/src/delegation.md): its caller's system prompt, tools
+/// and conversation byte for byte, so its requests begin with the bytes its caller's cache
+/// holds; a call of a tool the fork may not use is refused when made. The calls of the caller's
+/// last reply (the `task` calls being run, and their siblings) are answered with a note, as the
+/// API wants every call answered.
+pub struct Fork {
+    pub system: String,
+    pub tools: Vec<ToolDef>,
+    pub history: Vec<Message>,
+    /// The caller's last message: where the history every sibling shares ends.
+    pub shared_until: Option<usize>,
+}
+
+/// The note each of the caller's unanswered calls gets in a fork.
+pub const RUNNING: &str = "[this call is being run: you are one of the subagents it started]";
+
+pub fn fork(parent: &ChatRequest) -> Fork {
     let answered: BTreeSet<&str> = parent
         .messages
         .iter()
@@ -56,69 +69,37 @@ pub fn fork(parent: &ChatRequest, tools: &BTreeSet<String>) -> Vec<Message> {
             _ => None,
         })
         .collect();
-    let names: BTreeMap<&str, &str> = parent
+    let pending: Vec<Block> = parent
         .messages
-        .iter()
+        .last()
+        .filter(|m| m.role == Role::Assistant)
+        .into_iter()
         .flat_map(|m| &m.content)
         .filter_map(|b| match b {
-            Block::ToolUse { id, name, .. } => Some((id.as_str(), name.as_str())),
+            Block::ToolUse { id, .. } if !answered.contains(id.as_str()) => {
+                Some(Block::ToolResult {
+                    tool_use_id: id.clone(),
+                    content: RUNNING.to_owned(),
+                    is_error: false,
+                })
+            }
             _ => None,
         })
         .collect();
-    let short = |text: &str, n: usize| -> String {
-        let cut: String = text.chars().take(n).collect();
-        if cut.len() < text.len() {
-            format!("{cut}…")
-        } else {
-            cut
-        }
-    };
-    let mut out = Vec::new();
-    for message in &parent.messages {
-        let mut content = Vec::new();
-        for block in &message.content {
-            match block {
-                Block::ToolUse { id, .. } if !answered.contains(id.as_str()) => {}
-                Block::ToolUse { name, input, .. } if !tools.contains(name) => {
-                    content.push(Block::Text {
-                        text: format!("[called {name} with {}]", short(&input.to_string(), 200)),
-                    });
-                }
-                Block::ToolResult {
-                    tool_use_id,
-                    content: text,
-                    ..
-                } if names
-                    .get(tool_use_id.as_str())
-                    .is_some_and(|n| !tools.contains(*n)) =>
-                {
-                    let name = names.get(tool_use_id.as_str()).copied().unwrap_or("tool");
-                    content.push(Block::Text {
-                        text: format!("[{name} returned: {}]", short(text, 500)),
-                    });
-                }
-                other => content.push(other.clone()),
-            }
-        }
-        if content.is_empty() {
-            continue;
-        }
-        match out.last_mut() {
-            Some(Message {
-                role,
-                content: last,
-            }) if *role == message.role => last.extend(content),
-            _ => out.push(Message {
-                role: message.role,
-                content,
-            }),
-        }
+    let mut history = parent.messages.clone();
+    let shared_until = history.len().checked_sub(1);
+    if !pending.is_empty() {
+        history.push(Message {
+            role: Role::User,
+            content: pending,
+        });
     }
-    // A conversation starts with the user.
-    if out.first().is_some_and(|m| m.role == Role::Assistant) {
-        out.insert(0, Message::user_text("(earlier conversation)"));
+    Fork {
+        system: parent.system.clone(),
+        tools: parent.tools.clone(),
+        history,
+        shared_until,
     }
-    out
 }
 
 #[cfg(test)]
@@ -143,10 +124,10 @@ mod tests {
     }
 
     #[test]
-    fn a_fork_keeps_what_it_can_use_notes_the_rest_and_drops_unanswered_calls() {
+    fn a_fork_starts_from_its_callers_request_byte_for_byte() {
         let parent = ChatRequest {
             model: "m".into(),
-            system: "s".into(),
+            system: "the caller's system".into(),
             messages: vec![
                 Message::user_text("go"),
                 Message {
@@ -164,45 +145,28 @@ mod tests {
                             text: "Delegating.".into(),
                         },
                         tool_use("t3", "task"),
+                        tool_use("t4", "task"),
                     ],
                 },
             ],
-            tools: Vec::new(),
+            tools: vec![ToolDef {
+                name: "task".into(),
+                description: "d".into(),
+                input_schema: json!({"type": "object"}),
+            }],
             max_tokens: 10,
             no_tool_calls: false,
+            shared_until: None,
         };
-        let tools: BTreeSet<String> = ["read_file".to_owned()].into();
-        let forked = fork(&parent, &tools);
-        assert_eq!(forked.len(), 4);
-        assert_eq!(forked[0], parent.messages[0]);
+        let fork = fork(&parent);
+        assert_eq!(fork.system, parent.system);
+        assert_eq!(fork.tools, parent.tools);
+        // Everything the caller sent, unchanged, then an answer to each call being run.
+        assert_eq!(fork.history[..4], parent.messages[..]);
+        assert_eq!(fork.shared_until, Some(3));
         assert_eq!(
-            forked[1].content,
-            vec![
-                tool_use("t1", "read_file"),
-                Block::Text {
-                    text: "[called write_file with {\"path\":\"a.rs\"}]".into()
-                }
-            ]
+            fork.history[4].content,
+            vec![result("t3", RUNNING), result("t4", RUNNING)]
         );
-        assert_eq!(
-            forked[2].content,
-            vec![
-                result("t1", "fn a() {}"),
-                Block::Text {
-                    text: "[write_file returned: created a.rs]".into()
-                }
-            ]
-        );
-        // The unanswered task call is gone; the text before it stays.
-        assert_eq!(
-            forked[3].content,
-            vec![Block::Text {
-                text: "Delegating.".into()
-            }]
-        );
-        // With every tool, nothing but the unanswered call changes.
-        let all: BTreeSet<String> = ["read_file", "write_file", "task"].map(String::from).into();
-        let same = fork(&parent, &all);
-        assert_eq!(same[..3], parent.messages[..3]);
     }
 }

@@ -80,6 +80,9 @@ struct Prepared {
     tools: StepTools,
     history: Vec<Message>,
     first_message: String,
+    /// A fork's: its caller's system prompt, and where the history it shares ends.
+    system: Option<String>,
+    shared_until: Option<usize>,
     events: Emitter,
 }
 
@@ -217,22 +220,30 @@ impl Delegation {
             &events,
             vec![ctx.workspace.root().to_string()],
         )?;
-        let (history, first_message) = match saved {
-            Some(saved) => (saved.messages, format!("{}{files}", input.prompt)),
-            None if agent.fork_context => {
-                let history = ctx
-                    .conversation
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .as_ref()
-                    .map_or_else(Vec::new, |p| fork(p, &tools));
+        let parent = ctx
+            .conversation
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .filter(|_| saved.is_none() && agent.fork_context)
+            .map(fork);
+        let mut offered = None;
+        let (mut system, mut shared_until) = (None, None);
+        let (history, first_message) = match (saved, parent) {
+            (Some(saved), _) => (saved.messages, format!("{}{files}", input.prompt)),
+            (None, Some(fork)) => {
+                // The caller's prefix byte for byte: its system prompt and tools; the agent's
+                // own instructions come with the task.
+                system = Some(fork.system);
+                offered = Some(fork.tools);
+                shared_until = fork.shared_until;
                 let first = format!(
-                    "--- The conversation above is the one you were started from. You are now the subagent `{}`: do only the task below, and end with its result. ---\n\n{}{files}",
-                    agent.name, input.prompt
+                    "--- The conversation above is the one you were started from. You are now the subagent `{}`: do only the task below, and end with its result. Tools you were not given answer with an error. ---\n\n{}\n\n{}{files}",
+                    agent.name, agent.system_prompt, input.prompt
                 );
-                (history, first)
+                (fork.history, first)
             }
-            None => (
+            (None, None) => (
                 Vec::new(),
                 prompt::first_message(
                     ctx.workspace.root().as_str(),
@@ -266,9 +277,12 @@ impl Delegation {
                 registry: self.scope.registry.clone(),
                 allowed: tools,
                 context,
+                offered,
             },
             history,
             first_message,
+            system,
+            shared_until,
             events,
         })
     }
@@ -318,13 +332,16 @@ impl Delegation {
         let conversation = super::converse(Session {
             api: job.api.as_ref(),
             model: &job.model.model,
-            system: prompt::with_memory(
-                prompt::system_prompt(&job.agent.system_prompt, None),
-                scope
-                    .memory
-                    .as_ref()
-                    .filter(|_| !job.agent.omit_project_memory),
-            ),
+            system: job.system.unwrap_or_else(|| {
+                prompt::with_memory(
+                    prompt::system_prompt(&job.agent.system_prompt, None),
+                    scope
+                        .memory
+                        .as_ref()
+                        .filter(|_| !job.agent.omit_project_memory),
+                )
+            }),
+            shared_until: job.shared_until,
             history: job.history,
             first_message: job.first_message,
             max_turns: job.agent.max_turns.unwrap_or(scope.max_turns),
