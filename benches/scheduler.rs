@@ -255,6 +255,7 @@ fn overhead(runtime: &tokio::runtime::Runtime) {
             state_dir: root.join(".runner"),
             fail_fast: false,
             resume: None,
+            continue_steps: false,
             only: BTreeSet::new(),
             run_id: None,
             interrupt: CancellationToken::new(),

@@ -137,6 +137,10 @@ pub(crate) struct RunArgs {
     /// Reuse the successful steps of an earlier run (a run id, or `latest`)
     #[arg(long, value_name = "RUN_ID")]
     pub(crate) resume: Option<String>,
+    /// With --resume: continue each step that did not succeed from its last turn (its
+    /// conversation, its branch's work) instead of starting it again
+    #[arg(long = "continue", requires = "resume")]
+    pub(crate) continue_steps: bool,
     /// Name the run (e.g. the CI run's id); steps other jobs recorded under it are reused
     #[arg(long, value_name = "ID", conflicts_with = "resume")]
     pub(crate) run_id: Option<String>,

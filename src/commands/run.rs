@@ -81,6 +81,7 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
         state_dir,
         fail_fast: args.fail_fast,
         resume,
+        continue_steps: args.continue_steps,
         only,
         run_id: Some(run_id),
         interrupt,

@@ -206,3 +206,71 @@ impl TranscriptSink {
         }
     }
 }
+
+/// A step's conversation as its transcript recorded it, as of its last request (for
+/// `--continue`): each `turn_started` adds the messages that request added, a tool result
+/// written as `"content_in": "tool_finished"` is taken from its call's `tool_finished`, and a
+/// request that carries the whole conversation again (after old results were cleared or the
+/// conversation compacted) replaces what came before. Subagents' lines are not the step's.
+/// The transcript is read through the limit every file runner reads has.
+pub fn conversation(path: &Utf8Path) -> Result<Vec<crate::provider::message::Message>, String> {
+    use crate::provider::message::{Block, Message};
+    use serde_json::Value;
+    let text = crate::limits::read_text(path, crate::limits::MAX_RUN_RECORD_BYTES)
+        .map_err(|err| format!("cannot read `{path}`: {err}"))?;
+    let mut outputs: BTreeMap<String, String> = BTreeMap::new();
+    let mut messages: Vec<Message> = Vec::new();
+    for line in text.lines() {
+        let Ok(event) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        if event.get("agent").is_some() {
+            continue;
+        }
+        match event["event"].as_str() {
+            Some("tool_finished") => {
+                if let (Some(id), Some(output)) = (event["id"].as_str(), event["output"].as_str()) {
+                    outputs.insert(id.to_owned(), output.to_owned());
+                }
+            }
+            Some("turn_started") => {
+                let mut added = Vec::new();
+                for mut message in event["messages"].as_array().cloned().unwrap_or_default() {
+                    for block in message["content"].as_array_mut().into_iter().flatten() {
+                        if block.get("content_in").is_some() {
+                            let id = block["tool_use_id"].as_str().unwrap_or_default();
+                            let output = outputs.get(id).cloned().ok_or_else(|| {
+                                format!(
+                                    "`{path}`: the result of call `{id}` is not in the transcript"
+                                )
+                            })?;
+                            block["content"] = Value::String(output);
+                            if let Some(fields) = block.as_object_mut() {
+                                fields.remove("content_in");
+                            }
+                        }
+                    }
+                    let message: Message = serde_json::from_value(message)
+                        .map_err(|err| format!("`{path}`: a message cannot be read: {err}"))?;
+                    added.push(message);
+                }
+                // The whole conversation again: it starts with the same first message.
+                if !messages.is_empty() && added.first() == messages.first() {
+                    messages.clear();
+                }
+                messages.extend(added);
+            }
+            _ => {}
+        }
+    }
+    if messages.is_empty() {
+        return Err(format!("`{path}` holds no request to go on from"));
+    }
+    // The step's own summary request (compaction) is no turn of its own to go on from.
+    if let Some(last) = messages.last_mut()
+        && matches!(last.content.last(), Some(Block::Text { text }) if text == crate::session::context::SUMMARY_REQUEST)
+    {
+        last.content.pop();
+    }
+    Ok(messages)
+}

@@ -21,6 +21,9 @@ pub enum Prepared {
         fingerprint: String,
         /// Its `env` templates, rendered.
         env: BTreeMap<String, String>,
+        /// With `--continue`: the resumed run's record of this step, which did not succeed and
+        /// is unchanged: it goes on from there.
+        continues: Option<Box<StepRecord>>,
     },
     /// A fan-out whose needs are done: its list is to be made into instances
     /// ([`super::fanout::expand`]) with this context and what `--only` selects of it.
@@ -40,11 +43,14 @@ pub fn prepare(
     options: &RunOptions,
     env: &minijinja::Environment<'static>,
 ) -> Prepared {
-    let previous = options
-        .resume
-        .as_ref()
-        .and_then(|r| r.steps.get(&step.id))
-        .filter(|s| s.status == StepStatus::Succeeded);
+    let earlier = options.resume.as_ref().and_then(|r| r.steps.get(&step.id));
+    let previous = earlier.filter(|s| s.status == StepStatus::Succeeded);
+    // `--continue`: a step that ran and did not succeed goes on from its last turn.
+    let unfinished = earlier.filter(|s| {
+        options.continue_steps
+            && !matches!(s.status, StepStatus::Succeeded | StepStatus::Skipped)
+            && s.turns > 0
+    });
     let selection = Selection::of(&step.id, &options.only);
     if selection == Selection::Not {
         // Within one run spread over jobs, what another job decided stands, failures included.
@@ -63,7 +69,22 @@ pub fn prepare(
     if step.for_each.is_some() {
         return Prepared::Expand { context, selection };
     }
-    prepare_one(step, context, previous, options, record, env)
+    match prepare_one(step, context, previous, options, record, env) {
+        Prepared::Run {
+            prompt,
+            fingerprint,
+            env,
+            ..
+        } => Prepared::Run {
+            continues: unfinished
+                .filter(|s| s.fingerprint == fingerprint)
+                .map(|s| Box::new(s.clone())),
+            prompt,
+            fingerprint,
+            env,
+        },
+        other => other,
+    }
 }
 
 /// What `--only` selects of a step: all of it, some of its instances (`X[1]`), or nothing.
@@ -165,6 +186,7 @@ pub fn prepare_one(
         prompt,
         fingerprint,
         env: vars,
+        continues: None,
     }
 }
 

@@ -27,6 +27,8 @@ pub struct StepJob {
     pub events: Emitter,
     /// Its `env` values that were templates, rendered (the others still hold `${VAR}`).
     pub rendered_env: std::collections::BTreeMap<String, String>,
+    /// `--continue`: the conversation it goes on from (empty for a fresh start).
+    pub history: Vec<crate::provider::message::Message>,
 }
 
 pub trait Executor: Send + Sync + 'static {
@@ -246,8 +248,12 @@ impl Executor for ModelExecutor {
                     ),
                     memory.as_ref(),
                 ),
-                history: Vec::new(),
-                first_message: session::prompt::first_message(&workdir, &job.prompt),
+                // Going on from an earlier conversation, the next request is that one again.
+                first_message: match job.history.is_empty() {
+                    true => session::prompt::first_message(&workdir, &job.prompt),
+                    false => String::new(),
+                },
+                history: job.history,
                 shared_until: None,
                 max_turns: step.settings.max_turns,
                 max_tokens: step.settings.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),

@@ -32,6 +32,8 @@ pub struct RunOptions {
     pub fail_fast: bool,
     /// The run whose successful steps may be reused (`--resume`).
     pub resume: Option<RunRecord>,
+    /// `--continue`: steps of the resumed run that did not succeed go on from their last turn.
+    pub continue_steps: bool,
     /// `--only`: run just these steps.
     pub only: BTreeSet<String>,
     /// `--run-id`: the run's id, instead of a fresh one.

@@ -226,9 +226,32 @@ impl Repo {
     }
 
     pub fn add(&self, run_id: &str, step: &str) -> Result<Worktree, String> {
+        self.add_from(run_id, step, None)
+    }
+
+    /// A worktree whose files start from `start` (a branch an earlier run's step left, for
+    /// `--continue`), its diff still taken against HEAD.
+    pub fn add_from(
+        &self,
+        run_id: &str,
+        step: &str,
+        start: Option<&str>,
+    ) -> Result<Worktree, String> {
         let branch = format!("runner/{run_id}/{step}");
         let path = self.worktrees.join(run_id).join(step);
         let base = self.main(&["rev-parse", "HEAD"])?.trim().to_owned();
+        let start = match start {
+            Some(start) => self
+                .main(&[
+                    "rev-parse",
+                    "--verify",
+                    "--end-of-options",
+                    &format!("{start}^{{commit}}"),
+                ])?
+                .trim()
+                .to_owned(),
+            None => base.clone(),
+        };
         self.main(&[
             "worktree",
             "add",
@@ -236,7 +259,7 @@ impl Repo {
             "-b",
             &branch,
             path.as_str(),
-            &base,
+            &start,
         ])?;
         // Read what git wrote before the step can touch it; from now on this is the truth.
         let dot_git = std::fs::read_to_string(path.join(".git"))
@@ -308,6 +331,11 @@ impl Repo {
         if changed {
             let message = format!("runner: {step}");
             in_tree(&["commit", "--quiet", "--no-verify", "-m", &message])?;
+        }
+        // A tree that started from an earlier run's branch (`--continue`) holds that work as
+        // commits already.
+        let work = changed || in_tree(&["rev-parse", "HEAD"])?.trim() != tree.base;
+        if work {
             finished.diff = in_tree(&[
                 "diff",
                 "--no-ext-diff",
@@ -327,7 +355,7 @@ impl Repo {
         std::fs::remove_dir_all(&tree.path)
             .map_err(|e| format!("cannot remove the worktree `{}`: {e}", tree.path))?;
         self.main(&["worktree", "prune"])?;
-        if !changed {
+        if !work {
             self.main(&["branch", "-D", "--quiet", &tree.branch])?;
         }
         Ok(finished)

@@ -1,5 +1,5 @@
-//! Siblings that share a cacheable prefix (the forks of one turn, the fan-out instances or the
-//! parallel steps of one agent) do not each write it: the first request with a given prefix goes
+//! Siblings that share a cacheable prefix (the forks of one turn, the fan-out instances of one
+//! step) do not each write it: the first request with a given prefix goes
 //! alone, and the others follow as soon as its reply begins, when the provider has cached the
 //! prefix, so they read it at a tenth of the price instead of writing it at 1.25 times
 //! (docs/src/runs.md, "Context that lasts").
@@ -15,20 +15,24 @@ use crate::provider::message::ChatRequest;
 
 /// How long a sibling waits for the first reply to begin before it goes anyway (a slow or
 /// stuck first request must not hold the others for its whole time).
-const LONGEST_WAIT: Duration = Duration::from_secs(60);
+const LONGEST_WAIT: Duration = Duration::from_secs(30);
 
 fn gates() -> &'static Mutex<BTreeMap<String, watch::Sender<bool>>> {
     static GATES: OnceLock<Mutex<BTreeMap<String, watch::Sender<bool>>>> = OnceLock::new();
     GATES.get_or_init(Mutex::default)
 }
 
-/// The prefix a provider can cache for `request`: model, system prompt, tools, and the history
-/// shared with siblings (a fork's caller's), as a digest.
-pub fn key(request: &ChatRequest) -> String {
+/// The prefix a provider can cache for `request` among the siblings of `step` (its fan-out
+/// instances, its forks): model, system prompt, tools, and the history shared with siblings (a
+/// fork's caller's), as a digest. Other steps do not wait for each other.
+pub fn key(request: &ChatRequest, step: &str) -> String {
+    // An instance `X[3]` is a sibling of every `X[k]`.
+    let step = step.split_once('[').map_or(step, |(base, _)| base);
     let shared = request.shared_until.map_or(&request.messages[..0], |end| {
         &request.messages[..(end + 1).min(request.messages.len())]
     });
     let prefix = serde_json::json!({
+        "step": step,
         "model": request.model,
         "system": request.system,
         "tools": request.tools,
@@ -91,12 +95,14 @@ mod tests {
 
     #[tokio::test]
     async fn the_first_goes_and_the_others_wait_for_its_reply_to_begin() {
-        let key = key(&request("gate test"));
-        // The first message is not part of the shared prefix.
+        let key = key(&request("gate test"), "each[0]");
+        // The first message is not part of the shared prefix; instances are siblings.
         let mut other = request("gate test");
         other.messages = vec![Message::user_text("task two")];
-        assert_eq!(super::key(&other), key);
-        assert_ne!(super::key(&request("another system")), key);
+        assert_eq!(super::key(&other, "each[7]"), key);
+        assert_ne!(super::key(&request("another system"), "each[0]"), key);
+        // Another step does not wait for this one.
+        assert_ne!(super::key(&request("gate test"), "other"), key);
         let opener = enter(key.clone()).await.expect("the first goes at once");
         let second = tokio::spawn(enter(key.clone()));
         tokio::task::yield_now().await;

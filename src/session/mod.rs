@@ -247,7 +247,10 @@ pub async fn converse(mut session: Session<'_>) -> Conversation {
         max_tokens: session.max_tokens,
     });
     let mut history = std::mem::take(&mut session.history);
-    push_user_text(&mut history, std::mem::take(&mut session.first_message));
+    let first = std::mem::take(&mut session.first_message);
+    if !first.is_empty() {
+        push_user_text(&mut history, first);
+    }
     // The one copy of the conversation: the loop adds to it, and it is what the caller gets.
     let mut request = ChatRequest {
         model: session.model.to_owned(),
@@ -442,7 +445,7 @@ impl Turns<'_, '_> {
         let session = self.session;
         // The first request waits for a sibling's with the same cacheable prefix to begin.
         let opener = match std::mem::take(&mut self.first_request) {
-            true => gate::enter(gate::key(request)).await,
+            true => gate::enter(gate::key(request, &self.step)).await,
             false => None,
         };
         let (step, turn) = (&self.step, self.turn);

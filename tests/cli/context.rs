@@ -345,3 +345,132 @@ async fn a_compacted_run_replays_strictly() {
         "the replay reached the server"
     );
 }
+
+/// `--resume RUN --continue`: a step that failed at turn 6 with a provider error goes on from
+/// its last turn, its earlier turns in its first request; without `--continue` it starts over.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_step_continues_from_its_last_turn() {
+    // Turns 1-5 read a file each; the sixth request is refused (once); then it answers.
+    let refused = Arc::new(Mutex::new(false));
+    let seen = refused.clone();
+    let fake = Fake::anthropic_fn(move |body| {
+        let rounds = body["messages"].as_array().map_or(0, Vec::len) / 2;
+        let mut refused = seen.lock().unwrap();
+        if rounds == 5 && !*refused {
+            *refused = true;
+            return crate::fake::bad_request("simulated: the provider refused this request");
+        }
+        if rounds < 5 {
+            return Reply::Read(rounds).template(true, 100);
+        }
+        Reply::Text("Read five files.".into()).template(true, 100)
+    })
+    .await;
+    let workflow = "name = \"c\"\n[models]\ndefault = \"anthropic/claude-test\"\n[steps.read]\nagent = \"explore\"\nprompt = \"Read data/f000.txt to data/f004.txt.\"\n";
+    let (first, test) = project(workflow)
+        .env("ANTHROPIC_API_KEY", "sk-test")
+        .env("ANTHROPIC_BASE_URL", &fake.uri())
+        .args(&["run", "w.toml", "--format", "json"])
+        .run_async()
+        .await;
+    assert_eq!(first.status, 1, "{}", first.transcript());
+    let failed: Value = serde_json::from_str(&first.stdout).unwrap();
+    assert_eq!(failed["steps"]["read"]["turns"], 6);
+    let before = fake.requests().await.len();
+    assert_eq!(before, 6);
+    let (second, _test) = test
+        .clear_args()
+        .args(&[
+            "run",
+            "w.toml",
+            "--format",
+            "json",
+            "--resume",
+            "latest",
+            "--continue",
+        ])
+        .run_async()
+        .await;
+    assert_eq!(second.status, 0, "{}", second.transcript());
+    let record: Value = serde_json::from_str(&second.stdout).unwrap();
+    assert_eq!(record["steps"]["read"]["summary"], "Read five files.");
+    let bodies = fake.bodies().await;
+    // One request, not six: the earlier turns were its first request.
+    assert_eq!(bodies.len(), before + 1);
+    let resent = &bodies[before];
+    let messages = resent["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 11, "the first message and five rounds");
+    assert_eq!(
+        without_marks(&messages[..10]),
+        without_marks(&bodies[5]["messages"].as_array().unwrap()[..10])
+    );
+    for n in 0..5 {
+        assert!(
+            resent.to_string().contains(&format!("MARK-f{n:03}")),
+            "file {n}"
+        );
+    }
+}
+
+fn without_marks(messages: &[Value]) -> String {
+    serde_json::to_string(messages)
+        .unwrap()
+        .replace(",\"cache_control\":{\"type\":\"ephemeral\"}", "")
+}
+
+/// A worktree step continued with `--continue` goes on from its branch's work: the file its
+/// first turn wrote is in the new worktree, and in the branch the continued step leaves.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_continued_worktree_step_keeps_its_work() {
+    let refused = Arc::new(Mutex::new(false));
+    let seen = refused.clone();
+    let fake = Fake::anthropic_fn(move |body| {
+        let count = body["messages"].as_array().map_or(0, Vec::len);
+        let mut refused = seen.lock().unwrap();
+        match count {
+            1 => crate::fake::anthropic_tool(
+                "w1",
+                "write_file",
+                json!({"path": "new.txt", "content": "written in the first run\n"}),
+            ),
+            3 if !*refused => {
+                *refused = true;
+                crate::fake::bad_request("simulated: the provider refused this request")
+            }
+            _ => Reply::Text("Wrote new.txt.".into()).template(true, 100),
+        }
+    })
+    .await;
+    let workflow = "name = \"c\"\n[models]\ndefault = \"anthropic/claude-test\"\n[steps.write]\nagent = \"code\"\nisolation = \"worktree\"\nprompt = \"Write new.txt.\"\n";
+    let test = Test::new()
+        .file("w.toml", workflow)
+        .file("README.md", "project\n");
+    crate::support::init_repo(test.path());
+    let (first, test) = test
+        .env("ANTHROPIC_API_KEY", "sk-test")
+        .env("ANTHROPIC_BASE_URL", &fake.uri())
+        .args(&["run", "w.toml", "--format", "json"])
+        .run_async()
+        .await;
+    assert_eq!(first.status, 1, "{}", first.transcript());
+    let (second, test) = test
+        .clear_args()
+        .args(&[
+            "run",
+            "w.toml",
+            "--format",
+            "json",
+            "--resume",
+            "latest",
+            "--continue",
+        ])
+        .run_async()
+        .await;
+    assert_eq!(second.status, 0, "{}", second.transcript());
+    let record: Value = serde_json::from_str(&second.stdout).unwrap();
+    let branch = record["steps"]["write"]["branch"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{}", record["steps"]["write"]));
+    let shown = crate::support::git(test.path(), &["show", &format!("{branch}:new.txt")]);
+    assert_eq!(shown, "written in the first run\n");
+}

@@ -130,6 +130,7 @@ async fn a_tool_and_a_model_api_plug_in_by_registration() {
         state_dir: root.join(".runner"),
         fail_fast: false,
         resume: None,
+        continue_steps: false,
         only: BTreeSet::new(),
         run_id: None,
         interrupt: CancellationToken::new(),

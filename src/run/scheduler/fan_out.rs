@@ -44,10 +44,12 @@ impl Scheduler<'_> {
                 instance: Some(k),
             };
             match prepared {
+                // Instances start again with `--continue` (they are not continued yet).
                 Prepared::Run {
                     prompt,
                     fingerprint,
                     env,
+                    ..
                 } => {
                     entry.fingerprint = fingerprint;
                     self.prompts.insert(unit, (prompt, env));

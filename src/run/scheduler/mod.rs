@@ -72,6 +72,8 @@ struct Scheduler<'a> {
     ready: BTreeSet<usize>,
     to_start: BTreeSet<Unit>,
     prompts: BTreeMap<Unit, (String, BTreeMap<String, String>)>,
+    /// `--continue`: the resumed run's records of steps that go on from where they were.
+    continues: BTreeMap<Unit, Box<StepRecord>>,
     running: BTreeMap<Unit, Running>,
     fan_outs: BTreeMap<usize, FanOut>,
     /// What finished steps left, as templates read it.
@@ -145,6 +147,7 @@ pub async fn execute(
         ready,
         to_start: BTreeSet::new(),
         prompts: BTreeMap::new(),
+        continues: BTreeMap::new(),
         running: BTreeMap::new(),
         fan_outs: BTreeMap::new(),
         results: Default::default(),
@@ -315,7 +318,11 @@ impl Scheduler<'_> {
                     prompt,
                     fingerprint,
                     env,
+                    continues,
                 } => {
+                    if let Some(earlier) = continues {
+                        self.continues.insert(Unit::step(i), earlier);
+                    }
                     self.record.step_mut(&step.id).fingerprint = fingerprint;
                     self.prompts.insert(Unit::step(i), (prompt, env));
                     self.to_start.insert(Unit::step(i));
@@ -365,6 +372,22 @@ impl Scheduler<'_> {
         }
     }
 
+    /// The conversation `id` had in the resumed run, as its transcript recorded it.
+    fn earlier_conversation(
+        &self,
+        id: &str,
+    ) -> Result<Vec<crate::provider::message::Message>, String> {
+        let resumed = self
+            .options
+            .resume
+            .as_ref()
+            .ok_or_else(|| "--continue needs --resume".to_owned())?;
+        let run_dir = self.options.state_dir.join("runs").join(&resumed.run_id);
+        crate::report::transcript::conversation(&crate::report::transcript::TranscriptSink::path(
+            &run_dir, id,
+        ))
+    }
+
     /// Starts a unit: its worktree, its record, its future. `None` when it could not start
     /// (it has been recorded as failed).
     fn start(
@@ -382,14 +405,29 @@ impl Scheduler<'_> {
         };
         planned.id = id.clone();
         let step: Arc<PlannedStep> = Arc::new(planned);
-        let tree = match (&self.repo, step.isolation) {
-            (Some(repo), Isolation::Worktree) => match repo.add(&self.record.run_id, &tree_name) {
-                Ok(tree) => Some(tree),
+        let earlier = self.continues.remove(&unit);
+        // Going on from an earlier run: its conversation, and its branch's work.
+        let history = match &earlier {
+            Some(_) => match self.earlier_conversation(&id) {
+                Ok(history) => history,
                 Err(err) => {
-                    self.finish_unstarted(unit, Outcome::failed(FailureKind::Worktree, err));
+                    self.finish_unstarted(unit, Outcome::failed(FailureKind::Setup, err));
                     return None;
                 }
             },
+            None => Vec::new(),
+        };
+        let start_from = earlier.as_ref().and_then(|e| e.branch.clone());
+        let tree = match (&self.repo, step.isolation) {
+            (Some(repo), Isolation::Worktree) => {
+                match repo.add_from(&self.record.run_id, &tree_name, start_from.as_deref()) {
+                    Ok(tree) => Some(tree),
+                    Err(err) => {
+                        self.finish_unstarted(unit, Outcome::failed(FailureKind::Worktree, err));
+                        return None;
+                    }
+                }
+            }
             _ => None,
         };
         let root = tree
@@ -417,6 +455,7 @@ impl Scheduler<'_> {
             root,
             events: Emitter::queued(&id, self.pump.queue().clone(), tally),
             step,
+            history,
         }))
     }
 
