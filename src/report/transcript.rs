@@ -211,20 +211,28 @@ impl TranscriptSink {
 /// `--continue`): each `turn_started` adds the messages that request added, a tool result
 /// written as `"content_in": "tool_finished"` is taken from its call's `tool_finished`, and a
 /// request that carries the whole conversation again (after old results were cleared or the
-/// conversation compacted) replaces what came before. Subagents' lines are not the step's.
+/// conversation compacted) replaces what came before. Only `agent`'s lines count (`None`: the
+/// step's own; a subagent's transcript is its own file); a subagent's ends with its final
+/// answer, as a finished subagent's conversation does.
 /// The transcript is read through the limit every file runner reads has.
-pub fn conversation(path: &Utf8Path) -> Result<Vec<crate::provider::message::Message>, String> {
+pub fn conversation(
+    path: &Utf8Path,
+    agent: Option<&str>,
+) -> Result<Vec<crate::provider::message::Message>, String> {
+    use crate::provider::format::{anthropic, openai};
     use crate::provider::message::{Block, Message};
     use serde_json::Value;
     let text = crate::limits::read_text(path, crate::limits::MAX_RUN_RECORD_BYTES)
         .map_err(|err| format!("cannot read `{path}`: {err}"))?;
     let mut outputs: BTreeMap<String, String> = BTreeMap::new();
     let mut messages: Vec<Message> = Vec::new();
+    // A subagent's final answer: the reply after its last request, when it made no call.
+    let mut answer: Option<Message> = None;
     for line in text.lines() {
         let Ok(event) = serde_json::from_str::<Value>(line) else {
             continue;
         };
-        if event.get("agent").is_some() {
+        if event.get("agent").and_then(Value::as_str) != agent {
             continue;
         }
         match event["event"].as_str() {
@@ -233,7 +241,19 @@ pub fn conversation(path: &Utf8Path) -> Result<Vec<crate::provider::message::Mes
                     outputs.insert(id.to_owned(), output.to_owned());
                 }
             }
+            Some("turn_finished") => {
+                let body = &event["body"];
+                answer = anthropic::parse_response(body)
+                    .or_else(|_| openai::parse_response(body))
+                    .ok()
+                    .filter(|reply| reply.tool_uses().next().is_none())
+                    .map(|reply| Message {
+                        role: crate::provider::message::Role::Assistant,
+                        content: reply.content,
+                    });
+            }
             Some("turn_started") => {
+                answer = None;
                 let mut added = Vec::new();
                 for mut message in event["messages"].as_array().cloned().unwrap_or_default() {
                     for block in message["content"].as_array_mut().into_iter().flatten() {
@@ -265,6 +285,11 @@ pub fn conversation(path: &Utf8Path) -> Result<Vec<crate::provider::message::Mes
     }
     if messages.is_empty() {
         return Err(format!("`{path}` holds no request to go on from"));
+    }
+    if agent.is_some()
+        && let Some(answer) = answer
+    {
+        messages.push(answer);
     }
     // The step's own summary request (compaction) is no turn of its own to go on from.
     if let Some(last) = messages.last_mut()

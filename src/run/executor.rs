@@ -27,8 +27,10 @@ pub struct StepJob {
     pub events: Emitter,
     /// Its `env` values that were templates, rendered (the others still hold `${VAR}`).
     pub rendered_env: std::collections::BTreeMap<String, String>,
-    /// `--continue`: the conversation it goes on from (empty for a fresh start).
+    /// `--continue`: the conversation it goes on from (empty for a fresh start), and the
+    /// subagents it had, to be resumed by their ids.
     pub history: Vec<crate::provider::message::Message>,
+    pub subagents: Vec<crate::session::subagent::EarlierSubagent>,
 }
 
 pub trait Executor: Send + Sync + 'static {
@@ -214,8 +216,9 @@ impl Executor for ModelExecutor {
             let memory = step
                 .project_memory
                 .and_then(|_| session::prompt::project_memory(&tools.context.workspace));
+            let mut subagents = job.subagents;
             let scope = step.tools.contains(TASK).then(|| {
-                Arc::new(StepScope::new(
+                let scope = Arc::new(StepScope::new(
                     team,
                     step.subagents.clone(),
                     step.settings.max_subagent_depth,
@@ -226,7 +229,9 @@ impl Executor for ModelExecutor {
                     meter.clone(),
                     tools.registry.clone(),
                     memory.clone(),
-                ))
+                ));
+                scope.carry_over(std::mem::take(&mut subagents), &tools.allowed);
+                scope
             });
             let _stop_subagents = scope.as_ref().map(|s| s.cancel.clone().drop_guard());
             if let Some(scope) = &scope {

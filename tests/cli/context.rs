@@ -474,3 +474,97 @@ async fn a_continued_worktree_step_keeps_its_work() {
     let shown = crate::support::git(test.path(), &["show", &format!("{branch}:new.txt")]);
     assert_eq!(shown, "written in the first run\n");
 }
+
+/// A continued step keeps its subagents' ids: the one it started before the failure can be
+/// resumed by its id with its conversation, and a new one is numbered after it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_continued_step_keeps_its_subagents() {
+    let refused = Arc::new(Mutex::new(false));
+    let seen = refused.clone();
+    let task = |prompt: &str, resume: Option<&str>| {
+        let mut input =
+            json!({"description": "look", "prompt": prompt, "subagent_type": "explore"});
+        if let Some(id) = resume {
+            input["resume"] = json!(id);
+        }
+        input
+    };
+    let fake = Fake::anthropic_fn(move |body| {
+        let first = body["messages"][0].to_string();
+        let last = body["messages"]
+            .as_array()
+            .and_then(|m| m.last())
+            .map(Value::to_string)
+            .unwrap_or_default();
+        if last.contains("MARK-again") {
+            return Reply::Text("resumed with what I had".into()).template(true, 100);
+        }
+        if first.contains("MARK-new") {
+            return Reply::Text("new one done".into()).template(true, 100);
+        }
+        if first.contains("MARK-look") {
+            return Reply::Text("found the config".into()).template(true, 100);
+        }
+        let mut refused = seen.lock().unwrap();
+        match body["messages"].as_array().map_or(0, Vec::len) {
+            1 => crate::fake::anthropic_tool("c1", "task", task("MARK-look at the config", None)),
+            3 if !*refused => {
+                *refused = true;
+                crate::fake::bad_request("simulated: the provider refused this request")
+            }
+            3 => crate::fake::anthropic_tools(&[
+                (
+                    "c2",
+                    "task",
+                    task("MARK-again: and the tests?", Some("explore#1")),
+                ),
+                ("c3", "task", task("MARK-new look elsewhere", None)),
+            ]),
+            _ => Reply::Text("all done".into()).template(true, 100),
+        }
+    })
+    .await;
+    let workflow = "name = \"c\"\n[models]\ndefault = \"anthropic/claude-test\"\n[steps.lead]\nagent = \"code\"\nprompt = \"MARK-lead: look around.\"\n";
+    let (first, test) = Test::new()
+        .file("w.toml", workflow)
+        .env("ANTHROPIC_API_KEY", "sk-test")
+        .env("ANTHROPIC_BASE_URL", &fake.uri())
+        .args(&["run", "w.toml", "--format", "json"])
+        .run_async()
+        .await;
+    assert_eq!(first.status, 1, "{}", first.transcript());
+    let (second, _test) = test
+        .clear_args()
+        .args(&[
+            "run",
+            "w.toml",
+            "--format",
+            "json",
+            "--resume",
+            "latest",
+            "--continue",
+        ])
+        .run_async()
+        .await;
+    assert_eq!(second.status, 0, "{}", second.transcript());
+    let bodies = fake.bodies().await;
+    // The resumed subagent's request holds its first conversation.
+    let resumed = bodies
+        .iter()
+        .find(|b| {
+            b["messages"]
+                .as_array()
+                .and_then(|m| m.last())
+                .is_some_and(|m| m.to_string().contains("MARK-again"))
+        })
+        .unwrap();
+    let text = resumed.to_string();
+    assert!(
+        text.contains("MARK-look at the config") && text.contains("found the config"),
+        "{text}"
+    );
+    // The new subagent comes after it: explore#2.
+    let last = bodies.last().unwrap().to_string();
+    assert!(last.contains("[agent explore#2"), "{last}");
+    assert!(last.contains("[agent explore#1"), "{last}");
+}

@@ -372,20 +372,42 @@ impl Scheduler<'_> {
         }
     }
 
-    /// The conversation `id` had in the resumed run, as its transcript recorded it.
+    /// The conversation `id` had in the resumed run, as its transcript recorded it, and its
+    /// subagents' (those whose transcripts can be read; the others start afresh if resumed).
     fn earlier_conversation(
         &self,
         id: &str,
-    ) -> Result<Vec<crate::provider::message::Message>, String> {
+        earlier: &StepRecord,
+    ) -> Result<
+        (
+            Vec<crate::provider::message::Message>,
+            Vec<crate::session::subagent::EarlierSubagent>,
+        ),
+        String,
+    > {
+        use crate::report::transcript::{TranscriptSink, conversation};
         let resumed = self
             .options
             .resume
             .as_ref()
             .ok_or_else(|| "--continue needs --resume".to_owned())?;
         let run_dir = self.options.state_dir.join("runs").join(&resumed.run_id);
-        crate::report::transcript::conversation(&crate::report::transcript::TranscriptSink::path(
-            &run_dir, id,
-        ))
+        let messages = conversation(&TranscriptSink::path(&run_dir, id), None)?;
+        let subagents = earlier
+            .subagents
+            .iter()
+            .filter_map(|s| {
+                let path = TranscriptSink::subagent_path(&run_dir, id, &s.id);
+                let messages = conversation(&path, Some(&s.id)).ok()?;
+                Some(crate::session::subagent::EarlierSubagent {
+                    id: s.id.clone(),
+                    agent: s.agent.clone(),
+                    model: s.model.clone(),
+                    messages,
+                })
+            })
+            .collect();
+        Ok((messages, subagents))
     }
 
     /// Starts a unit: its worktree, its record, its future. `None` when it could not start
@@ -407,15 +429,15 @@ impl Scheduler<'_> {
         let step: Arc<PlannedStep> = Arc::new(planned);
         let earlier = self.continues.remove(&unit);
         // Going on from an earlier run: its conversation, and its branch's work.
-        let history = match &earlier {
-            Some(_) => match self.earlier_conversation(&id) {
-                Ok(history) => history,
+        let (history, subagents) = match &earlier {
+            Some(earlier) => match self.earlier_conversation(&id, earlier) {
+                Ok(found) => found,
                 Err(err) => {
                     self.finish_unstarted(unit, Outcome::failed(FailureKind::Setup, err));
                     return None;
                 }
             },
-            None => Vec::new(),
+            None => (Vec::new(), Vec::new()),
         };
         let start_from = earlier.as_ref().and_then(|e| e.branch.clone());
         let tree = match (&self.repo, step.isolation) {
@@ -456,6 +478,7 @@ impl Scheduler<'_> {
             events: Emitter::queued(&id, self.pump.queue().clone(), tally),
             step,
             history,
+            subagents,
         }))
     }
 

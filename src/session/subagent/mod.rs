@@ -27,7 +27,7 @@ use crate::tools::{Delegate, StepTools, TASK, TASK_OUTPUT, ToolContext, ToolOutp
 use context::context_files;
 pub use context::fork;
 use scope::Saved;
-pub use scope::{StepScope, Team};
+pub use scope::{EarlierSubagent, StepScope, Team};
 
 /// One agent that may delegate: a step (depth 0), or a subagent allowed to nest.
 pub struct Delegation {

@@ -237,6 +237,54 @@ impl StepScope {
         }
     }
 
+    /// With `--continue`: the subagents the step had in its earlier run, finished and ready to
+    /// `resume` by their ids; new ones are numbered after them (`explore#3` after `explore#2`).
+    /// Their tools are what they would get now: their agent's, within the step's `step_tools`.
+    pub fn carry_over(&self, earlier: Vec<EarlierSubagent>, step_tools: &BTreeSet<String>) {
+        let mut state = self.state();
+        for subagent in earlier {
+            if let Some((agent, n)) = subagent.id.rsplit_once('#')
+                && let Ok(n) = n.parse::<u32>()
+            {
+                let number = state.numbers.entry(agent.to_owned()).or_insert(0);
+                *number = (*number).max(n);
+            }
+            let tools = self
+                .team
+                .catalog
+                .get(&subagent.agent)
+                .map(|agent| {
+                    let mut tools: BTreeSet<String> = crate::tools::resolve(
+                        &self.registry,
+                        &agent.tools,
+                        None,
+                        agent.disallowed.iter(),
+                    )
+                    .intersection(step_tools)
+                    .cloned()
+                    .collect();
+                    // A step's direct subagents nest only below a depth of one.
+                    if self.max_depth <= 1 {
+                        tools.remove(crate::tools::task::TASK);
+                        tools.remove(crate::tools::task::TASK_OUTPUT);
+                    }
+                    tools
+                })
+                .unwrap_or_default();
+            if let Some(model) = ModelRef::parse(&subagent.model) {
+                state.conversations.insert(
+                    subagent.id,
+                    Saved {
+                        agent: subagent.agent,
+                        model,
+                        tools,
+                        messages: subagent.messages,
+                    },
+                );
+            }
+        }
+    }
+
     pub(super) fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -259,4 +307,12 @@ impl StepScope {
             }
         }
     }
+}
+
+/// A subagent a step had in an earlier run (`--continue`): its id, agent, model and conversation.
+pub struct EarlierSubagent {
+    pub id: String,
+    pub agent: String,
+    pub model: String,
+    pub messages: Vec<crate::provider::message::Message>,
 }
