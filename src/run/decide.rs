@@ -69,7 +69,16 @@ pub fn prepare(
     if step.for_each.is_some() {
         return Prepared::Expand { context, selection };
     }
-    match prepare_one(step, context, previous, options, record, env) {
+    continuing(
+        prepare_one(step, context, previous, options, record, env),
+        unfinished,
+    )
+}
+
+/// A step (or instance) to run goes on from its earlier record when that did not succeed and
+/// the step is unchanged (`--continue`).
+pub fn continuing(prepared: Prepared, unfinished: Option<&StepRecord>) -> Prepared {
+    match prepared {
         Prepared::Run {
             prompt,
             fingerprint,

@@ -122,7 +122,19 @@ pub fn expand(
                     JinjaValue::from(minijinja::value::Serde(&item)),
                     JinjaValue::from(index),
                 );
-                prepare_one(step, context, previous, options, record, env)
+                // `--continue`: an instance that ran and did not succeed goes on from there.
+                let unfinished = earlier.and_then(|e| {
+                    e.instances.iter().find(|i| {
+                        options.continue_steps
+                            && i.instance.as_deref() == Some(id.as_str())
+                            && !matches!(i.status, StepStatus::Succeeded | StepStatus::Skipped)
+                            && i.turns > 0
+                    })
+                });
+                super::decide::continuing(
+                    prepare_one(step, context, previous, options, record, env),
+                    unfinished,
+                )
             }
         };
         instances.push((id, item, prepared));

@@ -568,3 +568,56 @@ async fn a_continued_step_keeps_its_subagents() {
     assert!(last.contains("[agent explore#2"), "{last}");
     assert!(last.contains("[agent explore#1"), "{last}");
 }
+
+/// `--continue` goes on with a fan-out instance that failed, from its own last turn; the
+/// instance that succeeded is reused.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_instance_continues_from_its_last_turn() {
+    let refused = Arc::new(Mutex::new(false));
+    let seen = refused.clone();
+    let fake = Fake::anthropic_fn(move |body| {
+        let first = body["messages"][0].to_string();
+        let count = body["messages"].as_array().map_or(0, Vec::len);
+        let mut refused = seen.lock().unwrap();
+        match (first.contains("MARK-item-b"), count) {
+            (_, 1) => {
+                Reply::Read(if first.contains("MARK-item-b") { 1 } else { 0 }).template(true, 100)
+            }
+            (true, 3) if !*refused => {
+                *refused = true;
+                crate::fake::bad_request("simulated: the provider refused this request")
+            }
+            _ => Reply::Text("read it".into()).template(true, 100),
+        }
+    })
+    .await;
+    let workflow = "name = \"c\"\n[models]\ndefault = \"anthropic/claude-test\"\n[steps.each]\nagent = \"explore\"\nfor_each = [\"a\", \"b\"]\nprompt = \"MARK-item-{{ item }}: read your file.\"\n";
+    let (first, test) = project(workflow)
+        .env("ANTHROPIC_API_KEY", "sk-test")
+        .env("ANTHROPIC_BASE_URL", &fake.uri())
+        .args(&["run", "w.toml", "--format", "json"])
+        .run_async()
+        .await;
+    assert_eq!(first.status, 1, "{}", first.transcript());
+    let before = fake.requests().await.len();
+    let (second, _test) = test
+        .clear_args()
+        .args(&[
+            "run",
+            "w.toml",
+            "--format",
+            "json",
+            "--resume",
+            "latest",
+            "--continue",
+        ])
+        .run_async()
+        .await;
+    assert_eq!(second.status, 0, "{}", second.transcript());
+    let bodies = fake.bodies().await;
+    // One request: instance b's third, with its first two turns in it; a is reused.
+    assert_eq!(bodies.len(), before + 1);
+    let resent = &bodies[before];
+    assert_eq!(resent["messages"].as_array().unwrap().len(), 3);
+    assert!(resent.to_string().contains("MARK-item-b") && resent.to_string().contains("MARK-f001"));
+}

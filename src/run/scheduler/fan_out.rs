@@ -44,13 +44,15 @@ impl Scheduler<'_> {
                 instance: Some(k),
             };
             match prepared {
-                // Instances start again with `--continue` (they are not continued yet).
                 Prepared::Run {
                     prompt,
                     fingerprint,
                     env,
-                    ..
+                    continues,
                 } => {
+                    if let Some(earlier) = continues {
+                        self.continues.insert(unit, earlier);
+                    }
                     entry.fingerprint = fingerprint;
                     self.prompts.insert(unit, (prompt, env));
                     self.to_start.insert(unit);
