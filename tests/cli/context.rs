@@ -367,32 +367,10 @@ async fn a_failed_step_continues_from_its_last_turn() {
     })
     .await;
     let workflow = "name = \"c\"\n[models]\ndefault = \"anthropic/claude-test\"\n[steps.read]\nagent = \"explore\"\nprompt = \"Read data/f000.txt to data/f004.txt.\"\n";
-    let (first, test) = project(workflow)
-        .env("ANTHROPIC_API_KEY", "sk-test")
-        .env("ANTHROPIC_BASE_URL", &fake.uri())
-        .args(&["run", "w.toml", "--format", "json"])
-        .run_async()
-        .await;
-    assert_eq!(first.status, 1, "{}", first.transcript());
+    let (first, record, _test) = fail_then_continue(project(workflow), &fake).await;
     let failed: Value = serde_json::from_str(&first.stdout).unwrap();
     assert_eq!(failed["steps"]["read"]["turns"], 6);
-    let before = fake.requests().await.len();
-    assert_eq!(before, 6);
-    let (second, _test) = test
-        .clear_args()
-        .args(&[
-            "run",
-            "w.toml",
-            "--format",
-            "json",
-            "--resume",
-            "latest",
-            "--continue",
-        ])
-        .run_async()
-        .await;
-    assert_eq!(second.status, 0, "{}", second.transcript());
-    let record: Value = serde_json::from_str(&second.stdout).unwrap();
+    let before = 6;
     assert_eq!(record["steps"]["read"]["summary"], "Read five files.");
     let bodies = fake.bodies().await;
     // One request, not six: the earlier turns were its first request.
@@ -410,6 +388,34 @@ async fn a_failed_step_continues_from_its_last_turn() {
             "file {n}"
         );
     }
+}
+
+/// Runs the workflow of `test` against `fake` (it must fail), then again with `--resume latest
+/// --continue` (it must succeed): the first run's output, the second's `run.json`.
+async fn fail_then_continue(test: Test, fake: &Fake) -> (crate::support::Output, Value, Test) {
+    let (first, test) = test
+        .env("ANTHROPIC_API_KEY", "sk-test")
+        .env("ANTHROPIC_BASE_URL", &fake.uri())
+        .args(&["run", "w.toml", "--format", "json"])
+        .run_async()
+        .await;
+    assert_eq!(first.status, 1, "{}", first.transcript());
+    let (second, test) = test
+        .clear_args()
+        .args(&[
+            "run",
+            "w.toml",
+            "--format",
+            "json",
+            "--resume",
+            "latest",
+            "--continue",
+        ])
+        .run_async()
+        .await;
+    assert_eq!(second.status, 0, "{}", second.transcript());
+    let record: Value = serde_json::from_str(&second.stdout).unwrap();
+    (first, record, test)
 }
 
 fn without_marks(messages: &[Value]) -> String {
@@ -446,28 +452,7 @@ async fn a_continued_worktree_step_keeps_its_work() {
         .file("w.toml", workflow)
         .file("README.md", "project\n");
     crate::support::init_repo(test.path());
-    let (first, test) = test
-        .env("ANTHROPIC_API_KEY", "sk-test")
-        .env("ANTHROPIC_BASE_URL", &fake.uri())
-        .args(&["run", "w.toml", "--format", "json"])
-        .run_async()
-        .await;
-    assert_eq!(first.status, 1, "{}", first.transcript());
-    let (second, test) = test
-        .clear_args()
-        .args(&[
-            "run",
-            "w.toml",
-            "--format",
-            "json",
-            "--resume",
-            "latest",
-            "--continue",
-        ])
-        .run_async()
-        .await;
-    assert_eq!(second.status, 0, "{}", second.transcript());
-    let record: Value = serde_json::from_str(&second.stdout).unwrap();
+    let (_, record, test) = fail_then_continue(test, &fake).await;
     let branch = record["steps"]["write"]["branch"]
         .as_str()
         .unwrap_or_else(|| panic!("{}", record["steps"]["write"]));
@@ -525,28 +510,7 @@ async fn a_continued_step_keeps_its_subagents() {
     })
     .await;
     let workflow = "name = \"c\"\n[models]\ndefault = \"anthropic/claude-test\"\n[steps.lead]\nagent = \"code\"\nprompt = \"MARK-lead: look around.\"\n";
-    let (first, test) = Test::new()
-        .file("w.toml", workflow)
-        .env("ANTHROPIC_API_KEY", "sk-test")
-        .env("ANTHROPIC_BASE_URL", &fake.uri())
-        .args(&["run", "w.toml", "--format", "json"])
-        .run_async()
-        .await;
-    assert_eq!(first.status, 1, "{}", first.transcript());
-    let (second, _test) = test
-        .clear_args()
-        .args(&[
-            "run",
-            "w.toml",
-            "--format",
-            "json",
-            "--resume",
-            "latest",
-            "--continue",
-        ])
-        .run_async()
-        .await;
-    assert_eq!(second.status, 0, "{}", second.transcript());
+    let (_, _, _test) = fail_then_continue(Test::new().file("w.toml", workflow), &fake).await;
     let bodies = fake.bodies().await;
     // The resumed subagent's request holds its first conversation.
     let resumed = bodies
@@ -592,28 +556,9 @@ async fn a_failed_instance_continues_from_its_last_turn() {
     })
     .await;
     let workflow = "name = \"c\"\n[models]\ndefault = \"anthropic/claude-test\"\n[steps.each]\nagent = \"explore\"\nfor_each = [\"a\", \"b\"]\nprompt = \"MARK-item-{{ item }}: read your file.\"\n";
-    let (first, test) = project(workflow)
-        .env("ANTHROPIC_API_KEY", "sk-test")
-        .env("ANTHROPIC_BASE_URL", &fake.uri())
-        .args(&["run", "w.toml", "--format", "json"])
-        .run_async()
-        .await;
-    assert_eq!(first.status, 1, "{}", first.transcript());
-    let before = fake.requests().await.len();
-    let (second, _test) = test
-        .clear_args()
-        .args(&[
-            "run",
-            "w.toml",
-            "--format",
-            "json",
-            "--resume",
-            "latest",
-            "--continue",
-        ])
-        .run_async()
-        .await;
-    assert_eq!(second.status, 0, "{}", second.transcript());
+    let (_, _, _test) = fail_then_continue(project(workflow), &fake).await;
+    // The first run: each instance's first request, a's answer, b's refused third.
+    let before = 4;
     let bodies = fake.bodies().await;
     // One request: instance b's third, with its first two turns in it; a is reused.
     assert_eq!(bodies.len(), before + 1);
