@@ -42,6 +42,8 @@ pub(crate) enum Command {
     Export(ExportArgs),
     /// Remove the worktrees and `runner/*` branches that finished runs left (--dry-run first)
     Clean(CleanArgs),
+    /// List recorded runs, newest first: id, workflow, status, start, duration, cost
+    Runs(RunsArgs),
     /// MCP servers: `mcp list WORKFLOW` starts a workflow's servers and lists their tools
     #[command(subcommand)]
     Mcp(McpCommand),
@@ -301,6 +303,19 @@ pub(crate) struct CleanArgs {
     /// Where runs are recorded [default: <workdir>/.runner]: a run still going is left alone
     #[arg(long, value_name = "DIR")]
     pub(crate) state_dir: Option<Utf8PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RunsArgs {
+    /// The working directory whose runs to list [default: current directory]
+    #[arg(long, value_name = "DIR")]
+    pub(crate) workdir: Option<Utf8PathBuf>,
+    /// Where runs are recorded [default: <workdir>/.runner]
+    #[arg(long, value_name = "DIR")]
+    pub(crate) state_dir: Option<Utf8PathBuf>,
+    /// `text` for people, `json` for programs
+    #[arg(long, value_enum, default_value_t)]
+    pub(crate) format: Format,
 }
 
 #[derive(Debug, Args)]

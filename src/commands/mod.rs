@@ -9,6 +9,7 @@ pub mod graph;
 pub mod mcp;
 pub mod plan;
 pub mod run;
+pub mod runs;
 pub mod schema;
 pub mod validate;
 
@@ -84,6 +85,7 @@ pub fn run_cli(args: Vec<OsString>, io: &mut Io<'_>) -> Exit {
         Command::Diff(args) => diff::diff(args, io),
         Command::Export(args) => export::export(args, io),
         Command::Clean(args) => clean::clean(args, io),
+        Command::Runs(args) => runs::runs(args, io),
         Command::Mcp(McpCommand::List(args)) => mcp::list(args, io),
     }
 }

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::Problem;
 pub use crate::record::{RunRecord, RunStatus, StepRecord, StepStatus, SubagentRecord, new_run_id};
 pub use keys::provider_keys;
-pub use resume::{check_only, clean_up_after, is_run_id, load_merged, load_resume};
+pub use resume::{check_only, clean_up_after, is_run_id, list_runs, load_merged, load_resume};
 pub use scheduler::execute;
 
 pub struct RunOptions {

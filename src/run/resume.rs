@@ -67,6 +67,26 @@ pub fn load_resume(state_dir: &Utf8Path, which: &str) -> Result<RunRecord, Probl
     })
 }
 
+/// Every run recorded in `state_dir` that runner could have written (as `--resume` trusts them),
+/// newest first, each with whether this user recorded it.
+pub fn list_runs(state_dir: &Utf8Path) -> Vec<(RunRecord, bool)> {
+    let runs = state_dir.join("runs");
+    let mut found: Vec<(RunRecord, bool)> = runs
+        .read_dir_utf8()
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|entry| is_run_id(entry.file_name()) && entry.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|entry| read_record(&runs, entry.file_name()).ok())
+        .map(|record| {
+            let ours = super::state::sealed_here(&record.run_id, record.recorded_by.as_deref());
+            (record, ours)
+        })
+        .collect();
+    found.sort_by(|(a, _), (b, _)| (&b.started_at, &b.run_id).cmp(&(&a.started_at, &a.run_id)));
+    found
+}
+
 /// Whether `id` could be a run id runner made: letters, digits, `.`, `_`, `-`.
 pub fn is_run_id(id: &str) -> bool {
     // Also a valid part of a git branch name (`runner/<run id>/<step>`): no `..`, no trailing

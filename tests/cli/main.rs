@@ -26,6 +26,7 @@ mod race;
 mod real_tools;
 mod redaction;
 mod run;
+mod runs;
 mod scheduler;
 mod schema;
 mod seams;

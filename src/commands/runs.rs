@@ -1,0 +1,87 @@
+//! `runner runs`: the runs a state directory holds, newest first (docs/src/reference/commands.md):
+//! id, workflow, status, when it started, how long it took, what it cost. Only runs runner could
+//! have written are listed, as `--resume` trusts them; one this user did not record (a checkout
+//! may ship a `.runner/`) is marked.
+
+use crate::cli::{Format, Io, RunsArgs};
+use crate::error::Exit;
+
+pub fn runs(args: RunsArgs, io: &mut Io<'_>) -> Exit {
+    let (_, state_dir) =
+        crate::run::directories(args.workdir.as_deref(), args.state_dir.as_deref());
+    let runs = crate::run::list_runs(&state_dir);
+    if args.format == Format::Json {
+        let list: Vec<serde_json::Value> = runs
+            .iter()
+            .map(|(run, ours)| {
+                serde_json::json!({
+                    "run_id": run.run_id,
+                    "workflow": run.workflow,
+                    "status": run.status.as_str(),
+                    "started_at": run.started_at,
+                    "duration_ms": run.duration_ms,
+                    "cost_usd": run.cost_usd,
+                    "steps": run.steps.len(),
+                    "recorded_here": ours,
+                    "run_dir": state_dir.join("runs").join(&run.run_id),
+                })
+            })
+            .collect();
+        let _ = writeln!(
+            io.out,
+            "{}",
+            serde_json::to_string_pretty(&list).unwrap_or_default()
+        );
+        return Exit::Success;
+    }
+    if runs.is_empty() {
+        let _ = writeln!(io.out, "no runs in `{}`", state_dir.join("runs"));
+        return Exit::Success;
+    }
+    let rows: Vec<[String; 6]> = runs
+        .iter()
+        .map(|(run, ours)| {
+            [
+                format!("{}{}", run.run_id, if *ours { "" } else { " (not yours)" }),
+                crate::terminal::clean(&run.workflow).into_owned(),
+                run.status.as_str().to_owned(),
+                run.started_at.clone(),
+                crate::units::seconds(run.duration_ms),
+                run.cost_usd
+                    .map_or_else(|| "-".to_owned(), crate::units::usd),
+            ]
+        })
+        .collect();
+    let header = ["RUN", "WORKFLOW", "STATUS", "STARTED", "DURATION", "COST"];
+    let widths: Vec<usize> = (0..6)
+        .map(|i| {
+            rows.iter()
+                .map(|r| r[i].chars().count())
+                .chain([header[i].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |cells: [&str; 6]| {
+        let mut text = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            if i > 0 {
+                text.push_str("  ");
+            }
+            text.push_str(&format!("{cell:<width$}", width = widths[i]));
+        }
+        text.trim_end().to_owned()
+    };
+    let _ = writeln!(io.out, "{}", line(header));
+    for row in &rows {
+        let _ = writeln!(io.out, "{}", line(row.each_ref().map(String::as_str)));
+    }
+    let _ = writeln!(
+        io.out,
+        "{} run{} in `{}` (each run's steps: `RUN/run.json`; `runner diff A B` compares two)",
+        rows.len(),
+        if rows.len() == 1 { "" } else { "s" },
+        state_dir.join("runs")
+    );
+    Exit::Success
+}

@@ -1,0 +1,62 @@
+//! `runner runs`: the recorded runs, newest first, as text and JSON.
+
+use serde_json::Value;
+
+use crate::fake::{Fake, anthropic_text, bad_request};
+use crate::support::Test;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn runs_are_listed_newest_first() {
+    let fake = Fake::anthropic(vec![anthropic_text("done"), bad_request("refused")]).await;
+    let workflow = "name = \"listed\"\n[models]\ndefault = \"anthropic/claude-test\"\n[steps.s]\nagent = \"explore\"\nprompt = \"look\"\nretries = 0\n";
+    let (empty, test) = Test::new()
+        .file("w.toml", workflow)
+        .args(&["runs"])
+        .run_async()
+        .await;
+    assert_eq!(empty.status, 0, "{}", empty.transcript());
+    assert!(empty.stdout.starts_with("no runs in `"), "{}", empty.stdout);
+    let (ok, test) = test
+        .clear_args()
+        .env("ANTHROPIC_API_KEY", "sk-test")
+        .env("ANTHROPIC_BASE_URL", &fake.uri())
+        .args(&["run", "w.toml"])
+        .run_async()
+        .await;
+    assert_eq!(ok.status, 0, "{}", ok.transcript());
+    let (failed, test) = test.clear_args().args(&["run", "w.toml"]).run_async().await;
+    assert_eq!(failed.status, 1, "{}", failed.transcript());
+    let (text, test) = test.clear_args().args(&["runs"]).run_async().await;
+    assert_eq!(text.status, 0, "{}", text.transcript());
+    let lines: Vec<&str> = text.stdout.lines().collect();
+    assert!(
+        lines[0].starts_with("RUN") && lines[0].contains("STATUS"),
+        "{}",
+        text.stdout
+    );
+    // The failed run started last: it comes first.
+    assert!(
+        lines[1].contains("listed") && lines[1].contains("failed"),
+        "{}",
+        text.stdout
+    );
+    assert!(
+        lines[2].contains("listed") && lines[2].contains("succeeded"),
+        "{}",
+        text.stdout
+    );
+    assert!(lines[3].starts_with("2 runs in `"), "{}", text.stdout);
+    let (json, _test) = test
+        .clear_args()
+        .args(&["runs", "--format", "json"])
+        .run_async()
+        .await;
+    let list: Value = serde_json::from_str(&json.stdout).unwrap();
+    let list = list.as_array().unwrap();
+    assert_eq!(list.len(), 2);
+    assert_eq!(list[0]["status"], "failed");
+    assert_eq!(list[1]["status"], "succeeded");
+    assert_eq!(list[0]["workflow"], "listed");
+    assert_eq!(list[0]["recorded_here"], true);
+    assert!(list[0]["started_at"].as_str() >= list[1]["started_at"].as_str());
+}
