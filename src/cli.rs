@@ -44,6 +44,8 @@ pub(crate) enum Command {
     Clean(CleanArgs),
     /// List recorded runs, newest first: id, workflow, status, start, duration, cost
     Runs(RunsArgs),
+    /// Show a recorded run, or one step of it as a readable transcript
+    Show(ShowArgs),
     /// MCP servers: `mcp list WORKFLOW` starts a workflow's servers and lists their tools
     #[command(subcommand)]
     Mcp(McpCommand),
@@ -308,6 +310,23 @@ pub(crate) struct CleanArgs {
 #[derive(Debug, Args)]
 pub(crate) struct RunsArgs {
     /// The working directory whose runs to list [default: current directory]
+    #[arg(long, value_name = "DIR")]
+    pub(crate) workdir: Option<Utf8PathBuf>,
+    /// Where runs are recorded [default: <workdir>/.runner]
+    #[arg(long, value_name = "DIR")]
+    pub(crate) state_dir: Option<Utf8PathBuf>,
+    /// `text` for people, `json` for programs
+    #[arg(long, value_enum, default_value_t)]
+    pub(crate) format: Format,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ShowArgs {
+    /// The run: an id, or `latest` (the default)
+    pub(crate) run: Option<String>,
+    /// One step of it (an instance as `X[0]`), shown turn by turn
+    pub(crate) step: Option<String>,
+    /// The working directory whose runs to read [default: current directory]
     #[arg(long, value_name = "DIR")]
     pub(crate) workdir: Option<Utf8PathBuf>,
     /// Where runs are recorded [default: <workdir>/.runner]

@@ -11,6 +11,7 @@ pub mod plan;
 pub mod run;
 pub mod runs;
 pub mod schema;
+pub mod show;
 pub mod validate;
 
 use std::ffi::OsString;
@@ -86,6 +87,7 @@ pub fn run_cli(args: Vec<OsString>, io: &mut Io<'_>) -> Exit {
         Command::Export(args) => export::export(args, io),
         Command::Clean(args) => clean::clean(args, io),
         Command::Runs(args) => runs::runs(args, io),
+        Command::Show(args) => show::show(args, io),
         Command::Mcp(McpCommand::List(args)) => mcp::list(args, io),
     }
 }

@@ -78,7 +78,7 @@ pub fn runs(args: RunsArgs, io: &mut Io<'_>) -> Exit {
     }
     let _ = writeln!(
         io.out,
-        "{} run{} in `{}` (each run's steps: `RUN/run.json`; `runner diff A B` compares two)",
+        "{} run{} in `{}` (`runner show RUN` for one, `runner diff A B` to compare two)",
         rows.len(),
         if rows.len() == 1 { "" } else { "s" },
         state_dir.join("runs")

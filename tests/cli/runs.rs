@@ -60,3 +60,72 @@ async fn runs_are_listed_newest_first() {
     assert_eq!(list[0]["recorded_here"], true);
     assert!(list[0]["started_at"].as_str() >= list[1]["started_at"].as_str());
 }
+
+/// `runner show`: the latest run's steps, then one step turn by turn, as text and JSON.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_and_a_step_are_shown() {
+    let fake = Fake::anthropic(vec![
+        crate::fake::anthropic_tool("t1", "read_file", serde_json::json!({"path": "notes.txt"})),
+        anthropic_text("The notes say hello."),
+    ])
+    .await;
+    let workflow = "name = \"shown\"\n[models]\ndefault = \"anthropic/claude-test\"\n[steps.s]\nagent = \"explore\"\nprompt = \"read the notes\"\n";
+    let (ran, test) = Test::new()
+        .file("w.toml", workflow)
+        .file("notes.txt", "hello from the notes\n")
+        .env("ANTHROPIC_API_KEY", "sk-test")
+        .env("ANTHROPIC_BASE_URL", &fake.uri())
+        .args(&["run", "w.toml"])
+        .run_async()
+        .await;
+    assert_eq!(ran.status, 0, "{}", ran.transcript());
+    let (run, test) = test.clear_args().args(&["show"]).run_async().await;
+    assert_eq!(run.status, 0, "{}", run.transcript());
+    assert!(
+        run.stdout.contains("shown") && run.stdout.contains("succeeded"),
+        "{}",
+        run.stdout
+    );
+    let step_line = run.stdout.lines().find(|l| l.starts_with("s ")).unwrap();
+    assert!(step_line.contains("succeeded"), "{step_line}");
+    let (step, test) = test
+        .clear_args()
+        .args(&["show", "latest", "s"])
+        .run_async()
+        .await;
+    assert_eq!(step.status, 0, "{}", step.transcript());
+    assert!(
+        step.stdout.contains("→ read_file {\"path\":\"notes.txt\"}"),
+        "{}",
+        step.stdout
+    );
+    assert!(
+        step.stdout.contains("hello from the notes"),
+        "{}",
+        step.stdout
+    );
+    assert!(
+        step.stdout.contains("The notes say hello."),
+        "{}",
+        step.stdout
+    );
+    let (json, test) = test
+        .clear_args()
+        .args(&["show", "latest", "s", "--format", "json"])
+        .run_async()
+        .await;
+    let shown: Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(shown["turns"][0]["tool_calls"][0]["name"], "read_file");
+    assert_eq!(shown["turns"][1]["text"], "The notes say hello.");
+    let (missing, _test) = test
+        .clear_args()
+        .args(&["show", "latest", "nope"])
+        .run_async()
+        .await;
+    assert_eq!(missing.status, 2);
+    assert!(
+        missing.stderr.contains("has no step `nope`; its steps: s"),
+        "{}",
+        missing.stderr
+    );
+}

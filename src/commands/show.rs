@@ -1,0 +1,337 @@
+//! `runner show [RUN] [STEP]`: a recorded run as people read it (docs/src/reference/commands.md):
+//! its steps with status, turns, tokens, cost and time, totals, and where things are; or one step
+//! as a readable transcript: each turn's text, tool calls with their inputs and (cut) outputs,
+//! checks with exit codes, subagents, context clearings and compactions, tokens and cost per
+//! turn. `--format json` gives the same as data. It reads the run record and the transcript
+//! and recomputes nothing.
+
+use camino::Utf8Path;
+use serde_json::{Value, json};
+
+use crate::cli::{Format, Io, ShowArgs};
+use crate::error::Exit;
+use crate::record::RunRecord;
+
+/// Tool outputs are shown cut to this many characters.
+const OUTPUT_SHOWN: usize = 400;
+
+pub fn show(args: ShowArgs, io: &mut Io<'_>) -> Exit {
+    let (_, state_dir) =
+        crate::run::directories(args.workdir.as_deref(), args.state_dir.as_deref());
+    let which = args.run.as_deref().unwrap_or("latest");
+    let record = match crate::run::load_resume(&state_dir, which) {
+        Ok(record) => record,
+        Err(problem) => {
+            let message = problem.message.replacen("--resume ", "", 1);
+            let _ = writeln!(io.err, "error: {message}");
+            return Exit::Invalid;
+        }
+    };
+    let run_dir = state_dir.join("runs").join(&record.run_id);
+    match &args.step {
+        None => show_run(&record, &run_dir, args.format, io),
+        Some(step) => show_step(&record, &run_dir, step, args.format, io),
+    }
+}
+
+fn show_run(record: &RunRecord, run_dir: &Utf8Path, format: Format, io: &mut Io<'_>) -> Exit {
+    if format == Format::Json {
+        let _ = writeln!(io.out, "{}", record.to_json());
+        return Exit::Success;
+    }
+    let clean = |text: &str| crate::terminal::clean(text).into_owned();
+    let _ = writeln!(
+        io.out,
+        "run {}  {}  {}  started {}  {}{}",
+        record.run_id,
+        clean(&record.workflow),
+        record.status.as_str(),
+        record.started_at,
+        crate::units::seconds(record.duration_ms),
+        record
+            .cost_usd
+            .map_or_else(String::new, |c| format!("  {}", crate::units::usd(c)))
+    );
+    let header = ["STEP", "STATUS", "TURNS", "TOOLS", "TOKENS", "COST", "TIME"];
+    let rows: Vec<[String; 7]> = record
+        .steps
+        .iter()
+        .map(|(id, step)| {
+            [
+                clean(id),
+                step.status.as_str().to_owned(),
+                step.turns.to_string(),
+                step.tool_calls.to_string(),
+                crate::units::tokens(crate::units::sum([
+                    step.input_tokens,
+                    step.output_tokens,
+                    step.cache_creation_input_tokens,
+                    step.cache_read_input_tokens,
+                ])),
+                step.cost_usd
+                    .map_or_else(|| "-".to_owned(), crate::units::usd),
+                crate::units::seconds(step.duration_ms),
+            ]
+        })
+        .collect();
+    let widths: Vec<usize> = (0..7)
+        .map(|i| {
+            rows.iter()
+                .map(|r| r[i].chars().count())
+                .chain([header[i].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |cells: Vec<&str>| {
+        cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c:<width$}", width = widths[i]))
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_owned()
+    };
+    let _ = writeln!(io.out, "{}", line(header.to_vec()));
+    for row in &rows {
+        let _ = writeln!(io.out, "{}", line(row.iter().map(String::as_str).collect()));
+    }
+    for (id, step) in &record.steps {
+        if let Some(error) = &step.error {
+            let _ = writeln!(io.out, "failed: {}: {}", clean(id), clean(error));
+        }
+        if let Some(branch) = &step.branch {
+            let _ = writeln!(io.out, "branch: {}: {}", clean(id), clean(branch));
+        }
+    }
+    let _ = writeln!(
+        io.out,
+        "record: {}\ntranscripts: {}/steps/<step>/transcript.jsonl (`runner show {} <step>`)",
+        run_dir.join("run.json"),
+        run_dir,
+        record.run_id
+    );
+    Exit::Success
+}
+
+/// One turn of a step, as the transcript tells it.
+#[derive(Default, serde::Serialize)]
+struct Turn {
+    turn: u64,
+    text: String,
+    tool_calls: Vec<Value>,
+    usage: Value,
+    cost_usd: Option<f64>,
+}
+
+fn show_step(
+    record: &RunRecord,
+    run_dir: &Utf8Path,
+    step: &str,
+    format: Format,
+    io: &mut Io<'_>,
+) -> Exit {
+    let Some(entry) = record.steps.get(step) else {
+        let known: Vec<&str> = record.steps.keys().map(String::as_str).collect();
+        let _ = writeln!(
+            io.err,
+            "error: run {} has no step `{step}`; its steps: {}",
+            record.run_id,
+            known.join(", ")
+        );
+        return Exit::Invalid;
+    };
+    let path = crate::report::transcript::TranscriptSink::path(run_dir, step);
+    let text = match crate::limits::read_text(&path, crate::limits::MAX_RUN_RECORD_BYTES) {
+        Ok(text) => text,
+        Err(err) => {
+            let _ = writeln!(
+                io.err,
+                "error: step `{step}` has no transcript to show (`{path}`: {err}); it may not have run"
+            );
+            return Exit::Invalid;
+        }
+    };
+    let mut turns: Vec<Turn> = Vec::new();
+    let mut notes: Vec<Value> = Vec::new();
+    for line in text.lines() {
+        let Ok(event) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        // A subagent's own turns are in its own transcript; its start and end are noted here.
+        if event.get("agent").is_some() {
+            continue;
+        }
+        match event["event"].as_str().unwrap_or_default() {
+            "turn_started" => turns.push(Turn {
+                turn: event["turn"].as_u64().unwrap_or(0),
+                ..Turn::default()
+            }),
+            "turn_finished" => {
+                if let Some(turn) = turns.last_mut() {
+                    turn.usage = event["usage"].clone();
+                    turn.cost_usd = event["cost_usd"].as_f64();
+                    turn.text = reply_text(&event["body"]);
+                }
+            }
+            "tool_started" => {
+                if let Some(turn) = turns.last_mut() {
+                    turn.tool_calls.push(json!({
+                        "id": event["id"], "name": event["name"], "input": event["input"],
+                    }));
+                }
+            }
+            "tool_finished" => {
+                let call = turns
+                    .iter_mut()
+                    .rev()
+                    .flat_map(|t| t.tool_calls.iter_mut())
+                    .find(|c| c["id"] == event["id"]);
+                if let Some(call) = call {
+                    let output = event["output"].as_str().unwrap_or_default();
+                    call["output"] = Value::String(cut(output));
+                    call["is_error"] = event["is_error"].clone();
+                }
+            }
+            "check_finished" | "subagent_started" | "subagent_finished" | "context_cleared"
+            | "context_compacted" | "out_of_turns" | "output_invalid" | "step_error" => {
+                notes.push(event)
+            }
+            _ => {}
+        }
+    }
+    if format == Format::Json {
+        let shown = json!({
+            "run_id": record.run_id,
+            "step": step,
+            "status": entry.status.as_str(),
+            "summary": entry.summary,
+            "error": entry.error,
+            "turns": turns,
+            "events": notes,
+        });
+        let _ = writeln!(
+            io.out,
+            "{}",
+            serde_json::to_string_pretty(&shown).unwrap_or_default()
+        );
+        return Exit::Success;
+    }
+    let clean = |text: &str| crate::terminal::clean(text).into_owned();
+    let _ = writeln!(
+        io.out,
+        "step {step} of run {}: {}, {} turns, {} tool calls",
+        record.run_id,
+        entry.status.as_str(),
+        entry.turns,
+        entry.tool_calls
+    );
+    for turn in &turns {
+        let tokens = |key: &str| turn.usage[key].as_u64().unwrap_or(0);
+        let _ = writeln!(
+            io.out,
+            "\nturn {}  in {} (cache read {}, written {}), out {}{}",
+            turn.turn,
+            crate::units::tokens(tokens("input_tokens")),
+            crate::units::tokens(tokens("cache_read_input_tokens")),
+            crate::units::tokens(tokens("cache_creation_input_tokens")),
+            crate::units::tokens(tokens("output_tokens")),
+            turn.cost_usd
+                .map_or_else(String::new, |c| format!(", {}", crate::units::usd(c)))
+        );
+        if !turn.text.trim().is_empty() {
+            for line in clean(turn.text.trim()).lines() {
+                let _ = writeln!(io.out, "  {line}");
+            }
+        }
+        for call in &turn.tool_calls {
+            let error = if call["is_error"] == true {
+                " (error)"
+            } else {
+                ""
+            };
+            let _ = writeln!(
+                io.out,
+                "  → {} {}{error}",
+                clean(call["name"].as_str().unwrap_or_default()),
+                clean(&cut(&call["input"].to_string()))
+            );
+            for line in clean(call["output"].as_str().unwrap_or_default()).lines() {
+                let _ = writeln!(io.out, "    {line}");
+            }
+        }
+    }
+    for note in &notes {
+        let _ = writeln!(io.out, "\n{}", clean(&note_line(note)));
+    }
+    if let Some(error) = &entry.error {
+        let _ = writeln!(io.out, "\nfailed: {}", clean(error));
+    }
+    Exit::Success
+}
+
+/// The reply's text, read by either API's parser.
+fn reply_text(body: &Value) -> String {
+    use crate::provider::format::{anthropic, openai};
+    anthropic::parse_response(body)
+        .or_else(|_| openai::parse_response(body))
+        .map(|reply| reply.text())
+        .unwrap_or_default()
+}
+
+fn cut(text: &str) -> String {
+    let short: String = text.chars().take(OUTPUT_SHOWN).collect();
+    if short.len() < text.len() {
+        format!("{short}… ({} bytes in all)", text.len())
+    } else {
+        short
+    }
+}
+
+fn note_line(event: &Value) -> String {
+    let turn = event["turn"].as_u64().unwrap_or(0);
+    match event["event"].as_str().unwrap_or_default() {
+        "check_finished" => {
+            let record = &event["record"];
+            format!(
+                "check `{}` (round {}): {}{}",
+                record["command"].as_str().unwrap_or_default(),
+                record["round"],
+                if record["passed"] == true {
+                    "passed"
+                } else {
+                    "failed"
+                },
+                record["exit_code"]
+                    .as_i64()
+                    .map_or_else(String::new, |c| format!(", exit {c}"))
+            )
+        }
+        "subagent_started" => format!(
+            "subagent {} ({}) started: {}",
+            event["id"].as_str().unwrap_or_default(),
+            event["agent"].as_str().unwrap_or_default(),
+            event["description"].as_str().unwrap_or_default()
+        ),
+        "subagent_finished" => format!(
+            "subagent {} finished: {}",
+            event["record"]["id"].as_str().unwrap_or_default(),
+            event["record"]["status"].as_str().unwrap_or_default()
+        ),
+        "context_cleared" => format!(
+            "turn {turn}: cleared {} old tool results ({} to {} tokens)",
+            event["cleared"], event["tokens_before"], event["tokens_after"]
+        ),
+        "context_compacted" => format!(
+            "turn {turn}: compacted the conversation ({} to {} tokens)",
+            event["tokens_before"], event["tokens_after"]
+        ),
+        "out_of_turns" => format!("turn {turn}: its last turn (max_turns)"),
+        "output_invalid" => format!(
+            "turn {turn}: the answer did not match output_schema: {}",
+            event["error"].as_str().unwrap_or_default()
+        ),
+        other => format!("{other}: {}", event["error"].as_str().unwrap_or_default()),
+    }
+}
