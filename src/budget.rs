@@ -41,7 +41,12 @@ impl RunBudget {
 
     /// What a reply cost, when its model has a price.
     pub fn cost(&self, model: &str, usage: &Usage) -> Option<f64> {
-        let price = self.prices.get(model)?;
+        // `[prices]` first, then runner's table of list prices.
+        let price = self
+            .prices
+            .get(model)
+            .copied()
+            .or_else(|| crate::provider::known::price(model))?;
         let per = |tokens: u64, usd: f64| tokens as f64 * usd / 1e6;
         Some(
             per(usage.input_tokens, price.input)
@@ -141,9 +146,10 @@ impl Meter {
         if let Some(limit) = run.max_cost_usd
             && !self.model.is_empty()
             && !run.prices.contains_key(&self.model)
+            && crate::provider::known::price(&self.model).is_none()
         {
             return Err(format!(
-                "`{}` has no price in `[prices]`, so its replies cannot count against `[budget] max_cost_usd = {limit}`",
+                "`{}` has no price (in `[prices]` or runner's table), so its replies cannot count against `[budget] max_cost_usd = {limit}`",
                 self.model
             ));
         }

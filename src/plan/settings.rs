@@ -71,7 +71,7 @@ impl Builder<'_> {
                 .iter()
                 .flatten()
                 .filter_map(|s| s.model.as_ref().map(ToString::to_string))
-                .filter(|m| !prices.contains_key(m))
+                .filter(|m| !prices.contains_key(m) && crate::provider::known::price(m).is_none())
                 .collect();
             if !unpriced.is_empty() {
                 let span = self.key_span(&path!["budget", "max_cost_usd"]);

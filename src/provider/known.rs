@@ -1,6 +1,7 @@
-//! What runner knows of models by name, as of December 2026: their context windows. A step's
-//! `context_window` overrides it, and a provider's refusal for length teaches the real window
-//! for the rest of the run (docs/src/runs.md, "Context that lasts").
+//! What runner knows of models by name, as of December 2026: their context windows and their
+//! list prices. A step's `context_window` overrides the window, and a provider's refusal for
+//! length teaches the real one for the rest of the run (docs/src/runs.md, "Context that lasts");
+//! `[prices]` overrides a price (docs/src/budgets.md).
 
 /// The window runner assumes for a model it does not know.
 pub const DEFAULT_WINDOW: u64 = 128_000;
@@ -23,6 +24,64 @@ pub fn window(model: &str) -> Option<u64> {
         .map(|(_, window)| *window)
 }
 
+/// When the prices below were the providers' list prices.
+pub const PRICES_AS_OF: &str = "2026-12-01";
+
+/// USD per million tokens: input, output, cache read, cache write, by model name prefix, the
+/// most specific first (a dated name such as `claude-sonnet-4-5-20250929` takes its family's).
+/// Anthropic bills a cache write at 1.25 times the input price and a read at 0.1; OpenAI caches
+/// without a write premium and bills a read at a quarter to a half of the input price.
+const ANTHROPIC: &[(&str, [f64; 4])] = &[
+    ("claude-opus-4-5", [5.0, 25.0, 0.5, 6.25]),
+    ("claude-opus-4-1", [15.0, 75.0, 1.5, 18.75]),
+    ("claude-opus-4", [15.0, 75.0, 1.5, 18.75]),
+    ("claude-sonnet-4-5", [3.0, 15.0, 0.3, 3.75]),
+    ("claude-sonnet-4", [3.0, 15.0, 0.3, 3.75]),
+    ("claude-3-7-sonnet", [3.0, 15.0, 0.3, 3.75]),
+    ("claude-haiku-4-5", [1.0, 5.0, 0.1, 1.25]),
+    ("claude-3-5-haiku", [0.8, 4.0, 0.08, 1.0]),
+];
+
+const OPENAI: &[(&str, [f64; 4])] = &[
+    ("gpt-5-nano", [0.05, 0.4, 0.005, 0.05]),
+    ("gpt-5-mini", [0.25, 2.0, 0.025, 0.25]),
+    ("gpt-5", [1.25, 10.0, 0.125, 1.25]),
+    ("gpt-4.1-nano", [0.1, 0.4, 0.025, 0.1]),
+    ("gpt-4.1-mini", [0.4, 1.6, 0.1, 0.4]),
+    ("gpt-4.1", [2.0, 8.0, 0.5, 2.0]),
+    ("gpt-4o-mini", [0.15, 0.6, 0.075, 0.15]),
+    ("gpt-4o", [2.5, 10.0, 1.25, 2.5]),
+    ("o4-mini", [1.1, 4.4, 0.275, 1.1]),
+    ("o3-mini", [1.1, 4.4, 0.55, 1.1]),
+    ("o3", [2.0, 8.0, 0.5, 2.0]),
+];
+
+/// The list price of `model` (`provider/model`) on the built-in `anthropic` or `openai`
+/// provider, if runner knows it. Other endpoints (a proxy, a local server) have no built-in
+/// price: their models may be named alike and cost anything.
+pub fn price(model: &str) -> Option<crate::workflow::Price> {
+    let (provider, name) = model.split_once('/')?;
+    let table = match provider {
+        "anthropic" => ANTHROPIC,
+        "openai" => OPENAI,
+        _ => return None,
+    };
+    table
+        .iter()
+        .find(|(prefix, _)| {
+            name == *prefix
+                || name
+                    .strip_prefix(prefix)
+                    .is_some_and(|rest| rest.starts_with('-'))
+        })
+        .map(|(_, [input, output, read, write])| crate::workflow::Price {
+            input: *input,
+            output: *output,
+            cache_read: Some(*read),
+            cache_write: Some(*write),
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -33,5 +92,20 @@ mod tests {
         assert_eq!(window("gpt-4.1-mini"), Some(1_047_576));
         assert_eq!(window("gpt-4o"), Some(128_000));
         assert_eq!(window("llama3.2"), None);
+    }
+
+    #[test]
+    fn known_models_have_their_prices_and_others_none() {
+        let sonnet = price("anthropic/claude-sonnet-4-5-20250929").unwrap();
+        assert_eq!((sonnet.input, sonnet.output), (3.0, 15.0));
+        assert_eq!(
+            price("anthropic/claude-sonnet-4").unwrap().cache_write,
+            Some(3.75)
+        );
+        // The most specific family wins; a name only sharing a prefix is not a match.
+        assert_eq!(price("openai/gpt-4o-mini").unwrap().input, 0.15);
+        assert!(price("openai/gpt-4oops").is_none());
+        assert!(price("local/gpt-4o").is_none());
+        assert!(price("anthropic/claude-test").is_none());
     }
 }

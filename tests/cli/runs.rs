@@ -129,3 +129,35 @@ async fn a_run_and_a_step_are_shown() {
         missing.stderr
     );
 }
+
+/// A model runner knows is priced without a `[prices]` table (its dated list price, cache reads
+/// included); `[prices]` overrides it.
+#[tokio::test(flavor = "multi_thread")]
+async fn known_models_cost_without_set_up() {
+    for (prices, expected) in [
+        // 10 input at $3, 30 output at $15, 150 cache reads at $0.30, per million.
+        ("", 10.0 * 3.0 + 30.0 * 15.0 + 150.0 * 0.3),
+        // Overridden: every token at $1, cache reads at the input price.
+        (
+            "[prices.\"anthropic/claude-sonnet-4-5\"]\ninput = 1.0\noutput = 1.0\n",
+            190.0,
+        ),
+    ] {
+        let fake = Fake::anthropic(vec![anthropic_text("done")]).await;
+        let workflow = format!(
+            "name = \"priced\"\n[models]\ndefault = \"anthropic/claude-sonnet-4-5\"\n{prices}[steps.s]\nagent = \"explore\"\nprompt = \"look\"\n"
+        );
+        let (out, _test) = Test::new()
+            .file("w.toml", &workflow)
+            .env("ANTHROPIC_API_KEY", "sk-test")
+            .env("ANTHROPIC_BASE_URL", &fake.uri())
+            .args(&["run", "w.toml", "--format", "json"])
+            .run_async()
+            .await;
+        assert_eq!(out.status, 0, "{}", out.transcript());
+        let record: Value = serde_json::from_str(&out.stdout).unwrap();
+        let cost = record["steps"]["s"]["cost_usd"].as_f64().unwrap();
+        assert!((cost - expected / 1e6).abs() < 1e-12, "{prices:?}: {cost}");
+        assert_eq!(record["cost_usd"].as_f64(), Some(cost));
+    }
+}
