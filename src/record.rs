@@ -142,6 +142,12 @@ pub struct StepRecord {
     /// "Context that lasts").
     #[serde(default, skip_serializing_if = "is_zero")]
     pub compactions: u32,
+    /// When it started (UTC), and how long it waited for a slot (`max_parallel`) once every
+    /// step it needs was done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_ms: Option<u64>,
     /// A fan-out instance's id (`X[0]`), in its step's `instances`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance: Option<String>,
@@ -194,6 +200,8 @@ impl StepRecord {
             checks: Vec::new(),
             ran_out_of_turns: false,
             compactions: 0,
+            started_at: None,
+            queue_ms: None,
             instance: None,
             item: None,
             instances: Vec::new(),
@@ -331,6 +339,13 @@ pub struct RunRecord {
     pub status: RunStatus,
     pub started_at: String,
     pub duration_ms: u64,
+    /// The runner that recorded it (`runner --version`).
+    #[serde(default)]
+    pub runner_version: String,
+    /// The inputs the run was given, defaults filled in (redacted like everything runner
+    /// writes).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub inputs: BTreeMap<String, String>,
     pub steps: BTreeMap<String, StepRecord>,
     /// USD across the steps that have a cost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -371,6 +386,8 @@ impl RunRecord {
             status: RunStatus::Running,
             started_at: jiff::Timestamp::now().to_string(),
             duration_ms: 0,
+            runner_version: env!("CARGO_PKG_VERSION").to_owned(),
+            inputs: plan.inputs.clone(),
             recorded_by: crate::run::state::seal(&run_id),
             run_id,
             steps,

@@ -161,3 +161,40 @@ async fn known_models_cost_without_set_up() {
         assert_eq!(record["cost_usd"].as_f64(), Some(cost));
     }
 }
+
+/// `run.json` says which runner recorded it, with which inputs, and when each step started and
+/// how long it waited for a slot.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_record_holds_version_inputs_start_and_queue_wait() {
+    let fake = Fake::anthropic(vec![anthropic_text("a"), anthropic_text("b")]).await;
+    let workflow = "name = \"timed\"\nmax_parallel = 1\n[inputs.target]\ndefault = \"src\"\n[models]\ndefault = \"anthropic/claude-test\"\n[steps.one]\nagent = \"explore\"\nprompt = \"look at {{ inputs.target }}\"\n[steps.two]\nagent = \"explore\"\nprompt = \"look again\"\n";
+    let (out, _test) = Test::new()
+        .file("w.toml", workflow)
+        .env("ANTHROPIC_API_KEY", "sk-test")
+        .env("ANTHROPIC_BASE_URL", &fake.uri())
+        .args(&["run", "w.toml", "--format", "json", "-i", "target=lib"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let record: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(record["runner_version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(record["inputs"]["target"], "lib");
+    for step in ["one", "two"] {
+        let started = record["steps"][step]["started_at"].as_str().unwrap();
+        assert!(started.parse::<jiff::Timestamp>().is_ok(), "{started}");
+        assert!(
+            record["steps"][step]["queue_ms"].is_u64(),
+            "{}",
+            record["steps"][step]
+        );
+    }
+    // One slot: the second step started after the first.
+    let start = |s: &str| {
+        record["steps"][s]["started_at"]
+            .as_str()
+            .unwrap()
+            .parse::<jiff::Timestamp>()
+            .unwrap()
+    };
+    assert!(start("two") >= start("one"));
+}

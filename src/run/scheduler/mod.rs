@@ -74,6 +74,8 @@ struct Scheduler<'a> {
     prompts: BTreeMap<Unit, (String, BTreeMap<String, String>)>,
     /// `--continue`: the resumed run's records of steps that go on from where they were.
     continues: BTreeMap<Unit, Box<StepRecord>>,
+    /// When each unit waiting to start became ready: its queue wait ends when it starts.
+    ready_at: BTreeMap<Unit, Instant>,
     running: BTreeMap<Unit, Running>,
     fan_outs: BTreeMap<usize, FanOut>,
     /// What finished steps left, as templates read it.
@@ -148,6 +150,7 @@ pub async fn execute(
         to_start: BTreeSet::new(),
         prompts: BTreeMap::new(),
         continues: BTreeMap::new(),
+        ready_at: BTreeMap::new(),
         running: BTreeMap::new(),
         fan_outs: BTreeMap::new(),
         results: Default::default(),
@@ -326,6 +329,7 @@ impl Scheduler<'_> {
                     self.record.step_mut(&step.id).fingerprint = fingerprint;
                     self.prompts.insert(Unit::step(i), (prompt, env));
                     self.to_start.insert(Unit::step(i));
+                    self.ready_at.insert(Unit::step(i), Instant::now());
                 }
                 Prepared::FanOut(instances) => self.fan_out(i, instances),
                 // Expanded above; a second `Expand` would be a fan-out of a fan-out.
@@ -455,7 +459,11 @@ impl Scheduler<'_> {
         let root = tree
             .as_ref()
             .map_or_else(|| workdir.to_owned(), |t| t.workdir.clone());
-        self.entry(unit).status = StepStatus::Running;
+        let queued = self.ready_at.remove(&unit).map(|at| at.elapsed());
+        let entry = self.entry(unit);
+        entry.status = StepStatus::Running;
+        entry.started_at = Some(jiff::Timestamp::now().to_string());
+        entry.queue_ms = queued.map(|wait| wait.as_millis() as u64);
         self.emit(EventKind::StepStarted {
             step: id.clone(),
             agent: step.agent.clone(),
@@ -488,6 +496,7 @@ impl Scheduler<'_> {
         let decided = !matches!(outcome, Outcome::Skipped(SkipReason::NotSelected));
         outcome.record(self.entry(unit));
         self.prompts.remove(&unit);
+        self.ready_at.remove(&unit);
         match unit.instance {
             Some(k) => self.instance_done(unit.step, k, decided),
             None => {
