@@ -391,7 +391,12 @@ impl Sink for LiveProgress {
                     return Ok(());
                 };
                 match kind {
-                    EventKind::ToolStarted { name, .. } => live.doing = Some(name.clone()),
+                    EventKind::ToolStarted { name, input, .. } => {
+                        live.doing = Some(match crate::text::call_argument(input, 40) {
+                            Some(argument) => format!("{name} {argument}"),
+                            None => name.clone(),
+                        });
+                    }
                     EventKind::ToolFinished { .. } => {
                         live.tools += 1;
                         live.doing = None;

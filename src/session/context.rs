@@ -211,18 +211,9 @@ fn size(bytes: usize) -> String {
     }
 }
 
-/// What a call named, for its stub: its path, pattern or command, cut short.
+/// What a call named, for its stub.
 fn what_it_named(input: &Value) -> String {
-    let named = ["path", "pattern", "command", "file_path", "description"]
-        .iter()
-        .find_map(|key| input.get(key).and_then(Value::as_str));
-    match named {
-        Some(text) => {
-            let short: String = text.chars().take(80).collect();
-            format!(" {}", short.replace('\n', " "))
-        }
-        None => String::new(),
-    }
+    crate::text::call_argument(input, 80).map_or_else(String::new, |named| format!(" {named}"))
 }
 
 /// The instruction that asks the step's model for its summary.
