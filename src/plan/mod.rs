@@ -175,6 +175,16 @@ pub struct PlannedStep {
     pub wave: usize,
 }
 
+impl Plan {
+    /// What a model costs: `[prices]`'s price, else runner's dated list price; and which.
+    pub fn price_of(&self, model: &str) -> Option<(crate::workflow::Price, &'static str)> {
+        match self.prices.get(model) {
+            Some(price) => Some((*price, "[prices]")),
+            None => crate::provider::known::price(model).map(|price| (price, "list price")),
+        }
+    }
+}
+
 impl PlannedStep {
     /// `provider/model`, or `-` for a command step.
     pub fn model_label(&self) -> String {

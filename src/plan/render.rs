@@ -62,6 +62,9 @@ struct JsonStep<'a> {
     context_window: Option<u64>,
     compact_at: Option<f64>,
     keep_tool_results: Option<u32>,
+    /// USD per million tokens of its model (`[prices]`, else runner's list price); null when
+    /// unknown or for a command step.
+    price: Option<crate::workflow::Price>,
     /// A command step's shell text (null for an agent step).
     run: Option<&'a str>,
     /// Commands that must pass after the agent's final answer.
@@ -129,6 +132,11 @@ pub fn to_json(plan: &Plan, support: Support) -> String {
                 },
                 agent_trusted: s.agent_source.trusted(),
                 model: s.model.as_ref().map(ToString::to_string),
+                price: s
+                    .model
+                    .as_ref()
+                    .and_then(|m| plan.price_of(&m.to_string()))
+                    .map(|(price, _)| price),
                 // BTreeSet of an Ord enum whose order matches the names' order: sorted.
                 tools: s.tools.iter().map(String::as_str).collect(),
                 needs: &s.needs,
@@ -224,14 +232,49 @@ pub fn to_text(plan: &Plan, support: Support) -> String {
             wave = Some(step.wave);
             let _ = writeln!(out, "\nwave {}", step.wave + 1);
         }
-        step_text(&mut out, step, width, support);
+        let price = step
+            .model
+            .as_ref()
+            .and_then(|m| plan.price_of(&m.to_string()))
+            .map(|(price, source)| {
+                let source = match source {
+                    "list price" => {
+                        format!("list price of {}", crate::provider::known::PRICES_AS_OF)
+                    }
+                    other => other.to_owned(),
+                };
+                format!(
+                    "${} in, ${} out per million tokens (cache read ${}, write ${}; {source})",
+                    dollars(price.input),
+                    dollars(price.output),
+                    dollars(price.cache_read.unwrap_or(price.input)),
+                    dollars(price.cache_write.unwrap_or(price.input))
+                )
+            });
+        step_text(&mut out, step, width, support, price);
     }
     out
 }
 
 // Over 80 lines: one section per part of a step, in the order the plan shows them; splitting would
 // scatter the layout.
-fn step_text(out: &mut String, step: &PlannedStep, width: usize, support: Support) {
+/// A price per million tokens: cents (`3.00`, `0.30`), or the digits it has below a cent.
+fn dollars(usd: f64) -> String {
+    let cents = format!("{usd:.2}");
+    if cents.parse::<f64>().is_ok_and(|c| c == usd) {
+        cents
+    } else {
+        usd.to_string()
+    }
+}
+
+fn step_text(
+    out: &mut String,
+    step: &PlannedStep,
+    width: usize,
+    support: Support,
+    price: Option<String>,
+) {
     let _ = writeln!(
         out,
         "  {:<width$}  [{}] {}",
@@ -388,6 +431,9 @@ fn step_text(out: &mut String, step: &PlannedStep, width: usize, support: Suppor
         limits.push(format!("{tokens} tokens in all"));
     }
     let _ = writeln!(out, "    {:<9}{}", "limits", limits.join(", "));
+    if let Some(price) = price {
+        let _ = writeln!(out, "    {:<9}{price}", "price");
+    }
     if step.command.is_none() {
         let settings = &step.settings;
         let _ = writeln!(

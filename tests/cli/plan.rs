@@ -102,6 +102,7 @@ fn check_json_shape(plan: &serde_json::Value) {
                 "model",
                 "needs",
                 "network",
+                "price",
                 "project_memory",
                 "prompt",
                 "run",
