@@ -236,22 +236,25 @@ async fn a_long_step_is_compacted_by_its_own_model() {
     )
     .await;
     assert_eq!(out.status, 0, "{}", out.transcript());
-    let seen = seen.lock().unwrap();
-    eprintln!(
-        "compaction: {} summaries, largest request {} tokens",
-        seen.summaries, seen.largest
-    );
-    assert_eq!(seen.refusals, 0);
-    assert!(seen.summaries >= 2, "{} summaries", seen.summaries);
-    assert_eq!(seen.read.len(), FILES);
+    let summaries = {
+        let seen = seen.lock().unwrap();
+        eprintln!(
+            "compaction: {} summaries, largest request {} tokens",
+            seen.summaries, seen.largest
+        );
+        assert_eq!(seen.refusals, 0);
+        assert!(seen.summaries >= 2, "{} summaries", seen.summaries);
+        assert_eq!(seen.read.len(), FILES);
+        seen.summaries
+    };
     let step = &record["steps"]["read"];
-    assert_eq!(step["compactions"], seen.summaries as u64, "{step}");
+    assert_eq!(step["compactions"], summaries as u64, "{step}");
     let events = events(&test, &record);
     let compacted: Vec<&Value> = events
         .iter()
         .filter(|e| e["event"] == "context_compacted")
         .collect();
-    assert_eq!(compacted.len(), seen.summaries);
+    assert_eq!(compacted.len(), summaries);
     assert!(
         compacted
             .iter()
@@ -261,6 +264,19 @@ async fn a_long_step_is_compacted_by_its_own_model() {
         events
             .iter()
             .any(|e| e["event"] == "turn_finished" && e.to_string().contains("SUMMARY: read"))
+    );
+    // `runner show` tells the step's compactions among its turns.
+    let (shown, _test) = test
+        .clear_args()
+        .args(&["show", "latest", "read"])
+        .run_async()
+        .await;
+    assert_eq!(shown.status, 0, "{}", shown.transcript());
+    assert!(
+        shown.stdout.contains(": compacted the conversation (")
+            && shown.stdout.contains("→ read_file"),
+        "{}",
+        shown.stdout
     );
 }
 
@@ -367,9 +383,22 @@ async fn a_failed_step_continues_from_its_last_turn() {
     })
     .await;
     let workflow = "name = \"c\"\n[models]\ndefault = \"anthropic/claude-test\"\n[steps.read]\nagent = \"explore\"\nprompt = \"Read data/f000.txt to data/f004.txt.\"\n";
-    let (first, record, _test) = fail_then_continue(project(workflow), &fake).await;
+    let (first, record, test) = fail_then_continue(project(workflow), &fake).await;
     let failed: Value = serde_json::from_str(&first.stdout).unwrap();
     assert_eq!(failed["steps"]["read"]["turns"], 6);
+    // `runner show` of the failed run says why, after its five tool rounds.
+    let failed_id = failed["run_id"].as_str().unwrap();
+    let (shown, _test) = test
+        .clear_args()
+        .args(&["show", failed_id, "read"])
+        .run_async()
+        .await;
+    assert!(
+        shown.stdout.contains("step read of run ")
+            && shown.stdout.contains("failed: model request failed"),
+        "{}",
+        shown.stdout
+    );
     let before = 6;
     assert_eq!(record["steps"]["read"]["summary"], "Read five files.");
     let bodies = fake.bodies().await;
