@@ -132,7 +132,16 @@ fn show_step(
     format: Format,
     io: &mut Io<'_>,
 ) -> Exit {
-    let Some(entry) = record.steps.get(step) else {
+    // An instance `X[k]` is among its step's instances.
+    let found = match crate::plan::verified::split_instance(step) {
+        Some((parent, _)) => record.steps.get(parent).and_then(|p| {
+            p.instances
+                .iter()
+                .find(|i| i.instance.as_deref() == Some(step))
+        }),
+        None => record.steps.get(step),
+    };
+    let Some(entry) = found else {
         let known: Vec<&str> = record.steps.keys().map(String::as_str).collect();
         let _ = writeln!(
             io.err,
@@ -159,11 +168,13 @@ fn show_step(
         let Ok(event) = serde_json::from_str::<Value>(line) else {
             continue;
         };
-        // A subagent's own turns are in its own transcript; its start and end are noted here.
-        if event.get("agent").is_some() {
+        let kind = event["event"].as_str().unwrap_or_default();
+        // A subagent's own turns are in its own transcript; its start and end are noted here
+        // (their `agent` is the subagent's agent, not whose event it is).
+        if event.get("agent").is_some() && !kind.starts_with("subagent_") {
             continue;
         }
-        match event["event"].as_str().unwrap_or_default() {
+        match kind {
             "turn_started" => turns.push(Turn {
                 turn: event["turn"].as_u64().unwrap_or(0),
                 ..Turn::default()

@@ -198,3 +198,60 @@ async fn the_record_holds_version_inputs_start_and_queue_wait() {
     };
     assert!(start("two") >= start("one"));
 }
+
+/// `runner show` of steps with checks, a fan-out instance and a subagent.
+#[tokio::test(flavor = "multi_thread")]
+async fn checks_instances_and_subagents_are_shown() {
+    let fake = Fake::anthropic_fn(|body| {
+        let first = body["messages"][0].to_string();
+        let count = body["messages"].as_array().map_or(0, Vec::len);
+        if first.contains("MARK-lead") && count == 1 {
+            return crate::fake::anthropic_tool(
+                "c1",
+                "task",
+                serde_json::json!({"description": "look around", "prompt": "MARK-sub look", "subagent_type": "explore"}),
+            );
+        }
+        anthropic_text(if first.contains("MARK-sub") {
+            "the subagent looked"
+        } else {
+            "done"
+        })
+    })
+    .await;
+    let workflow = "name = \"many\"\n[models]\ndefault = \"anthropic/claude-test\"\n[steps.checked]\nagent = \"code\"\nprompt = \"MARK-checked\"\nchecks = [\"true\"]\n[steps.each]\nagent = \"explore\"\nfor_each = [\"a\", \"b\"]\nprompt = \"MARK-each {{ item }}\"\n[steps.lead]\nagent = \"code\"\nprompt = \"MARK-lead\"\n";
+    let (ran, test) = Test::new()
+        .file("w.toml", workflow)
+        .env("ANTHROPIC_API_KEY", "sk-test")
+        .env("ANTHROPIC_BASE_URL", &fake.uri())
+        .args(&["run", "w.toml"])
+        .run_async()
+        .await;
+    assert_eq!(ran.status, 0, "{}", ran.transcript());
+    let show = |test: Test, step: &'static str| async move {
+        let (out, test) = test
+            .clear_args()
+            .args(&["show", "latest", step])
+            .run_async()
+            .await;
+        assert_eq!(out.status, 0, "{}", out.transcript());
+        (out.stdout, test)
+    };
+    let (checked, test) = show(test, "checked").await;
+    assert!(
+        checked.contains("check `true` (round 1): passed, exit 0"),
+        "{checked}"
+    );
+    let (instance, test) = show(test, "each[1]").await;
+    assert!(
+        instance.contains("step each[1] of run ") && instance.contains("done"),
+        "{instance}"
+    );
+    let (lead, _test) = show(test, "lead").await;
+    assert!(
+        lead.contains("subagent explore#1 (explore) started: look around")
+            && lead.contains("subagent explore#1 finished: succeeded")
+            && lead.contains("→ task "),
+        "{lead}"
+    );
+}
