@@ -307,14 +307,21 @@ pub(crate) struct CleanArgs {
     pub(crate) state_dir: Option<Utf8PathBuf>,
 }
 
+/// Where the recorded runs are, for the commands that read them.
 #[derive(Debug, Args)]
-pub(crate) struct RunsArgs {
-    /// The working directory whose runs to list [default: current directory]
+pub(crate) struct RunDirs {
+    /// The working directory whose runs to read [default: current directory]
     #[arg(long, value_name = "DIR")]
     pub(crate) workdir: Option<Utf8PathBuf>,
     /// Where runs are recorded [default: <workdir>/.runner]
     #[arg(long, value_name = "DIR")]
     pub(crate) state_dir: Option<Utf8PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RunsArgs {
+    #[command(flatten)]
+    pub(crate) dirs: RunDirs,
     /// `text` for people, `json` for programs
     #[arg(long, value_enum, default_value_t)]
     pub(crate) format: Format,
@@ -326,12 +333,8 @@ pub(crate) struct ShowArgs {
     pub(crate) run: Option<String>,
     /// One step of it (an instance as `X[0]`), shown turn by turn
     pub(crate) step: Option<String>,
-    /// The working directory whose runs to read [default: current directory]
-    #[arg(long, value_name = "DIR")]
-    pub(crate) workdir: Option<Utf8PathBuf>,
-    /// Where runs are recorded [default: <workdir>/.runner]
-    #[arg(long, value_name = "DIR")]
-    pub(crate) state_dir: Option<Utf8PathBuf>,
+    #[command(flatten)]
+    pub(crate) dirs: RunDirs,
     /// `text` for people, `json` for programs
     #[arg(long, value_enum, default_value_t)]
     pub(crate) format: Format,

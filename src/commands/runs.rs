@@ -8,7 +8,7 @@ use crate::error::Exit;
 
 pub fn runs(args: RunsArgs, io: &mut Io<'_>) -> Exit {
     let (_, state_dir) =
-        crate::run::directories(args.workdir.as_deref(), args.state_dir.as_deref());
+        crate::run::directories(args.dirs.workdir.as_deref(), args.dirs.state_dir.as_deref());
     let runs = crate::run::list_runs(&state_dir);
     if args.format == Format::Json {
         let list: Vec<serde_json::Value> = runs
@@ -38,49 +38,25 @@ pub fn runs(args: RunsArgs, io: &mut Io<'_>) -> Exit {
         let _ = writeln!(io.out, "no runs in `{}`", state_dir.join("runs"));
         return Exit::Success;
     }
-    let rows: Vec<[String; 6]> = runs
-        .iter()
-        .map(|(run, ours)| {
-            [
-                format!("{}{}", run.run_id, if *ours { "" } else { " (not yours)" }),
-                crate::terminal::clean(&run.workflow).into_owned(),
-                run.status.as_str().to_owned(),
-                run.started_at.clone(),
-                crate::units::seconds(run.duration_ms),
-                run.cost_usd
-                    .map_or_else(|| "-".to_owned(), crate::units::usd),
-            ]
-        })
-        .collect();
     let header = ["RUN", "WORKFLOW", "STATUS", "STARTED", "DURATION", "COST"];
-    let widths: Vec<usize> = (0..6)
-        .map(|i| {
-            rows.iter()
-                .map(|r| r[i].chars().count())
-                .chain([header[i].len()])
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let line = |cells: [&str; 6]| {
-        let mut text = String::new();
-        for (i, cell) in cells.iter().enumerate() {
-            if i > 0 {
-                text.push_str("  ");
-            }
-            text.push_str(&format!("{cell:<width$}", width = widths[i]));
-        }
-        text.trim_end().to_owned()
-    };
-    let _ = writeln!(io.out, "{}", line(header));
-    for row in &rows {
-        let _ = writeln!(io.out, "{}", line(row.each_ref().map(String::as_str)));
-    }
+    let mut rows: Vec<Vec<String>> = vec![header.map(str::to_owned).to_vec()];
+    rows.extend(runs.iter().map(|(run, ours)| {
+        vec![
+            format!("{}{}", run.run_id, if *ours { "" } else { " (not yours)" }),
+            crate::terminal::clean(&run.workflow).into_owned(),
+            run.status.as_str().to_owned(),
+            run.started_at.clone(),
+            crate::units::seconds(run.duration_ms),
+            run.cost_usd
+                .map_or_else(|| "-".to_owned(), crate::units::usd),
+        ]
+    }));
+    let _ = write!(io.out, "{}", crate::report::table(&rows));
     let _ = writeln!(
         io.out,
         "{} run{} in `{}` (`runner show RUN` for one, `runner diff A B` to compare two)",
-        rows.len(),
-        if rows.len() == 1 { "" } else { "s" },
+        runs.len(),
+        if runs.len() == 1 { "" } else { "s" },
         state_dir.join("runs")
     );
     Exit::Success

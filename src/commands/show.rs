@@ -17,7 +17,7 @@ const OUTPUT_SHOWN: usize = 400;
 
 pub fn show(args: ShowArgs, io: &mut Io<'_>) -> Exit {
     let (_, state_dir) =
-        crate::run::directories(args.workdir.as_deref(), args.state_dir.as_deref());
+        crate::run::directories(args.dirs.workdir.as_deref(), args.dirs.state_dir.as_deref());
     let which = args.run.as_deref().unwrap_or("latest");
     let record = match crate::run::load_resume(&state_dir, which) {
         Ok(record) => record,
@@ -53,50 +53,20 @@ fn show_run(record: &RunRecord, run_dir: &Utf8Path, format: Format, io: &mut Io<
             .map_or_else(String::new, |c| format!("  {}", crate::units::usd(c)))
     );
     let header = ["STEP", "STATUS", "TURNS", "TOOLS", "TOKENS", "COST", "TIME"];
-    let rows: Vec<[String; 7]> = record
-        .steps
-        .iter()
-        .map(|(id, step)| {
-            [
-                clean(id),
-                step.status.as_str().to_owned(),
-                step.turns.to_string(),
-                step.tool_calls.to_string(),
-                crate::units::tokens(crate::units::sum([
-                    step.input_tokens,
-                    step.output_tokens,
-                    step.cache_creation_input_tokens,
-                    step.cache_read_input_tokens,
-                ])),
-                step.cost_usd
-                    .map_or_else(|| "-".to_owned(), crate::units::usd),
-                crate::units::seconds(step.duration_ms),
-            ]
-        })
-        .collect();
-    let widths: Vec<usize> = (0..7)
-        .map(|i| {
-            rows.iter()
-                .map(|r| r[i].chars().count())
-                .chain([header[i].len()])
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let line = |cells: Vec<&str>| {
-        cells
-            .iter()
-            .enumerate()
-            .map(|(i, c)| format!("{c:<width$}", width = widths[i]))
-            .collect::<Vec<_>>()
-            .join("  ")
-            .trim_end()
-            .to_owned()
-    };
-    let _ = writeln!(io.out, "{}", line(header.to_vec()));
-    for row in &rows {
-        let _ = writeln!(io.out, "{}", line(row.iter().map(String::as_str).collect()));
-    }
+    let mut rows: Vec<Vec<String>> = vec![header.map(str::to_owned).to_vec()];
+    rows.extend(record.steps.iter().map(|(id, step)| {
+        vec![
+            clean(id),
+            step.status.as_str().to_owned(),
+            step.turns.to_string(),
+            step.tool_calls.to_string(),
+            crate::units::tokens(crate::report::total_tokens(step)),
+            step.cost_usd
+                .map_or_else(|| "-".to_owned(), crate::units::usd),
+            crate::units::seconds(step.duration_ms),
+        ]
+    }));
+    let _ = write!(io.out, "{}", crate::report::table(&rows));
     for (id, step) in &record.steps {
         if let Some(error) = &step.error {
             let _ = writeln!(io.out, "failed: {}: {}", clean(id), clean(error));

@@ -7,7 +7,7 @@
 //! (`context exhausted`) instead of looping.
 
 use std::collections::BTreeMap;
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::{Mutex, OnceLock};
 
 use serde_json::Value;
 
@@ -28,7 +28,7 @@ impl Window {
     /// The window as the run knows it now: a refusal for length earlier in the run (any step)
     /// may have taught a smaller one for this model.
     pub fn learnt(self, model: &str) -> Window {
-        match lock(learnt()).get(model) {
+        match super::lock(learnt()).get(model) {
             Some(&tokens) if tokens < self.tokens => Window { tokens, ..self },
             _ => self,
         }
@@ -51,17 +51,13 @@ fn learnt() -> &'static Mutex<BTreeMap<String, u64>> {
     LEARNT.get_or_init(Mutex::default)
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 /// Records that `model` refused a request of about `sent` tokens for length. The window is the
 /// one the refusal names when it names one (`maximum context length is 32768 tokens`, `n_ctx`),
 /// else a tenth below what was sent. Returns the window now known.
 pub fn learn(model: &str, sent: u64, message: &str) -> u64 {
     let named = named_window(message).filter(|&n| n >= 1024 && n <= sent.max(1024) * 4);
     let window = named.unwrap_or(sent - sent / 10).max(1024);
-    let mut learnt = lock(learnt());
+    let mut learnt = super::lock(learnt());
     let entry = learnt.entry(model.to_owned()).or_insert(window);
     *entry = (*entry).min(window);
     *entry

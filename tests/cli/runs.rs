@@ -3,7 +3,20 @@
 use serde_json::Value;
 
 use crate::fake::{Fake, anthropic_text, bad_request};
-use crate::support::Test;
+use crate::support::{Output, Test};
+
+/// A directory with `workflow` as `w.toml`, pointed at `fake`.
+fn project(workflow: &str, fake: &Fake) -> Test {
+    Test::new()
+        .file("w.toml", workflow)
+        .env("ANTHROPIC_API_KEY", "sk-test")
+        .env("ANTHROPIC_BASE_URL", &fake.uri())
+}
+
+/// Runs `args` in the same directory.
+async fn again(test: Test, args: &[&str]) -> (Output, Test) {
+    test.clear_args().args(args).run_async().await
+}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn runs_are_listed_newest_first() {
@@ -24,9 +37,9 @@ async fn runs_are_listed_newest_first() {
         .run_async()
         .await;
     assert_eq!(ok.status, 0, "{}", ok.transcript());
-    let (failed, test) = test.clear_args().args(&["run", "w.toml"]).run_async().await;
+    let (failed, test) = again(test, &["run", "w.toml"]).await;
     assert_eq!(failed.status, 1, "{}", failed.transcript());
-    let (text, test) = test.clear_args().args(&["runs"]).run_async().await;
+    let (text, test) = again(test, &["runs"]).await;
     assert_eq!(text.status, 0, "{}", text.transcript());
     let lines: Vec<&str> = text.stdout.lines().collect();
     assert!(
@@ -46,11 +59,7 @@ async fn runs_are_listed_newest_first() {
         text.stdout
     );
     assert!(lines[3].starts_with("2 runs in `"), "{}", text.stdout);
-    let (json, _test) = test
-        .clear_args()
-        .args(&["runs", "--format", "json"])
-        .run_async()
-        .await;
+    let (json, _test) = again(test, &["runs", "--format", "json"]).await;
     let list: Value = serde_json::from_str(&json.stdout).unwrap();
     let list = list.as_array().unwrap();
     assert_eq!(list.len(), 2);
@@ -70,16 +79,13 @@ async fn a_run_and_a_step_are_shown() {
     ])
     .await;
     let workflow = "name = \"shown\"\n[models]\ndefault = \"anthropic/claude-test\"\n[steps.s]\nagent = \"explore\"\nprompt = \"read the notes\"\n";
-    let (ran, test) = Test::new()
-        .file("w.toml", workflow)
+    let (ran, test) = project(workflow, &fake)
         .file("notes.txt", "hello from the notes\n")
-        .env("ANTHROPIC_API_KEY", "sk-test")
-        .env("ANTHROPIC_BASE_URL", &fake.uri())
         .args(&["run", "w.toml"])
         .run_async()
         .await;
     assert_eq!(ran.status, 0, "{}", ran.transcript());
-    let (run, test) = test.clear_args().args(&["show"]).run_async().await;
+    let (run, test) = again(test, &["show"]).await;
     assert_eq!(run.status, 0, "{}", run.transcript());
     assert!(
         run.stdout.contains("shown") && run.stdout.contains("succeeded"),
@@ -88,11 +94,7 @@ async fn a_run_and_a_step_are_shown() {
     );
     let step_line = run.stdout.lines().find(|l| l.starts_with("s ")).unwrap();
     assert!(step_line.contains("succeeded"), "{step_line}");
-    let (step, test) = test
-        .clear_args()
-        .args(&["show", "latest", "s"])
-        .run_async()
-        .await;
+    let (step, test) = again(test, &["show", "latest", "s"]).await;
     assert_eq!(step.status, 0, "{}", step.transcript());
     assert!(
         step.stdout.contains("→ read_file {\"path\":\"notes.txt\"}"),
@@ -109,19 +111,11 @@ async fn a_run_and_a_step_are_shown() {
         "{}",
         step.stdout
     );
-    let (json, test) = test
-        .clear_args()
-        .args(&["show", "latest", "s", "--format", "json"])
-        .run_async()
-        .await;
+    let (json, test) = again(test, &["show", "latest", "s", "--format", "json"]).await;
     let shown: Value = serde_json::from_str(&json.stdout).unwrap();
     assert_eq!(shown["turns"][0]["tool_calls"][0]["name"], "read_file");
     assert_eq!(shown["turns"][1]["text"], "The notes say hello.");
-    let (missing, _test) = test
-        .clear_args()
-        .args(&["show", "latest", "nope"])
-        .run_async()
-        .await;
+    let (missing, _test) = again(test, &["show", "latest", "nope"]).await;
     assert_eq!(missing.status, 2);
     assert!(
         missing.stderr.contains("has no step `nope`; its steps: s"),
@@ -147,10 +141,7 @@ async fn known_models_cost_without_set_up() {
         let workflow = format!(
             "name = \"priced\"\n[models]\ndefault = \"anthropic/claude-sonnet-4-5\"\n{prices}[steps.s]\nagent = \"explore\"\nprompt = \"look\"\n"
         );
-        let (out, _test) = Test::new()
-            .file("w.toml", &workflow)
-            .env("ANTHROPIC_API_KEY", "sk-test")
-            .env("ANTHROPIC_BASE_URL", &fake.uri())
+        let (out, _test) = project(&workflow, &fake)
             .args(&["run", "w.toml", "--format", "json"])
             .run_async()
             .await;
@@ -168,10 +159,7 @@ async fn known_models_cost_without_set_up() {
 async fn the_record_holds_version_inputs_start_and_queue_wait() {
     let fake = Fake::anthropic(vec![anthropic_text("a"), anthropic_text("b")]).await;
     let workflow = "name = \"timed\"\nmax_parallel = 1\n[inputs.target]\ndefault = \"src\"\n[models]\ndefault = \"anthropic/claude-test\"\n[steps.one]\nagent = \"explore\"\nprompt = \"look at {{ inputs.target }}\"\n[steps.two]\nagent = \"explore\"\nprompt = \"look again\"\n";
-    let (out, _test) = Test::new()
-        .file("w.toml", workflow)
-        .env("ANTHROPIC_API_KEY", "sk-test")
-        .env("ANTHROPIC_BASE_URL", &fake.uri())
+    let (out, _test) = project(workflow, &fake)
         .args(&["run", "w.toml", "--format", "json", "-i", "target=lib"])
         .run_async()
         .await;
@@ -220,20 +208,13 @@ async fn checks_instances_and_subagents_are_shown() {
     })
     .await;
     let workflow = "name = \"many\"\n[models]\ndefault = \"anthropic/claude-test\"\n[steps.checked]\nagent = \"code\"\nprompt = \"MARK-checked\"\nchecks = [\"true\"]\n[steps.each]\nagent = \"explore\"\nfor_each = [\"a\", \"b\"]\nprompt = \"MARK-each {{ item }}\"\n[steps.lead]\nagent = \"code\"\nprompt = \"MARK-lead\"\n";
-    let (ran, test) = Test::new()
-        .file("w.toml", workflow)
-        .env("ANTHROPIC_API_KEY", "sk-test")
-        .env("ANTHROPIC_BASE_URL", &fake.uri())
+    let (ran, test) = project(workflow, &fake)
         .args(&["run", "w.toml"])
         .run_async()
         .await;
     assert_eq!(ran.status, 0, "{}", ran.transcript());
     let show = |test: Test, step: &'static str| async move {
-        let (out, test) = test
-            .clear_args()
-            .args(&["show", "latest", step])
-            .run_async()
-            .await;
+        let (out, test) = again(test, &["show", "latest", step]).await;
         assert_eq!(out.status, 0, "{}", out.transcript());
         (out.stdout, test)
     };
