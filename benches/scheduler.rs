@@ -281,29 +281,6 @@ fn overhead(runtime: &tokio::runtime::Runtime) {
     );
 }
 
-/// A command step printing `N` items (from its input), one explore instance per item, and a
-/// step reading every instance's summary.
-const FAN_OUT_WORKFLOW: &str = r#"name = "fan-out"
-max_parallel = 16
-[inputs.n]
-[models]
-default = "anthropic/bench"
-[steps.list]
-run = 'i=0; printf "{\"items\": ["; while [ $i -lt "$N" ]; do [ $i -gt 0 ] && printf ","; printf "\"item-%d\"" $i; i=$((i+1)); done; printf "]}"'
-env = { N = "{{ inputs.n }}" }
-output_schema = { type = "object", properties = { items = { type = "array", items = { type = "string" } } }, required = ["items"] }
-[steps.each]
-agent = "explore"
-needs = ["list"]
-for_each = "steps.list.output.items"
-max_instances = 1000
-prompt = "Look at {{ item }} ({{ item_index }})."
-[steps.sum]
-run = 'printf "%s" "$COUNT"'
-needs = ["each"]
-env = { COUNT = "{{ steps.each | length }}" }
-"#;
-
 fn fan_out_instances(runtime: &tokio::runtime::Runtime) {
     let server = runtime.block_on(async {
         let server = MockServer::start().await;
@@ -319,7 +296,7 @@ fn fan_out_instances(runtime: &tokio::runtime::Runtime) {
         server
     });
     let dir = tempfile::tempdir().expect("temp dir");
-    std::fs::write(dir.path().join("w.toml"), FAN_OUT_WORKFLOW).expect("write");
+    std::fs::write(dir.path().join("w.toml"), common::FAN_OUT_WORKFLOW).expect("write");
     let time = timer(dir.path(), server.uri());
     println!(
         "fan-out instances: an explore step per item of a command step's list, instant fake API, 16 at once"

@@ -46,6 +46,8 @@ pub(crate) enum Command {
     Runs(RunsArgs),
     /// Show a recorded run, or one step of it as a readable transcript
     Show(ShowArgs),
+    /// Write a recorded run as one self-contained HTML page: graph, timeline, costs, transcripts
+    Report(ReportArgs),
     /// MCP servers: `mcp list WORKFLOW` starts a workflow's servers and lists their tools
     #[command(subcommand)]
     Mcp(McpCommand),
@@ -338,6 +340,25 @@ pub(crate) struct ShowArgs {
     /// `text` for people, `json` for programs
     #[arg(long, value_enum, default_value_t)]
     pub(crate) format: Format,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ReportArgs {
+    /// The run: an id, or `latest` (the default)
+    pub(crate) run: Option<String>,
+    /// The HTML file to write
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_name = "FILE",
+        default_value = "report.html"
+    )]
+    pub(crate) output: Utf8PathBuf,
+    /// An earlier run to compare with (an id, `latest`, a run directory or a run.json file)
+    #[arg(long, value_name = "RUN")]
+    pub(crate) baseline: Option<String>,
+    #[command(flatten)]
+    pub(crate) dirs: RunDirs,
 }
 
 #[derive(Debug, Args)]

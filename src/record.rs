@@ -172,6 +172,9 @@ pub struct CheckRecord {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub timed_out: bool,
     pub duration_ms: u64,
+    /// When it started (UTC): where `runner report` draws it on the step's timeline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
 }
 
 impl StepRecord {
@@ -347,6 +350,10 @@ pub struct RunRecord {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub inputs: BTreeMap<String, String>,
     pub steps: BTreeMap<String, StepRecord>,
+    /// Each step's `needs`, from the plan (steps that need none are left out): the graph that
+    /// `runner report` draws without reading the workflow again.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub needs: BTreeMap<String, Vec<String>>,
     /// USD across the steps that have a cost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_usd: Option<f64>,
@@ -391,6 +398,12 @@ impl RunRecord {
             recorded_by: crate::run::state::seal(&run_id),
             run_id,
             steps,
+            needs: plan
+                .steps()
+                .iter()
+                .filter(|s| !s.needs.is_empty())
+                .map(|s| (s.id.clone(), s.needs.clone()))
+                .collect(),
             cost_usd: None,
             storage_error: None,
         }

@@ -56,3 +56,26 @@ pub fn succeeded(command: &mut std::process::Command) -> std::process::Output {
     );
     out
 }
+
+/// A command step printing `N` items (from its input), one explore instance per item, and a
+/// step reading every instance's summary.
+pub const FAN_OUT_WORKFLOW: &str = r#"name = "fan-out"
+max_parallel = 16
+[inputs.n]
+[models]
+default = "anthropic/bench"
+[steps.list]
+run = 'i=0; printf "{\"items\": ["; while [ $i -lt "$N" ]; do [ $i -gt 0 ] && printf ","; printf "\"item-%d\"" $i; i=$((i+1)); done; printf "]}"'
+env = { N = "{{ inputs.n }}" }
+output_schema = { type = "object", properties = { items = { type = "array", items = { type = "string" } } }, required = ["items"] }
+[steps.each]
+agent = "explore"
+needs = ["list"]
+for_each = "steps.list.output.items"
+max_instances = 1000
+prompt = "Look at {{ item }} ({{ item_index }})."
+[steps.sum]
+run = 'printf "%s" "$COUNT"'
+needs = ["each"]
+env = { COUNT = "{{ steps.each | length }}" }
+"#;

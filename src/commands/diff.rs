@@ -15,7 +15,7 @@ use crate::record::{RunRecord, StepRecord};
 use crate::report::{seconds, tokens, total_tokens, usd};
 
 /// Finds a run: a run.json file, a run directory, or an id (or `latest`) in the state directory.
-fn load(which: &str, state_dir: &Utf8Path) -> Result<RunRecord, Problem> {
+pub(crate) fn load(which: &str, state_dir: &Utf8Path) -> Result<RunRecord, Problem> {
     let path = Utf8PathBuf::from(which);
     let file = if path.is_file() {
         Some(path)
@@ -39,28 +39,28 @@ fn load(which: &str, state_dir: &Utf8Path) -> Result<RunRecord, Problem> {
 }
 
 #[derive(Serialize)]
-struct StepDiff<'a> {
-    id: &'a str,
+pub(crate) struct StepDiff<'a> {
+    pub(crate) id: &'a str,
     /// `added`, `removed`, `changed` or `same`.
-    change: &'static str,
+    pub(crate) change: &'static str,
     /// `[a, b]`, `null` where the step is missing.
-    status: [Option<&'static str>; 2],
+    pub(crate) status: [Option<&'static str>; 2],
     #[serde(skip_serializing_if = "Option::is_none")]
-    summary: Option<[&'a str; 2]>,
+    pub(crate) summary: Option<[&'a str; 2]>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    output: Option<[&'a Value; 2]>,
-    tool_calls: [Option<u32>; 2],
-    tokens: [Option<u64>; 2],
-    cost_usd: [Option<f64>; 2],
-    duration_ms: [Option<u64>; 2],
+    pub(crate) output: Option<[&'a Value; 2]>,
+    pub(crate) tool_calls: [Option<u32>; 2],
+    pub(crate) tokens: [Option<u64>; 2],
+    pub(crate) cost_usd: [Option<f64>; 2],
+    pub(crate) duration_ms: [Option<u64>; 2],
 }
 
 #[derive(Serialize)]
-struct RunDiff<'a> {
-    a: &'a str,
-    b: &'a str,
-    status: [&'static str; 2],
-    steps: Vec<StepDiff<'a>>,
+pub(crate) struct RunDiff<'a> {
+    pub(crate) a: &'a str,
+    pub(crate) b: &'a str,
+    pub(crate) status: [&'static str; 2],
+    pub(crate) steps: Vec<StepDiff<'a>>,
 }
 
 fn step_diff<'a>(
@@ -94,7 +94,7 @@ fn step_diff<'a>(
     }
 }
 
-fn pair<T>(values: &[Option<T>; 2], show: impl Fn(&T) -> String) -> String {
+pub(crate) fn pair<T>(values: &[Option<T>; 2], show: impl Fn(&T) -> String) -> String {
     let [a, b] = values;
     let a = a.as_ref().map_or_else(|| "-".to_owned(), &show);
     let b = b.as_ref().map_or_else(|| "-".to_owned(), &show);
@@ -102,11 +102,11 @@ fn pair<T>(values: &[Option<T>; 2], show: impl Fn(&T) -> String) -> String {
 }
 
 /// Changed summary lines shown for one step, at most; the rest are counted.
-const MAX_SUMMARY_LINES: usize = 400;
+pub(crate) const MAX_SUMMARY_LINES: usize = 400;
 /// Time spent looking for the smallest line diff of one summary; past it the diff found so far
 /// is taken (it may be larger than the smallest, never wrong), so a hostile or huge record costs
 /// bounded time, not time quadratic in its size.
-const DIFF_DEADLINE: std::time::Duration = std::time::Duration::from_millis(300);
+pub(crate) const DIFF_DEADLINE: std::time::Duration = std::time::Duration::from_millis(300);
 
 fn text(diff: &RunDiff<'_>) -> String {
     use crate::terminal::clean;
@@ -182,6 +182,27 @@ fn text(diff: &RunDiff<'_>) -> String {
     out
 }
 
+/// Two runs compared step by step: the earlier run's steps in its order, then the ones only the
+/// later run has.
+pub(crate) fn compare<'a>(a: &'a RunRecord, b: &'a RunRecord) -> RunDiff<'a> {
+    let mut ids: Vec<&str> = a.steps.keys().map(String::as_str).collect();
+    ids.extend(
+        b.steps
+            .keys()
+            .map(String::as_str)
+            .filter(|id| !a.steps.contains_key(*id)),
+    );
+    RunDiff {
+        a: &a.run_id,
+        b: &b.run_id,
+        status: [a.status.as_str(), b.status.as_str()],
+        steps: ids
+            .into_iter()
+            .map(|id| step_diff(id, a.steps.get(id), b.steps.get(id)))
+            .collect(),
+    }
+}
+
 pub fn diff(args: DiffArgs, io: &mut Io<'_>) -> Exit {
     let state_dir = args
         .state_dir
@@ -195,23 +216,7 @@ pub fn diff(args: DiffArgs, io: &mut Io<'_>) -> Exit {
             return Exit::Invalid;
         }
     };
-    // Steps in the order the earlier run has them, then the ones only the later run has.
-    let mut ids: Vec<&str> = a.steps.keys().map(String::as_str).collect();
-    ids.extend(
-        b.steps
-            .keys()
-            .map(String::as_str)
-            .filter(|id| !a.steps.contains_key(*id)),
-    );
-    let diff = RunDiff {
-        a: &a.run_id,
-        b: &b.run_id,
-        status: [a.status.as_str(), b.status.as_str()],
-        steps: ids
-            .into_iter()
-            .map(|id| step_diff(id, a.steps.get(id), b.steps.get(id)))
-            .collect(),
-    };
+    let diff = compare(&a, &b);
     let rendered = match args.format {
         Format::Text => text(&diff),
         Format::Json => serde_json::to_string_pretty(&diff).unwrap_or_default() + "\n",

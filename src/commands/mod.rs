@@ -8,6 +8,7 @@ pub mod export;
 pub mod graph;
 pub mod mcp;
 pub mod plan;
+pub mod report;
 pub mod run;
 pub mod runs;
 pub mod schema;
@@ -88,6 +89,7 @@ pub fn run_cli(args: Vec<OsString>, io: &mut Io<'_>) -> Exit {
         Command::Clean(args) => clean::clean(args, io),
         Command::Runs(args) => runs::runs(args, io),
         Command::Show(args) => show::show(args, io),
+        Command::Report(args) => report::report(args, io),
         Command::Mcp(McpCommand::List(args)) => mcp::list(args, io),
     }
 }

@@ -6,11 +6,12 @@
 //! and recomputes nothing.
 
 use camino::Utf8Path;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::cli::{Format, Io, ShowArgs};
 use crate::error::Exit;
 use crate::record::RunRecord;
+use crate::report::turns::{Story, cut, note_line};
 
 /// Tool outputs are shown cut to this many characters.
 const OUTPUT_SHOWN: usize = 400;
@@ -85,16 +86,6 @@ fn show_run(record: &RunRecord, run_dir: &Utf8Path, format: Format, io: &mut Io<
     Exit::Success
 }
 
-/// One turn of a step, as the transcript tells it.
-#[derive(Default, serde::Serialize)]
-struct Turn {
-    turn: u64,
-    text: String,
-    tool_calls: Vec<Value>,
-    usage: Value,
-    cost_usd: Option<f64>,
-}
-
 fn show_step(
     record: &RunRecord,
     run_dir: &Utf8Path,
@@ -132,56 +123,7 @@ fn show_step(
             return Exit::Invalid;
         }
     };
-    let mut turns: Vec<Turn> = Vec::new();
-    let mut notes: Vec<Value> = Vec::new();
-    for line in text.lines() {
-        let Ok(event) = serde_json::from_str::<Value>(line) else {
-            continue;
-        };
-        let kind = event["event"].as_str().unwrap_or_default();
-        // A subagent's own turns are in its own transcript; its start and end are noted here
-        // (their `agent` is the subagent's agent, not whose event it is).
-        if event.get("agent").is_some() && !kind.starts_with("subagent_") {
-            continue;
-        }
-        match kind {
-            "turn_started" => turns.push(Turn {
-                turn: event["turn"].as_u64().unwrap_or(0),
-                ..Turn::default()
-            }),
-            "turn_finished" => {
-                if let Some(turn) = turns.last_mut() {
-                    turn.usage = event["usage"].clone();
-                    turn.cost_usd = event["cost_usd"].as_f64();
-                    turn.text = reply_text(&event["body"]);
-                }
-            }
-            "tool_started" => {
-                if let Some(turn) = turns.last_mut() {
-                    turn.tool_calls.push(json!({
-                        "id": event["id"], "name": event["name"], "input": event["input"],
-                    }));
-                }
-            }
-            "tool_finished" => {
-                let call = turns
-                    .iter_mut()
-                    .rev()
-                    .flat_map(|t| t.tool_calls.iter_mut())
-                    .find(|c| c["id"] == event["id"]);
-                if let Some(call) = call {
-                    let output = event["output"].as_str().unwrap_or_default();
-                    call["output"] = Value::String(cut(output));
-                    call["is_error"] = event["is_error"].clone();
-                }
-            }
-            "check_finished" | "subagent_started" | "subagent_finished" | "context_cleared"
-            | "context_compacted" | "out_of_turns" | "output_invalid" | "step_error" => {
-                notes.push(event)
-            }
-            _ => {}
-        }
-    }
+    let Story { turns, notes } = crate::report::turns::read(&text, OUTPUT_SHOWN);
     if format == Format::Json {
         let shown = json!({
             "run_id": record.run_id,
@@ -236,7 +178,7 @@ fn show_step(
                 io.out,
                 "  → {} {}{error}",
                 clean(call["name"].as_str().unwrap_or_default()),
-                clean(&cut(&call["input"].to_string()))
+                clean(&cut(&call["input"].to_string(), OUTPUT_SHOWN))
             );
             for line in clean(call["output"].as_str().unwrap_or_default()).lines() {
                 let _ = writeln!(io.out, "    {line}");
@@ -250,69 +192,4 @@ fn show_step(
         let _ = writeln!(io.out, "\nfailed: {}", clean(error));
     }
     Exit::Success
-}
-
-/// The reply's text, read by either API's parser.
-fn reply_text(body: &Value) -> String {
-    use crate::provider::format::{anthropic, openai};
-    anthropic::parse_response(body)
-        .or_else(|_| openai::parse_response(body))
-        .map(|reply| reply.text())
-        .unwrap_or_default()
-}
-
-fn cut(text: &str) -> String {
-    let short: String = text.chars().take(OUTPUT_SHOWN).collect();
-    if short.len() < text.len() {
-        format!("{short}… ({} bytes in all)", text.len())
-    } else {
-        short
-    }
-}
-
-fn note_line(event: &Value) -> String {
-    let turn = event["turn"].as_u64().unwrap_or(0);
-    match event["event"].as_str().unwrap_or_default() {
-        "check_finished" => {
-            let record = &event["record"];
-            format!(
-                "check `{}` (round {}): {}{}",
-                record["command"].as_str().unwrap_or_default(),
-                record["round"],
-                if record["passed"] == true {
-                    "passed"
-                } else {
-                    "failed"
-                },
-                record["exit_code"]
-                    .as_i64()
-                    .map_or_else(String::new, |c| format!(", exit {c}"))
-            )
-        }
-        "subagent_started" => format!(
-            "subagent {} ({}) started: {}",
-            event["id"].as_str().unwrap_or_default(),
-            event["agent"].as_str().unwrap_or_default(),
-            event["description"].as_str().unwrap_or_default()
-        ),
-        "subagent_finished" => format!(
-            "subagent {} finished: {}",
-            event["record"]["id"].as_str().unwrap_or_default(),
-            event["record"]["status"].as_str().unwrap_or_default()
-        ),
-        "context_cleared" => format!(
-            "turn {turn}: cleared {} old tool results ({} to {} tokens)",
-            event["cleared"], event["tokens_before"], event["tokens_after"]
-        ),
-        "context_compacted" => format!(
-            "turn {turn}: compacted the conversation ({} to {} tokens)",
-            event["tokens_before"], event["tokens_after"]
-        ),
-        "out_of_turns" => format!("turn {turn}: its last turn (max_turns)"),
-        "output_invalid" => format!(
-            "turn {turn}: the answer did not match output_schema: {}",
-            event["error"].as_str().unwrap_or_default()
-        ),
-        other => format!("{other}: {}", event["error"].as_str().unwrap_or_default()),
-    }
 }

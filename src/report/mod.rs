@@ -2,11 +2,13 @@
 //! JUnit) and the final table. Only this layer knows how things look.
 
 pub mod github;
+pub mod html;
 pub mod jsonl;
 pub mod junit;
 pub mod progress;
 pub mod record;
 pub mod transcript;
+pub mod turns;
 
 use crate::terminal;
 use std::fmt::Write as _;

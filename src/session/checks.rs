@@ -62,6 +62,7 @@ pub async fn run_round(
             command: check.command.clone(),
         });
         let started = Instant::now();
+        let started_at = jiff::Timestamp::now().to_string();
         // Both streams into one, in the order they were written: a test runner's failure and
         // its summary belong together.
         let text = format!("exec 2>&1\n{}", check.command);
@@ -88,6 +89,7 @@ pub async fn run_round(
             passed,
             timed_out: matches!(exit, Some(Exit::TimedOut(_))),
             duration_ms,
+            started_at: Some(started_at),
         };
         events.emit(EventKind::CheckFinished {
             step: step.clone(),

@@ -25,6 +25,7 @@ mod proxy;
 mod race;
 mod real_tools;
 mod redaction;
+mod report;
 mod run;
 mod runs;
 mod scheduler;

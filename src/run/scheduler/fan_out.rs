@@ -29,7 +29,11 @@ impl Scheduler<'_> {
     ) {
         let step = &self.plan.steps()[i];
         let model = step.model_label();
-        self.record.step_mut(&step.id).status = StepStatus::Running;
+        let entry = self.record.step_mut(&step.id);
+        entry.status = StepStatus::Running;
+        // The step starts when its list is known; its instances wait for slots, each its own.
+        entry.started_at = Some(jiff::Timestamp::now().to_string());
+        entry.queue_ms = Some(0);
         self.emit(EventKind::StepStarted {
             step: step.id.clone(),
             agent: step.agent.clone(),
