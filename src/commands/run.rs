@@ -88,6 +88,15 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
     };
     warn_uncommitted(&plan, &options.workdir, io);
     let mut sinks = sinks(&args, &plan, &options.only);
+    // Traces when the OTEL_* variables ask for them (docs/src/runs.md "Traces"); a setting
+    // runner cannot honour is said, and the run goes on without them.
+    match crate::report::otel::OtelSink::from_env() {
+        Ok(Some(sink)) => sinks.add(sink),
+        Ok(None) => {}
+        Err(problem) => {
+            let _ = writeln!(io.err, "warning: no traces: {problem}");
+        }
+    }
     let result = runtime.block_on(async {
         let result = run::execute(&plan, executor, &options, &mut sinks).await;
         // MCP servers end with the run, however it ended.

@@ -64,11 +64,16 @@ pub fn hide_url_credentials(url: &str) {
 /// How long making a connection (DNS, TCP, proxy tunnel, TLS) may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// TLS through rustls with ring (far quicker to build than aws-lc), for every HTTP client the
+/// process makes, runner's and the OTLP exporter's. Installing twice is harmless: the second
+/// call reports the first provider and changes nothing.
+pub fn install_tls() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// The HTTP policy every peer of runner's gets (see the module comment).
 fn builder() -> reqwest::ClientBuilder {
-    // TLS through rustls with ring (far quicker to build than aws-lc). Installing twice is
-    // harmless: the second call reports the first provider and changes nothing.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    install_tls();
     // A proxy's credentials are hidden in every output, as an endpoint's are.
     for name in ["HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY"] {
         for name in [name.to_owned(), name.to_ascii_lowercase()] {

@@ -22,7 +22,7 @@ pub mod tape;
 pub use api::{Exchange, ModelApi, Outgoing, Raw};
 pub use error::ProviderError;
 pub use format::body::{Body, Wire};
-pub use http::hide_url_credentials;
+pub use http::{hide_url_credentials, install_tls};
 pub use registry::{
     BaseUrl, ModelRef, ProviderSpec, builtin_providers, connect, http_client, providers_for,
 };

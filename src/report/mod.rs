@@ -5,6 +5,7 @@ pub mod github;
 pub mod html;
 pub mod jsonl;
 pub mod junit;
+pub mod otel;
 pub mod progress;
 pub mod record;
 pub mod transcript;

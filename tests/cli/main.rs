@@ -20,6 +20,7 @@ mod mcp;
 mod memory;
 mod newcomer;
 mod no_panic;
+mod otel;
 mod plan;
 mod proxy;
 mod race;

@@ -144,6 +144,12 @@ impl Test {
             .env_remove("ANTHROPIC_BASE_URL")
             .env_remove("OPENAI_BASE_URL")
             .env_remove("OLLAMA_HOST");
+        // Traces only where a test asks for them (tests/cli/otel.rs).
+        for (key, _) in std::env::vars() {
+            if key.starts_with("OTEL_") {
+                command.env_remove(key);
+            }
+        }
         // Proxies only where a test sets them (tests/cli/proxy.rs).
         for proxy in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"] {
             command
