@@ -174,6 +174,9 @@ pub enum EventKind {
         step: String,
         /// Its id, `explore#2`.
         id: String,
+        /// Its agent, as `task`'s `subagent_type` names it (the event's own `agent` says whose
+        /// event it is: the subagent that started it, when one did).
+        #[serde(rename = "subagent_type")]
         agent: String,
         model: String,
         description: String,

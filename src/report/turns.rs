@@ -33,8 +33,8 @@ pub fn read(text: &str, shown: usize) -> Story {
             continue;
         };
         let kind = event["event"].as_str().unwrap_or_default();
-        // A subagent's own turns are in its own transcript; its start and end are noted here
-        // (their `agent` is the subagent's agent, not whose event it is).
+        // A subagent's own turns are in its own transcript; its start and end are noted here,
+        // a nested one's too (their `agent` is the subagent that started it).
         if event.get("agent").is_some() && !kind.starts_with("subagent_") {
             continue;
         }
@@ -122,7 +122,11 @@ pub fn note_line(event: &Value) -> String {
         "subagent_started" => format!(
             "subagent {} ({}) started: {}",
             event["id"].as_str().unwrap_or_default(),
-            event["agent"].as_str().unwrap_or_default(),
+            // Earlier transcripts named it `agent`.
+            event["subagent_type"]
+                .as_str()
+                .or(event["agent"].as_str())
+                .unwrap_or_default(),
             event["description"].as_str().unwrap_or_default()
         ),
         "subagent_finished" => format!(
