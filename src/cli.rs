@@ -320,6 +320,22 @@ pub(crate) struct RunDirs {
     pub(crate) state_dir: Option<Utf8PathBuf>,
 }
 
+impl RunDirs {
+    /// The state directory, the run `which` names there (`latest` by default) and its
+    /// directory; or the error to print (`show`, `report`).
+    pub(crate) fn recorded_run(
+        &self,
+        which: Option<&str>,
+    ) -> Result<(Utf8PathBuf, crate::record::RunRecord, Utf8PathBuf), String> {
+        let (_, state_dir) =
+            crate::run::directories(self.workdir.as_deref(), self.state_dir.as_deref());
+        let record = crate::run::load_resume(&state_dir, which.unwrap_or("latest"))
+            .map_err(|problem| problem.message.replacen("--resume ", "", 1))?;
+        let run_dir = state_dir.join("runs").join(&record.run_id);
+        Ok((state_dir, record, run_dir))
+    }
+}
+
 #[derive(Debug, Args)]
 pub(crate) struct RunsArgs {
     #[command(flatten)]

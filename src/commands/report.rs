@@ -7,13 +7,9 @@ use crate::cli::{Io, ReportArgs};
 use crate::error::Exit;
 
 pub fn report(args: ReportArgs, io: &mut Io<'_>) -> Exit {
-    let (_, state_dir) =
-        crate::run::directories(args.dirs.workdir.as_deref(), args.dirs.state_dir.as_deref());
-    let which = args.run.as_deref().unwrap_or("latest");
-    let record = match crate::run::load_resume(&state_dir, which) {
-        Ok(record) => record,
-        Err(problem) => {
-            let message = problem.message.replacen("--resume ", "", 1);
+    let (state_dir, record, run_dir) = match args.dirs.recorded_run(args.run.as_deref()) {
+        Ok(found) => found,
+        Err(message) => {
             let _ = writeln!(io.err, "error: {message}");
             return Exit::Invalid;
         }
@@ -28,7 +24,6 @@ pub fn report(args: ReportArgs, io: &mut Io<'_>) -> Exit {
             }
         },
     };
-    let run_dir = state_dir.join("runs").join(&record.run_id);
     // A transcript that cannot be read (a step that never ran, a file too large) is left out
     // of the page; the step's record is still shown.
     let transcript = |step: &str| {

@@ -17,18 +17,13 @@ use crate::report::turns::{Story, cut, note_line};
 const OUTPUT_SHOWN: usize = 400;
 
 pub fn show(args: ShowArgs, io: &mut Io<'_>) -> Exit {
-    let (_, state_dir) =
-        crate::run::directories(args.dirs.workdir.as_deref(), args.dirs.state_dir.as_deref());
-    let which = args.run.as_deref().unwrap_or("latest");
-    let record = match crate::run::load_resume(&state_dir, which) {
-        Ok(record) => record,
-        Err(problem) => {
-            let message = problem.message.replacen("--resume ", "", 1);
+    let (_, record, run_dir) = match args.dirs.recorded_run(args.run.as_deref()) {
+        Ok(found) => found,
+        Err(message) => {
             let _ = writeln!(io.err, "error: {message}");
             return Exit::Invalid;
         }
     };
-    let run_dir = state_dir.join("runs").join(&record.run_id);
     match &args.step {
         None => show_run(&record, &run_dir, args.format, io),
         Some(step) => show_step(&record, &run_dir, step, args.format, io),

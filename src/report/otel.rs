@@ -116,6 +116,32 @@ struct Scope {
     checks: Vec<Span>,
 }
 
+impl Scope {
+    fn new(agent: Span, model: &str) -> Self {
+        Scope {
+            agent,
+            model: model.to_owned(),
+            chat: None,
+            tools: BTreeMap::new(),
+            checks: Vec::new(),
+        }
+    }
+
+    /// Ends the request, tool calls and checks still open, as cut short by `why`.
+    fn cut_short(&mut self, at: SystemTime, why: &'static str) {
+        for mut span in self
+            .chat
+            .take()
+            .into_iter()
+            .chain(std::mem::take(&mut self.tools).into_values())
+            .chain(std::mem::take(&mut self.checks))
+        {
+            span.set_status(Status::error(why));
+            span.end_with_timestamp(at);
+        }
+    }
+}
+
 pub struct OtelSink {
     provider: SdkTracerProvider,
     failure: std::sync::Arc<std::sync::Mutex<Option<String>>>,
@@ -213,29 +239,21 @@ impl OtelSink {
     /// the batch is sent.
     fn finish(&mut self, at: SystemTime, record: &crate::record::RunRecord) {
         for (_, mut scope) in std::mem::take(&mut self.scopes) {
-            for mut span in scope
-                .chat
-                .take()
-                .into_iter()
-                .chain(std::mem::take(&mut scope.tools).into_values())
-                .chain(std::mem::take(&mut scope.checks))
-                .chain([scope.agent])
-            {
-                span.set_status(Status::error("the run ended first"));
-                span.end_with_timestamp(at);
-            }
+            scope.cut_short(at, "the run ended first");
+            scope.agent.set_status(Status::error("the run ended first"));
+            scope.agent.end_with_timestamp(at);
         }
         if let Some(mut span) = self.workflow.take() {
             span.set_attribute(KeyValue::new("runner.run.status", record.status.as_str()));
             let here: Vec<&StepRecord> = record.done_here().collect();
             let mut usage = Usage::default();
-            for step in &here {
-                usage.add(&Usage {
-                    input_tokens: step.input_tokens,
-                    output_tokens: step.output_tokens,
-                    cache_creation_input_tokens: step.cache_creation_input_tokens,
-                    cache_read_input_tokens: step.cache_read_input_tokens,
-                });
+            for r in &here {
+                usage.add(&usage_of(
+                    r.input_tokens,
+                    r.output_tokens,
+                    r.cache_creation_input_tokens,
+                    r.cache_read_input_tokens,
+                ));
             }
             span.set_attributes(usage_attributes(&usage));
             if let Some(cost) = record.cost_usd {
@@ -330,28 +348,39 @@ fn usage_attributes(usage: &Usage) -> Vec<KeyValue> {
     ]
 }
 
-/// What a step's or subagent's span says when it ends.
-fn step_end(span: &mut Span, record: &StepRecord) {
-    span.set_attributes(usage_attributes(&Usage {
-        input_tokens: record.input_tokens,
-        output_tokens: record.output_tokens,
-        cache_creation_input_tokens: record.cache_creation_input_tokens,
-        cache_read_input_tokens: record.cache_read_input_tokens,
-    }));
-    span.set_attribute(KeyValue::new("runner.step.status", record.status.as_str()));
-    span.set_attribute(KeyValue::new("runner.turns", i64::from(record.turns)));
-    span.set_attribute(KeyValue::new(
-        "runner.tool_calls",
-        i64::from(record.tool_calls),
-    ));
-    if let Some(cost) = record.cost_usd {
-        span.set_attribute(KeyValue::new("runner.cost_usd", cost));
+/// A record's counts as a reply's usage.
+fn usage_of(input: u64, output: u64, written: u64, read: u64) -> Usage {
+    Usage {
+        input_tokens: input,
+        output_tokens: output,
+        cache_creation_input_tokens: written,
+        cache_read_input_tokens: read,
     }
-    if matches!(record.status, StepStatus::Failed | StepStatus::Cancelled) {
-        span.set_attribute(KeyValue::new("error.type", record.status.as_str()));
-        span.set_status(Status::error(redact(
-            record.error.as_deref().unwrap_or(record.status.as_str()),
-        )));
+}
+
+/// How a step or subagent ended, on its span: its tokens and turns, and why when it failed.
+fn agent_end(span: &mut Span, status: StepStatus, error: Option<&str>, usage: &Usage, turns: u32) {
+    span.set_attributes(usage_attributes(usage));
+    span.set_attribute(KeyValue::new("runner.turns", i64::from(turns)));
+    if matches!(status, StepStatus::Failed | StepStatus::Cancelled) {
+        span.set_attribute(KeyValue::new("error.type", status.as_str()));
+        span.set_status(Status::error(redact(error.unwrap_or(status.as_str()))));
+    }
+}
+
+/// What a step's span says when it ends.
+fn step_end(span: &mut Span, r: &StepRecord) {
+    let usage = usage_of(
+        r.input_tokens,
+        r.output_tokens,
+        r.cache_creation_input_tokens,
+        r.cache_read_input_tokens,
+    );
+    agent_end(span, r.status, r.error.as_deref(), &usage, r.turns);
+    span.set_attribute(KeyValue::new("runner.step.status", r.status.as_str()));
+    span.set_attribute(KeyValue::new("runner.tool_calls", i64::from(r.tool_calls)));
+    if let Some(cost) = r.cost_usd {
+        span.set_attribute(KeyValue::new("runner.cost_usd", cost));
     }
 }
 
@@ -414,16 +443,8 @@ impl Sink for OtelSink {
                     parent,
                     attributes,
                 );
-                self.scopes.insert(
-                    (step.clone(), String::new()),
-                    Scope {
-                        agent: span,
-                        model: model.clone(),
-                        chat: None,
-                        tools: BTreeMap::new(),
-                        checks: Vec::new(),
-                    },
-                );
+                self.scopes
+                    .insert((step.clone(), String::new()), Scope::new(span, model));
             }
             EventKind::SubagentStarted {
                 step,
@@ -459,36 +480,26 @@ impl Sink for OtelSink {
                     Some(parent),
                     attributes,
                 );
-                self.scopes.insert(
-                    (step.clone(), id.clone()),
-                    Scope {
-                        agent: span,
-                        model: model.clone(),
-                        chat: None,
-                        tools: BTreeMap::new(),
-                        checks: Vec::new(),
-                    },
-                );
+                self.scopes
+                    .insert((step.clone(), id.clone()), Scope::new(span, model));
             }
             EventKind::SubagentFinished { step, record } => {
                 if let Some(mut scope) = self.scopes.remove(&(step.clone(), record.id.clone())) {
-                    scope.agent.set_attributes(usage_attributes(&Usage {
-                        input_tokens: record.input_tokens,
-                        output_tokens: record.output_tokens,
-                        cache_creation_input_tokens: record.cache_creation_input_tokens,
-                        cache_read_input_tokens: record.cache_read_input_tokens,
-                    }));
-                    scope
-                        .agent
-                        .set_attribute(KeyValue::new("runner.turns", i64::from(record.turns)));
-                    if matches!(record.status, StepStatus::Failed | StepStatus::Cancelled) {
-                        scope
-                            .agent
-                            .set_attribute(KeyValue::new("error.type", record.status.as_str()));
-                        scope.agent.set_status(Status::error(redact(
-                            record.error.as_deref().unwrap_or(record.status.as_str()),
-                        )));
-                    }
+                    scope.cut_short(at, "the subagent ended first");
+                    let r = record;
+                    let usage = usage_of(
+                        r.input_tokens,
+                        r.output_tokens,
+                        r.cache_creation_input_tokens,
+                        r.cache_read_input_tokens,
+                    );
+                    agent_end(
+                        &mut scope.agent,
+                        r.status,
+                        r.error.as_deref(),
+                        &usage,
+                        r.turns,
+                    );
                     scope.agent.end_with_timestamp(at);
                 }
             }
@@ -663,16 +674,7 @@ impl Sink for OtelSink {
             }
             EventKind::StepFinished { step, record, .. } => {
                 if let Some(mut scope) = self.scopes.remove(&(step.clone(), String::new())) {
-                    for mut span in scope
-                        .chat
-                        .take()
-                        .into_iter()
-                        .chain(std::mem::take(&mut scope.tools).into_values())
-                        .chain(std::mem::take(&mut scope.checks))
-                    {
-                        span.set_status(Status::error("the step ended first"));
-                        span.end_with_timestamp(at);
-                    }
+                    scope.cut_short(at, "the step ended first");
                     step_end(&mut scope.agent, record);
                     scope.agent.end_with_timestamp(at);
                 }
