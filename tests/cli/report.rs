@@ -249,18 +249,15 @@ async fn a_baseline_shows_what_changed() {
     let first_id = first["run_id"].as_str().unwrap().to_owned();
     let (second, test) = again(test, &["run", "w.toml"]).await;
     assert_eq!(second.status, 0, "{}", second.transcript());
-    let (wrote, test) = again(
-        test,
-        &[
-            "report",
-            "latest",
-            "-o",
-            "out/r.html",
-            "--baseline",
-            &first_id,
-        ],
-    )
-    .await;
+    let report = [
+        "report",
+        "latest",
+        "-o",
+        "out/r.html",
+        "--baseline",
+        &first_id,
+    ];
+    let (wrote, test) = again(test, &report).await;
     // The folder is not there: the page cannot be written, and it says where.
     assert_eq!(wrote.status, 2, "{}", wrote.transcript());
     assert!(
@@ -269,18 +266,7 @@ async fn a_baseline_shows_what_changed() {
         wrote.stderr
     );
     std::fs::create_dir(test.path().join("out")).unwrap();
-    let (wrote, test) = again(
-        test,
-        &[
-            "report",
-            "latest",
-            "-o",
-            "out/r.html",
-            "--baseline",
-            &first_id,
-        ],
-    )
-    .await;
+    let (wrote, test) = again(test, &report).await;
     assert_eq!(wrote.status, 0, "{}", wrote.transcript());
     let html = std::fs::read_to_string(test.path().join("out/r.html")).unwrap();
     assert!(
