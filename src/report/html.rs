@@ -117,8 +117,11 @@ impl Times {
         let origin = parse(&record.started_at);
         let mut spans = BTreeMap::new();
         let mut add = |id: &str, step: &StepRecord| {
-            // A step reused from an earlier run did not run in this one: no bar.
-            if step.reused_from.is_some() {
+            // A step reused from an earlier run did not run in this one, nor did a skipped one:
+            // no bar.
+            if step.reused_from.is_some()
+                || matches!(step.status, StepStatus::Skipped | StepStatus::Pending)
+            {
                 return;
             }
             if let (Some(origin), Some(start)) =
@@ -344,17 +347,12 @@ fn timeline(
             anchor,
             &x,
         ));
-        for instance in &step.instances {
+        for (k, instance) in step.instances.iter().enumerate() {
             let iid = instance.instance.as_deref().unwrap_or(id);
-            rows.push(bar(
-                iid,
-                instance,
-                times.spans.get(iid),
-                true,
-                false,
-                anchor,
-                &x,
-            ));
+            // Into the instance's body, so that following it unfolds the instance.
+            let to = format!("{anchor}-{k}-body");
+            let span = times.spans.get(iid);
+            rows.push(bar(iid, instance, span, true, false, &to, &x));
         }
     }
     let rows: Vec<Value> = rows
@@ -473,7 +471,7 @@ fn step_facts(
     let mut facts = facts_of(id, step, sources);
     facts["anchor"] = json!(anchor);
     facts["critical"] = json!(critical);
-    facts["instances"] = step
+    let instances: Vec<Value> = step
         .instances
         .iter()
         .enumerate()
@@ -485,6 +483,14 @@ fn step_facts(
             f
         })
         .collect();
+    // Among many instances, the ones that failed are named first, each a link (the browser
+    // unfolds the instance it leads to).
+    facts["failed_instances"] = instances
+        .iter()
+        .filter(|f| f["failed"] == true)
+        .map(|f| json!({"id": f["id"], "anchor": f["anchor"]}))
+        .collect();
+    facts["instances"] = json!(instances);
     facts
 }
 
@@ -646,6 +652,46 @@ fn summary_diff(a: &str, b: &str) -> Vec<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A run of `(id, status, start ms, duration ms, needs)`.
+    fn run(steps: &[(&str, &str, u64, u64, &[&str])]) -> RunRecord {
+        let at = |ms: u64| {
+            jiff::Timestamp::from_millisecond(1_800_000_000_000 + ms as i64)
+                .unwrap()
+                .to_string()
+        };
+        let mut record = serde_json::json!({
+            "run_id": "r", "workflow": "w", "status": "succeeded", "started_at": at(0),
+            "duration_ms": 0, "steps": {}, "needs": {},
+        });
+        for (id, status, start, duration, needs) in steps {
+            let mut step = serde_json::to_value(StepRecord::pending("m")).unwrap();
+            step["status"] = json!(status);
+            step["started_at"] = json!(at(*start));
+            step["duration_ms"] = json!(duration);
+            record["steps"][id] = step;
+            if !needs.is_empty() {
+                record["needs"][id] = json!(needs);
+            }
+        }
+        serde_json::from_value(record).unwrap()
+    }
+
+    #[test]
+    fn the_critical_path_follows_what_ended_last() {
+        // a (0-100) and b (0-300) feed c (300-400); d ran alone (0-350).
+        let record = run(&[
+            ("a", "succeeded", 0, 100, &[]),
+            ("b", "succeeded", 0, 300, &[]),
+            ("c", "succeeded", 300, 100, &["a", "b"]),
+            ("d", "succeeded", 0, 350, &[]),
+            ("e", "skipped", 500, 0, &["c"]),
+        ]);
+        let times = Times::of(&record);
+        assert_eq!(critical_path(&record, &times), vec!["b", "c"]);
+        // A skipped step has no bar, and is not on the path even with a late start.
+        assert!(!times.spans.contains_key("e"));
+    }
 
     #[test]
     fn ticks_are_round_numbers() {

@@ -63,6 +63,20 @@ const [file, screenshot, unfold] = process.argv.slice(2);
     unfolded = { before, after, text: after ? (await transcript.innerText()) : "" };
   }
 
+  // A failed instance named under its step: following its link unfolds it.
+  let followed = null;
+  const link = page.locator(".failed-instances a").first();
+  if (await link.count()) {
+    const target = (await link.getAttribute("href")).slice(1).replace(/-body$/, "");
+    const summary = page.locator(`[id="${target}"] > summary`);
+    const before = await summary.locator(".status").isVisible();
+    await link.click();
+    const open = await page.locator(`[id="${target}"]`).evaluate((d) => d.open);
+    followed = { target, step: await page.locator(`[id="${target}"]`).getAttribute("data-step"),
+      status: await page.locator(`[id="${target}"]`).getAttribute("data-status"), before, open,
+      error: open ? (await page.locator(`[id="${target}"] .error-text`).first().innerText()) : "" };
+  }
+
   const facts = await page.evaluate(() => ({
     title: document.title,
     scripts: document.scripts.length,
@@ -74,5 +88,5 @@ const [file, screenshot, unfold] = process.argv.slice(2);
   if (screenshot) await page.screenshot({ path: screenshot, fullPage: true });
   await browser.close();
   process.stdout.write(JSON.stringify({ open_ms, navigation, table, graph, edges, critical_edges,
-    timeline, unfolded, requests, errors, ...facts }));
+    timeline, unfolded, followed, requests, errors, ...facts }));
 })().catch((e) => { console.error(e); process.exit(1); });

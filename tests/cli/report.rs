@@ -46,7 +46,7 @@ async fn the_report_shows_every_step_and_unfolds_a_transcript_in_chromium() {
     let fake = Fake::anthropic_fn(|body| {
         let first = body["messages"][0].to_string();
         let count = body["messages"].as_array().map_or(0, Vec::len);
-        if first.contains("MARK-broken") {
+        if first.contains("MARK-broken") || first.contains("MARK-each c") {
             return bad_request("this step is refused");
         }
         if first.contains("MARK-lead") && count == 1 {
@@ -186,6 +186,19 @@ retries = 0
         .collect();
     assert!(critical.contains(&"setup"), "{critical:?}");
     assert!(seen["critical_edges"].as_u64().unwrap() >= 1, "{seen}");
+    // The failed instance is named under its step; its link unfolds it.
+    let followed = &seen["followed"];
+    assert_eq!(followed["step"], "each[2]", "{followed}");
+    assert_eq!(followed["status"], "failed");
+    assert_eq!(followed["before"], false, "folded at first");
+    assert_eq!(followed["open"], true, "{followed}");
+    assert!(
+        followed["error"]
+            .as_str()
+            .unwrap()
+            .contains("this step is refused"),
+        "{followed}"
+    );
     // The lead step's transcript is folded, and opens on a click: its call of `task`, and the
     // subagent it started.
     let unfolded = &seen["unfolded"];
