@@ -21,6 +21,9 @@ use crate::units::{seconds, tokens, usd};
 
 /// Tool outputs in the report are cut to this many characters (`runner show` has the whole).
 const OUTPUT_SHOWN: usize = 2_000;
+/// A reply's text in the report is cut to this many characters: a page stays a size a browser
+/// opens, whatever a model wrote.
+const REPLY_SHOWN: usize = 20_000;
 /// Lines of a step's diff shown at most; the rest are counted.
 const DIFF_LINES: usize = 2_000;
 
@@ -508,7 +511,7 @@ fn facts_of(id: &str, step: &StepRecord, sources: &Sources<'_>) -> Value {
                     let n = |key: &str| turn.usage[key].as_u64().unwrap_or(0);
                     json!({
                         "turn": turn.turn,
-                        "text": turn.text.trim(),
+                        "text": crate::report::turns::cut(turn.text.trim(), REPLY_SHOWN),
                         "usage": format!("in {} (cache read {}, written {}), out {}",
                             tokens(n("input_tokens")), tokens(n("cache_read_input_tokens")),
                             tokens(n("cache_creation_input_tokens")), tokens(n("output_tokens"))),
@@ -691,6 +694,38 @@ mod tests {
         assert_eq!(critical_path(&record, &times), vec!["b", "c"]);
         // A skipped step has no bar, and is not on the path even with a late start.
         assert!(!times.spans.contains_key("e"));
+    }
+
+    #[test]
+    fn long_replies_and_outputs_are_cut_and_html_is_text() {
+        let record = run(&[("s", "succeeded", 0, 100, &[])]);
+        let long = "y".repeat(30_000);
+        let lines = [
+            json!({"event": "turn_started", "step": "s", "turn": 1}),
+            json!({"event": "turn_finished", "step": "s", "turn": 1, "usage": {},
+                "body": {"content": [{"type": "text", "text": format!("<b>bold</b>{long}")}],
+                    "stop_reason": "end_turn", "usage": {"input_tokens": 1, "output_tokens": 1}}}),
+            json!({"event": "tool_started", "step": "s", "turn": 1, "id": "t", "name": "read_file",
+                "input": {"path": "a"}}),
+            json!({"event": "tool_finished", "step": "s", "turn": 1, "id": "t", "name": "read_file",
+                "is_error": false, "output": long}),
+        ];
+        let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        let transcript = |step: &str| (step == "s").then(|| text.clone());
+        let page = render(
+            &record,
+            &Sources {
+                transcript: &transcript,
+                baseline: None,
+            },
+        )
+        .unwrap();
+        // minijinja escapes `/` too.
+        assert!(page.contains("&lt;b&gt;bold&lt;&#x2f;b&gt;"), "escaped");
+        assert!(!page.contains("<b>bold"));
+        assert!(page.contains("(30011 bytes in all)"), "the reply is cut");
+        assert!(page.contains("(30000 bytes in all)"), "the output is cut");
+        assert!(page.len() < 60_000, "{}", page.len());
     }
 
     #[test]
