@@ -12,6 +12,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::plan::{Plan, PlannedStep};
+use crate::provider::message::Usage;
 
 /// What defines a step for `--resume`: everything that decides what it does or sees (agent,
 /// model, tools, system prompt, the rendered prompt and `env`, output schema, isolation, sandbox,
@@ -178,6 +179,16 @@ pub struct CheckRecord {
 }
 
 impl StepRecord {
+    /// Its counts as one usage (subagents included, as the counts are).
+    pub fn usage(&self) -> Usage {
+        Usage {
+            input_tokens: self.input_tokens,
+            output_tokens: self.output_tokens,
+            cache_creation_input_tokens: self.cache_creation_input_tokens,
+            cache_read_input_tokens: self.cache_read_input_tokens,
+        }
+    }
+
     /// A record of a step that has not started, on `model`.
     pub fn pending(model: &str) -> Self {
         StepRecord {
@@ -323,6 +334,16 @@ pub struct SubagentRecord {
 }
 
 impl SubagentRecord {
+    /// Its counts as one usage.
+    pub fn usage(&self) -> Usage {
+        Usage {
+            input_tokens: self.input_tokens,
+            output_tokens: self.output_tokens,
+            cache_creation_input_tokens: self.cache_creation_input_tokens,
+            cache_read_input_tokens: self.cache_read_input_tokens,
+        }
+    }
+
     /// Every token it sent and received, cached or not: what its facts line and its progress
     /// line both say.
     pub fn total_tokens(&self) -> u64 {
@@ -421,6 +442,15 @@ impl RunRecord {
     /// The steps this run did itself (not reused from an earlier run): what its totals count.
     pub fn done_here(&self) -> impl Iterator<Item = &StepRecord> {
         self.steps.values().filter(|s| s.reused_from.is_none())
+    }
+
+    /// The tokens of the steps this run did itself.
+    pub fn usage_here(&self) -> Usage {
+        let mut usage = Usage::default();
+        for step in self.done_here() {
+            usage.add(&step.usage());
+        }
+        usage
     }
 
     /// Settles the run's status: interrupted, failed (a step failed without

@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 
+use crate::provider::message::Usage;
 use crate::record::{RunRecord, StepRecord, StepStatus};
 use crate::units::{seconds, tokens, usd};
 
@@ -75,10 +76,7 @@ pub fn render(record: &RunRecord, sources: &Sources<'_>) -> Result<String, Strin
 /// The run's header and totals.
 fn run_facts(record: &RunRecord) -> Value {
     let here: Vec<&StepRecord> = record.done_here().collect();
-    let sum = |f: fn(&StepRecord) -> u64| crate::units::sum(here.iter().map(|s| f(s)));
-    let input = sum(|s| s.input_tokens);
-    let read = sum(|s| s.cache_read_input_tokens);
-    let written = sum(|s| s.cache_creation_input_tokens);
+    let usage = record.usage_here();
     json!({
         "id": record.run_id,
         "workflow": record.workflow,
@@ -91,16 +89,21 @@ fn run_facts(record: &RunRecord) -> Value {
         "steps": record.steps.len(),
         "turns": here.iter().map(|s| u64::from(s.turns)).sum::<u64>(),
         "tool_calls": here.iter().map(|s| u64::from(s.tool_calls)).sum::<u64>(),
-        "input_tokens": tokens(crate::units::sum([input, read, written])),
-        "output_tokens": tokens(sum(|s| s.output_tokens)),
-        "cache_share": cache_share(input, read, written),
+        "input_tokens": tokens(usage.total_input()),
+        "output_tokens": tokens(usage.output_tokens),
+        "cache_share": cache_share(&usage),
     })
 }
 
 /// The share of input tokens served from the prompt cache, as a percentage.
-fn cache_share(input: u64, read: u64, written: u64) -> Option<String> {
-    let all = crate::units::sum([input, read, written]);
-    (all > 0).then(|| format!("{:.0}%", read as f64 * 100.0 / all as f64))
+fn cache_share(usage: &Usage) -> Option<String> {
+    let all = usage.total_input();
+    (all > 0).then(|| {
+        format!(
+            "{:.0}%",
+            usage.cache_read_input_tokens as f64 * 100.0 / all as f64
+        )
+    })
 }
 
 /// When each step and instance waited, started and ended, in milliseconds from the run's start.
@@ -498,9 +501,7 @@ fn step_facts(
 }
 
 fn facts_of(id: &str, step: &StepRecord, sources: &Sources<'_>) -> Value {
-    let input = step.input_tokens;
-    let read = step.cache_read_input_tokens;
-    let written = step.cache_creation_input_tokens;
+    let usage = step.usage();
     let transcript = (sources.transcript)(id)
         .map(|text| {
             let story = crate::report::turns::read(&text, OUTPUT_SHOWN);
@@ -572,9 +573,9 @@ fn facts_of(id: &str, step: &StepRecord, sources: &Sources<'_>) -> Value {
         "output": (!step.output.is_null()).then(|| serde_json::to_string_pretty(&step.output).unwrap_or_default()),
         "turns": step.turns,
         "tool_calls": step.tool_calls,
-        "tokens_in": tokens(crate::units::sum([input, read, written])),
+        "tokens_in": tokens(usage.total_input()),
         "tokens_out": tokens(step.output_tokens),
-        "cache_share": cache_share(input, read, written),
+        "cache_share": cache_share(&usage),
         "cost": step.cost_usd.map(usd),
         "duration": seconds(step.duration_ms),
         // A wait shorter than the precision shown is no wait.

@@ -171,8 +171,8 @@ fn public(kind: &EventKind) -> Option<(&'static str, Value)> {
                 "status": record.status,
                 "duration_ms": record.duration_ms,
                 "cost_usd": record.cost_usd,
-                "input_tokens": record.done_here().map(|s| super::total_tokens(s) - s.output_tokens).sum::<u64>(),
-                "output_tokens": record.done_here().map(|s| s.output_tokens).sum::<u64>(),
+                "input_tokens": record.usage_here().total_input(),
+                "output_tokens": record.usage_here().output_tokens,
                 "run_dir": run_dir,
                 "branches": record
                     .steps

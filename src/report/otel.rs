@@ -245,17 +245,7 @@ impl OtelSink {
         }
         if let Some(mut span) = self.workflow.take() {
             span.set_attribute(KeyValue::new("runner.run.status", record.status.as_str()));
-            let here: Vec<&StepRecord> = record.done_here().collect();
-            let mut usage = Usage::default();
-            for r in &here {
-                usage.add(&usage_of(
-                    r.input_tokens,
-                    r.output_tokens,
-                    r.cache_creation_input_tokens,
-                    r.cache_read_input_tokens,
-                ));
-            }
-            span.set_attributes(usage_attributes(&usage));
+            span.set_attributes(usage_attributes(&record.usage_here()));
             if let Some(cost) = record.cost_usd {
                 span.set_attribute(KeyValue::new("runner.cost_usd", cost));
             }
@@ -328,14 +318,9 @@ fn model_of(model: &str) -> &str {
 /// `gen_ai.usage.*`: input tokens count every input token, cached or not, as the conventions
 /// say; the cache's share is in its own two attributes.
 fn usage_attributes(usage: &Usage) -> Vec<KeyValue> {
-    let input = crate::units::sum([
-        usage.input_tokens,
-        usage.cache_creation_input_tokens,
-        usage.cache_read_input_tokens,
-    ]);
     let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
     vec![
-        KeyValue::new("gen_ai.usage.input_tokens", int(input)),
+        KeyValue::new("gen_ai.usage.input_tokens", int(usage.total_input())),
         KeyValue::new("gen_ai.usage.output_tokens", int(usage.output_tokens)),
         KeyValue::new(
             "gen_ai.usage.cache_read.input_tokens",
@@ -346,16 +331,6 @@ fn usage_attributes(usage: &Usage) -> Vec<KeyValue> {
             int(usage.cache_creation_input_tokens),
         ),
     ]
-}
-
-/// A record's counts as a reply's usage.
-fn usage_of(input: u64, output: u64, written: u64, read: u64) -> Usage {
-    Usage {
-        input_tokens: input,
-        output_tokens: output,
-        cache_creation_input_tokens: written,
-        cache_read_input_tokens: read,
-    }
 }
 
 /// How a step or subagent ended, on its span: its tokens and turns, and why when it failed.
@@ -370,13 +345,7 @@ fn agent_end(span: &mut Span, status: StepStatus, error: Option<&str>, usage: &U
 
 /// What a step's span says when it ends.
 fn step_end(span: &mut Span, r: &StepRecord) {
-    let usage = usage_of(
-        r.input_tokens,
-        r.output_tokens,
-        r.cache_creation_input_tokens,
-        r.cache_read_input_tokens,
-    );
-    agent_end(span, r.status, r.error.as_deref(), &usage, r.turns);
+    agent_end(span, r.status, r.error.as_deref(), &r.usage(), r.turns);
     span.set_attribute(KeyValue::new("runner.step.status", r.status.as_str()));
     span.set_attribute(KeyValue::new("runner.tool_calls", i64::from(r.tool_calls)));
     if let Some(cost) = r.cost_usd {
@@ -486,20 +455,9 @@ impl Sink for OtelSink {
             EventKind::SubagentFinished { step, record } => {
                 if let Some(mut scope) = self.scopes.remove(&(step.clone(), record.id.clone())) {
                     scope.cut_short(at, "the subagent ended first");
-                    let r = record;
-                    let usage = usage_of(
-                        r.input_tokens,
-                        r.output_tokens,
-                        r.cache_creation_input_tokens,
-                        r.cache_read_input_tokens,
-                    );
-                    agent_end(
-                        &mut scope.agent,
-                        r.status,
-                        r.error.as_deref(),
-                        &usage,
-                        r.turns,
-                    );
+                    let (status, error) = (record.status, record.error.as_deref());
+                    let usage = record.usage();
+                    agent_end(&mut scope.agent, status, error, &usage, record.turns);
                     scope.agent.end_with_timestamp(at);
                 }
             }
