@@ -87,11 +87,25 @@ pub fn run_cli(args: Vec<OsString>, io: &mut Io<'_>) -> Exit {
         Command::Diff(args) => diff::diff(args, io),
         Command::Export(args) => export::export(args, io),
         Command::Clean(args) => clean::clean(args, io),
-        Command::Runs(args) => runs::runs(args, io),
-        Command::Show(args) => show::show(args, io),
+        Command::Runs(args) => redacted_out(io, |io| runs::runs(args, io)),
+        Command::Show(args) => redacted_out(io, |io| show::show(args, io)),
         Command::Report(args) => report::report(args, io),
         Command::Mcp(McpCommand::List(args)) => mcp::list(args, io),
     }
+}
+
+/// Runs `command` with its stdout gathered, then writes that through the redactor: for the
+/// commands that print what records and transcripts hold (a checkout may ship a `.runner/`).
+fn redacted_out(io: &mut Io<'_>, command: impl FnOnce(&mut Io<'_>) -> Exit) -> Exit {
+    let mut gathered = Vec::new();
+    let exit = command(&mut Io {
+        out: &mut gathered,
+        err: &mut *io.err,
+        color: io.color,
+    });
+    let text = String::from_utf8_lossy(&gathered);
+    let _ = io.out.write_all(crate::secrets::redact(&text).as_bytes());
+    exit
 }
 
 pub(crate) fn report(io: &mut Io<'_>, problems: &[Problem]) {

@@ -45,7 +45,7 @@ pub fn runs(args: RunsArgs, io: &mut Io<'_>) -> Exit {
             format!("{}{}", run.run_id, if *ours { "" } else { " (not yours)" }),
             crate::terminal::clean(&run.workflow).into_owned(),
             run.status.as_str().to_owned(),
-            run.started_at.clone(),
+            crate::terminal::clean(&run.started_at).into_owned(),
             crate::units::seconds(run.duration_ms),
             run.cost_usd
                 .map_or_else(|| "-".to_owned(), crate::units::usd),

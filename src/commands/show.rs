@@ -42,7 +42,7 @@ fn show_run(record: &RunRecord, run_dir: &Utf8Path, format: Format, io: &mut Io<
         record.run_id,
         clean(&record.workflow),
         record.status.as_str(),
-        record.started_at,
+        clean(&record.started_at),
         crate::units::seconds(record.duration_ms),
         record
             .cost_usd

@@ -28,36 +28,19 @@ pub fn load_resume(state_dir: &Utf8Path, which: &str) -> Result<RunRecord, Probl
             .map_err(|why| Problem::error(format!("--resume {which}: {why}")));
     }
     let now = jiff::Timestamp::now();
-    let mut best: Option<(jiff::Timestamp, String, RunRecord)> = None;
     let mut not_ours = 0;
-    for entry in runs.read_dir_utf8().into_iter().flatten().flatten() {
-        let id = entry.file_name().to_owned();
-        if !is_run_id(&id) || !entry.file_type().is_ok_and(|t| t.is_dir()) {
-            continue;
-        }
-        let Ok(record) = read_record(&runs, &id) else {
-            continue;
-        };
-        // Only a run this user recorded: a checkout may ship one made to be resumed.
-        if !super::state::sealed_here(&record.run_id, record.recorded_by.as_deref()) {
+    // Newest first: the first this user recorded that did not start in the future.
+    let best = list_runs(state_dir).into_iter().find_map(|(record, ours)| {
+        if !ours {
+            // Only a run this user recorded: a checkout may ship one made to be resumed.
             not_ours += 1;
-            continue;
+            return None;
         }
-        let Ok(started) = record.started_at.parse::<jiff::Timestamp>() else {
-            continue;
-        };
         // A clock a little ahead elsewhere is fine; a run from the future is not.
-        if started > now + jiff::SignedDuration::from_mins(5) {
-            continue;
-        }
-        if best
-            .as_ref()
-            .is_none_or(|(t, best_id, _)| (started, &id) > (*t, best_id))
-        {
-            best = Some((started, id, record));
-        }
-    }
-    best.map(|(_, _, record)| record).ok_or_else(|| match not_ours {
+        let started = record.started_at.parse::<jiff::Timestamp>().ok()?;
+        (started <= now + jiff::SignedDuration::from_mins(5)).then_some(record)
+    });
+    best.ok_or_else(|| match not_ours {
         0 => Problem::error(format!("--resume latest: there are no runs in `{runs}`")),
         n => Problem::error(format!(
             "--resume latest: there are no runs you recorded in `{runs}` ({n} there {} not recorded by you here: a checkout may ship them)",
@@ -68,7 +51,8 @@ pub fn load_resume(state_dir: &Utf8Path, which: &str) -> Result<RunRecord, Probl
 }
 
 /// Every run recorded in `state_dir` that runner could have written (as `--resume` trusts them),
-/// newest first, each with whether this user recorded it.
+/// newest first by start time (then id; a start that is not a time last), each with whether
+/// this user recorded it.
 pub fn list_runs(state_dir: &Utf8Path) -> Vec<(RunRecord, bool)> {
     let runs = state_dir.join("runs");
     let mut found: Vec<(RunRecord, bool)> = runs
@@ -83,7 +67,14 @@ pub fn list_runs(state_dir: &Utf8Path) -> Vec<(RunRecord, bool)> {
             (record, ours)
         })
         .collect();
-    found.sort_by(|(a, _), (b, _)| (&b.started_at, &b.run_id).cmp(&(&a.started_at, &a.run_id)));
+    // By time, not by text: `12:00:00Z` is later than `11:59:59.5Z`.
+    let key = |r: &RunRecord| {
+        (
+            r.started_at.parse::<jiff::Timestamp>().ok(),
+            r.run_id.clone(),
+        )
+    };
+    found.sort_by_cached_key(|(record, _)| std::cmp::Reverse(key(record)));
     found
 }
 
@@ -249,4 +240,37 @@ pub fn check_only(
         }
     }
     problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_are_listed_by_time_not_by_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = Utf8Path::from_path(dir.path()).unwrap();
+        // As text, `...:00Z` sorts after `...:00.5Z`; as times it is half a second earlier.
+        for (id, started) in [
+            ("r-whole", "2026-12-06T12:00:00Z"),
+            ("r-half", "2026-12-06T12:00:00.5Z"),
+            ("r-bad", "not a time"),
+        ] {
+            let record = serde_json::json!({
+                "run_id": id, "workflow": "w", "status": "succeeded",
+                "started_at": started, "duration_ms": 0, "steps": {},
+            });
+            std::fs::create_dir_all(state.join("runs").join(id)).unwrap();
+            std::fs::write(
+                state.join("runs").join(id).join("run.json"),
+                record.to_string(),
+            )
+            .unwrap();
+        }
+        let ids: Vec<String> = list_runs(state)
+            .into_iter()
+            .map(|(r, _)| r.run_id)
+            .collect();
+        assert_eq!(ids, ["r-half", "r-whole", "r-bad"]);
+    }
 }

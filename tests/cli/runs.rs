@@ -115,6 +115,19 @@ async fn a_run_and_a_step_are_shown() {
     let shown: Value = serde_json::from_str(&json.stdout).unwrap();
     assert_eq!(shown["turns"][0]["tool_calls"][0]["name"], "read_file");
     assert_eq!(shown["turns"][1]["text"], "The notes say hello.");
+    // What show prints passes the redactor: a secret of this process is hidden, even in a
+    // transcript recorded before it was one.
+    let (hidden, test) = test
+        .clear_args()
+        .env("ANTHROPIC_API_KEY", "hello from the notes")
+        .args(&["show", "latest", "s"])
+        .run_async()
+        .await;
+    assert!(
+        hidden.stdout.contains("[hidden]") && !hidden.stdout.contains("hello from the notes"),
+        "{}",
+        hidden.stdout
+    );
     let (missing, _test) = again(test, &["show", "latest", "nope"]).await;
     assert_eq!(missing.status, 2);
     assert!(
