@@ -7,9 +7,14 @@
 //! also registered for [`redact`], which every sink applies to what it writes: a key a server
 //! echoes back shows as `[hidden]`.
 
+mod forms;
+mod redactor;
+
 use std::borrow::Cow;
-use std::collections::BTreeMap;
-use std::sync::{Mutex, PoisonError, RwLock};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError, RwLock};
+
+pub use redactor::{Redactor, Replace};
 
 /// What a secret value is replaced with.
 pub const HIDDEN: &str = "[hidden]";
@@ -25,8 +30,19 @@ static OWNS_PROCESS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBo
 
 /// Keys taken out of the environment, by variable name.
 static VAULT: Mutex<BTreeMap<String, String>> = Mutex::new(BTreeMap::new());
-/// Values to hide in every output.
-static KNOWN: RwLock<Vec<String>> = RwLock::new(Vec::new());
+/// Values to hide in every output, and the redactor that finds every form of them.
+static KNOWN: LazyLock<RwLock<Known>> = LazyLock::new(|| {
+    RwLock::new(Known {
+        values: BTreeSet::new(),
+        redactor: Arc::new(Redactor::new(Vec::new())),
+    })
+});
+
+struct Known {
+    /// The values registered, as given (trimmed).
+    values: BTreeSet<String>,
+    redactor: Arc<Redactor>,
+}
 
 /// Whether a variable holds a provider key by its name alone.
 pub fn is_key_name(name: &str) -> bool {
@@ -220,83 +236,70 @@ pub fn var(name: &str) -> Option<String> {
     Some(value)
 }
 
-/// Hides `value` in every output from now on, and its encodings: URL-encoded (a query string,
-/// a proxy URL) and base64 at each of the three alignments it can have inside a longer base64
-/// text (a Basic `Authorization` header a proxy echoes).
+/// Hides `value` in every output from now on, in every form it can be written in (see
+/// [`forms`]).
 pub fn register(value: &str) {
     let value = value.trim();
     if value.len() < MIN_REDACTED_LEN {
         return;
     }
-    let mut forms = vec![value.to_owned()];
-    // As URLs encode it: everything but RFC 3986's unreserved characters.
-    const URL: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
-        .remove(b'-')
-        .remove(b'.')
-        .remove(b'_')
-        .remove(b'~');
-    let url = percent_encoding::utf8_percent_encode(value, URL).to_string();
-    forms.push(url);
-    forms.extend(base64_forms(value.as_bytes()));
-    let mut known = KNOWN.write().unwrap_or_else(PoisonError::into_inner);
-    let mut added = false;
-    for form in forms {
-        if form.len() >= MIN_REDACTED_LEN && !known.contains(&form) {
-            known.push(form);
-            added = true;
+    {
+        let known = KNOWN.read().unwrap_or_else(PoisonError::into_inner);
+        if known.values.contains(value) {
+            return;
         }
     }
-    if added {
-        // Longest first, so a key that contains another is hidden whole.
-        known.sort_by_key(|k| std::cmp::Reverse(k.len()));
+    let forms = forms::of(value);
+    let mut known = KNOWN.write().unwrap_or_else(PoisonError::into_inner);
+    if !known.values.insert(value.to_owned()) {
+        return;
+    }
+    let mut all: Vec<String> = known.redactor.forms.clone();
+    let before = all.len();
+    for form in forms {
+        if !all.contains(&form) {
+            all.push(form);
+        }
+    }
+    if all.len() != before {
+        known.redactor = Arc::new(Redactor::new(all));
     }
 }
 
-/// The part of `bytes`' base64 that is the same wherever they stand in a longer text, for each
-/// of the three alignments (standard and URL-safe alphabets): the characters made only of
-/// `bytes`' own bits.
-fn base64_forms(bytes: &[u8]) -> Vec<String> {
-    use base64::Engine as _;
-    let mut forms = Vec::new();
-    for offset in 0..3usize {
-        let mut padded = vec![0u8; offset];
-        padded.extend_from_slice(bytes);
-        let total_bits = padded.len() * 8;
-        // Characters whose 6 bits all come from `bytes`: after the offset's bits, before the end.
-        let start = (offset * 8).div_ceil(6);
-        let end = total_bits / 6;
-        for engine in [
-            &base64::engine::general_purpose::STANDARD_NO_PAD,
-            &base64::engine::general_purpose::URL_SAFE_NO_PAD,
-        ] {
-            let encoded = engine.encode(&padded);
-            if let Some(stable) = encoded.get(start..end.min(encoded.len())) {
-                forms.push(stable.to_owned());
-            }
-        }
-    }
-    forms
+/// The redactor as it is now: what [`crate::out::Redacting`] writers use for a whole write.
+pub fn redactor() -> Arc<Redactor> {
+    KNOWN
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
+        .redactor
+        .clone()
 }
 
 /// Whether `text` holds a registered secret (what [`redact`] would hide).
 pub fn holds_secret(text: &str) -> bool {
-    let known = KNOWN.read().unwrap_or_else(PoisonError::into_inner);
-    known.iter().any(|k| text.contains(k.as_str()))
+    redactor().holds(text.as_bytes())
 }
 
 /// `text` with every registered secret replaced by `[hidden]`.
 pub fn redact(text: &str) -> Cow<'_, str> {
-    let known = KNOWN.read().unwrap_or_else(PoisonError::into_inner);
-    if !known.iter().any(|k| text.contains(k.as_str())) {
-        return Cow::Borrowed(text);
+    let redactor = redactor();
+    match redactor.redact(text.as_bytes()) {
+        Cow::Borrowed(_) => Cow::Borrowed(text),
+        // Whole UTF-8 sequences are replaced by ASCII, so the text stays UTF-8.
+        Cow::Owned(bytes) => Cow::Owned(String::from_utf8_lossy(&bytes).into_owned()),
     }
-    let mut out = text.to_owned();
-    for key in known.iter() {
-        if out.contains(key.as_str()) {
-            out = out.replace(key.as_str(), HIDDEN);
+}
+
+/// A JSON value with every secret in it hidden (for a value about to be cut or reshaped, where
+/// the writer's redaction would come too late).
+pub fn redact_json(value: &serde_json::Value) -> Cow<'_, serde_json::Value> {
+    let text = value.to_string();
+    match redact(&text) {
+        Cow::Borrowed(_) => Cow::Borrowed(value),
+        Cow::Owned(hidden) => {
+            Cow::Owned(serde_json::from_str(&hidden).unwrap_or(serde_json::Value::Null))
         }
     }
-    Cow::Owned(out)
 }
 
 /// [`redact`] for an owned string, without copying when nothing is hidden.
