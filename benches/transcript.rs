@@ -121,7 +121,7 @@ async fn transcript_bytes(turns: usize, file_bytes: usize) -> (u64, u64) {
     );
     drop(emitter);
     let run_dir = root.join("run");
-    let mut sink = TranscriptSink::new(&run_dir);
+    let mut sink = TranscriptSink::new(runner::out::OutDir::open(&run_dir).expect("run dir"));
     let (mut conversation, mut whole) = (0u64, 0u64);
     while let Ok(event) = events.try_recv() {
         if let EventKind::TurnStarted { messages, .. } = &event.kind {

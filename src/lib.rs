@@ -10,6 +10,7 @@ pub mod event;
 pub mod export;
 pub mod limits;
 pub mod mcp;
+pub mod out;
 pub mod plan;
 pub mod provider;
 pub mod record;

@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use camino::Utf8Path;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -503,13 +502,14 @@ impl RunRecord {
         crate::secrets::redact_owned(serde_json::to_string_pretty(self).unwrap_or_default())
     }
 
-    /// Writes `run.json` atomically (a temp file renamed over it).
-    pub fn save(&self, run_dir: &Utf8Path) -> Result<(), String> {
-        let path = run_dir.join("run.json");
-        let tmp = run_dir.join("run.json.tmp");
-        std::fs::write(&tmp, self.to_json())
-            .and_then(|()| std::fs::rename(&tmp, &path))
-            .map_err(|err| format!("cannot write `{path}`: {err}"))
+    /// Writes `run.json` in the run's folder, whole (a new file renamed over it, through the
+    /// confined writer: a link there is replaced, never followed). The one place it is written:
+    /// `text` is exactly the bytes that land on disk.
+    pub fn save(&self, run_dir: &crate::out::OutDir) -> Result<(), String> {
+        let text = crate::out::Redacted::new(serde_json::to_vec_pretty(self).unwrap_or_default());
+        run_dir
+            .write_redacted("run.json", &text)
+            .map_err(|err| err.to_string())
     }
 }
 

@@ -76,13 +76,10 @@ pub fn export(args: ExportArgs, io: &mut Io<'_>) -> Exit {
     };
     match &args.output {
         Some(path) => {
-            let written = path
-                .parent()
-                .filter(|p| !p.as_str().is_empty())
-                .map_or(Ok(()), std::fs::create_dir_all)
-                .and_then(|()| std::fs::write(path, &text));
-            if let Err(err) = written {
-                let _ = writeln!(io.err, "error: cannot write `{path}`: {err}");
+            // Through the confined writer: a link in the file's place is replaced, a folder on
+            // the way that is a link refused (docs/src/ci.md, "Where runner writes").
+            if let Err(err) = crate::out::write_file(path, text.as_bytes()) {
+                let _ = writeln!(io.err, "error: {err}");
                 return Exit::Unexpected;
             }
             let _ = writeln!(io.err, "wrote {path}: {} steps", plan.steps().len());

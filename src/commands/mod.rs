@@ -39,8 +39,8 @@ pub fn main() -> Exit {
     let color = std::io::stderr().is_terminal()
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     // Unlocked handles: progress threads and the signal task write to stderr too.
-    let mut out = std::io::stdout();
-    let mut err = std::io::stderr();
+    let mut out = crate::out::stdout();
+    let mut err = crate::out::stderr();
     // Held until the command is done: nothing it prints runs as a GitHub workflow command.
     let _guard = crate::report::github::LogGuard::start();
     run_cli(
@@ -53,8 +53,25 @@ pub fn main() -> Exit {
     )
 }
 
-/// Parses `args` (including the program name) and runs the command.
+/// Parses `args` (including the program name) and runs the command. Whatever `io` is, the
+/// command writes to it through the redactor (docs/src/security.md, "Secrets").
 pub fn run_cli(args: Vec<OsString>, io: &mut Io<'_>) -> Exit {
+    let mut out = crate::out::Redacting::lines(&mut *io.out);
+    let mut err = crate::out::Redacting::lines(&mut *io.err);
+    let exit = dispatch(
+        args,
+        &mut Io {
+            out: &mut out,
+            err: &mut err,
+            color: io.color,
+        },
+    );
+    let _ = out.finish();
+    let _ = err.finish();
+    exit
+}
+
+fn dispatch(args: Vec<OsString>, io: &mut Io<'_>) -> Exit {
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(err) => {
@@ -87,25 +104,11 @@ pub fn run_cli(args: Vec<OsString>, io: &mut Io<'_>) -> Exit {
         Command::Diff(args) => diff::diff(args, io),
         Command::Export(args) => export::export(args, io),
         Command::Clean(args) => clean::clean(args, io),
-        Command::Runs(args) => redacted_out(io, |io| runs::runs(args, io)),
-        Command::Show(args) => redacted_out(io, |io| show::show(args, io)),
+        Command::Runs(args) => runs::runs(args, io),
+        Command::Show(args) => show::show(args, io),
         Command::Report(args) => report::report(args, io),
         Command::Mcp(McpCommand::List(args)) => mcp::list(args, io),
     }
-}
-
-/// Runs `command` with its stdout gathered, then writes that through the redactor: for the
-/// commands that print what records and transcripts hold (a checkout may ship a `.runner/`).
-fn redacted_out(io: &mut Io<'_>, command: impl FnOnce(&mut Io<'_>) -> Exit) -> Exit {
-    let mut gathered = Vec::new();
-    let exit = command(&mut Io {
-        out: &mut gathered,
-        err: &mut *io.err,
-        color: io.color,
-    });
-    let text = String::from_utf8_lossy(&gathered);
-    let _ = io.out.write_all(crate::secrets::redact(&text).as_bytes());
-    exit
 }
 
 pub(crate) fn report(io: &mut Io<'_>, problems: &[Problem]) {
@@ -113,8 +116,9 @@ pub(crate) fn report(io: &mut Io<'_>, problems: &[Problem]) {
         return;
     }
     let text = Renderer::new(io.color).render(problems);
-    // Diagnostics quote files: a secret in one (a key pasted into a workflow) shows hidden.
-    let _ = write!(io.err, "{}", crate::secrets::redact(&text));
+    // Diagnostics quote files: a secret in one (a key pasted into a workflow) shows hidden,
+    // as everything written to `io` is.
+    let _ = write!(io.err, "{text}");
 }
 
 /// Reports problems and, if any is an error, how many; returns whether there were errors.

@@ -1,8 +1,6 @@
 //! `runner report [RUN] -o FILE [--baseline RUN]`: a recorded run as one self-contained HTML
 //! file (docs/src/runs.md, "The report"). What it draws is in `report::html`.
 
-use camino::Utf8Path;
-
 use crate::cli::{Io, ReportArgs};
 use crate::error::Exit;
 
@@ -25,24 +23,29 @@ pub fn report(args: ReportArgs, io: &mut Io<'_>) -> Exit {
         },
     };
     // A transcript that cannot be read (a step that never ran, a file too large) is left out
-    // of the page; the step's record is still shown.
+    // of the page; the step's record is still shown. Redacted before the page cuts long
+    // outputs: a cut secret is one the redactor no longer knows.
     let transcript = |step: &str| {
         let path = crate::report::transcript::TranscriptSink::path(&run_dir, step);
-        crate::limits::read_text(&path, crate::limits::MAX_RUN_RECORD_BYTES).ok()
+        crate::limits::read_text(&path, crate::limits::MAX_RUN_RECORD_BYTES)
+            .ok()
+            .map(crate::secrets::redact_owned)
     };
     let sources = crate::report::html::Sources {
         transcript: &transcript,
         baseline: baseline.as_ref(),
     };
     let page = match crate::report::html::render(&record, &sources) {
-        Ok(page) => crate::secrets::redact_owned(page),
+        Ok(page) => page,
         Err(err) => {
             let _ = writeln!(io.err, "error: {err}");
             return Exit::Invalid;
         }
     };
-    if let Err(err) = write(&args.output, &page) {
-        let _ = writeln!(io.err, "error: cannot write `{}`: {err}", args.output);
+    // Through the confined writer, which redacts it too: written beside its place and renamed,
+    // so a reader never opens half a page and a link in its place is replaced, not followed.
+    if let Err(err) = crate::out::write_file(&args.output, page.as_bytes()) {
+        let _ = writeln!(io.err, "error: {err}");
         return Exit::Invalid;
     }
     let _ = writeln!(
@@ -54,20 +57,4 @@ pub fn report(args: ReportArgs, io: &mut Io<'_>) -> Exit {
         record.steps.len()
     );
     Exit::Success
-}
-
-/// Written beside its place and renamed, so a reader never opens half a page.
-fn write(path: &Utf8Path, page: &str) -> std::io::Result<()> {
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_str().is_empty() => dir,
-        _ => Utf8Path::new("."),
-    };
-    let mut file = tempfile::NamedTempFile::new_in(dir)?;
-    std::io::Write::write_all(&mut file, page.as_bytes())?;
-    // A page to share, as any file the user writes (a temporary file starts private).
-    let mut permissions = file.as_file().metadata()?.permissions();
-    std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o644);
-    file.as_file().set_permissions(permissions)?;
-    file.persist(path).map_err(|err| err.error)?;
-    Ok(())
 }

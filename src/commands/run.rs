@@ -87,7 +87,13 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
         interrupt,
     };
     warn_uncommitted(&plan, &options.workdir, io);
-    let mut sinks = sinks(&args, &plan, &options.only);
+    let mut sinks = match sinks(&args, &plan, &options.only) {
+        Ok(sinks) => sinks,
+        Err(err) => {
+            let _ = writeln!(io.err, "error: --junit: {err}");
+            return Exit::Invalid;
+        }
+    };
     // Traces when the OTEL_* variables ask for them (docs/src/runs.md "Traces"); a setting
     // runner cannot honour is said, and the run goes on without them.
     match crate::report::otel::OtelSink::from_env() {
@@ -171,16 +177,18 @@ fn tapes(args: &RunArgs, run_id: &str, io: &mut Io<'_>) -> Result<Option<Arc<Tap
     match (&args.record, &args.replay) {
         (Some(dir), _) => {
             // Made before any step runs, so a writing step's bash finds it read-only rather
-            // than free to plant cassettes in.
-            if let Err(err) = std::fs::create_dir_all(dir) {
-                let _ = writeln!(io.err, "error: cannot create `--record {dir}`: {err}");
-                return Err(Exit::Unexpected);
-            }
-            Ok(Some(Arc::new(Tapes::new(
-                TapeMode::Record,
-                dir.clone(),
-                run_id,
-            ))))
+            // than free to plant cassettes in; opened through no link (a checkout may ship
+            // `cassettes` as a link to send them elsewhere).
+            let out = match crate::out::OutDir::open(dir) {
+                Ok(out) => out,
+                Err(err) => {
+                    let _ = writeln!(io.err, "error: --record: {err}");
+                    return Err(Exit::Invalid);
+                }
+            };
+            Ok(Some(Arc::new(
+                Tapes::new(TapeMode::Record, dir.clone(), run_id).writing_to(out),
+            )))
         }
         (_, Some(dir)) if !dir.is_dir() => {
             let _ = writeln!(
@@ -283,8 +291,13 @@ fn warn_uncommitted(plan: &crate::plan::Plan, workdir: &camino::Utf8Path, io: &m
     }
 }
 
-/// The displays and records the flags ask for.
-fn sinks(args: &RunArgs, plan: &crate::plan::Plan, only: &BTreeSet<String>) -> Sinks {
+/// The displays and records the flags ask for; `Err` when `--junit` names a place runner will
+/// not write through (said before any step runs).
+fn sinks(
+    args: &RunArgs,
+    plan: &crate::plan::Plan,
+    only: &BTreeSet<String>,
+) -> Result<Sinks, crate::out::OutError> {
     let mut sinks = Sinks::default();
     let terminal = std::io::stderr().is_terminal();
     // In a GitHub Actions job, its sink prints the log lines (grouped by step) instead.
@@ -303,9 +316,9 @@ fn sinks(args: &RunArgs, plan: &crate::plan::Plan, only: &BTreeSet<String>) -> S
         sinks.add(JsonlSink::stdout());
     }
     if let Some(path) = &args.junit {
-        sinks.add(JunitSink::new(path.clone(), plan));
+        sinks.add(JunitSink::new(path, plan)?);
     }
-    sinks
+    Ok(sinks)
 }
 
 /// The table under the run, `run.json` on stdout with `--format json`, and the exit code.
@@ -366,7 +379,7 @@ fn watch_signals(runtime: &tokio::runtime::Runtime, interrupt: CancellationToken
             return;
         }
         let _ = writeln!(
-            std::io::stderr(),
+            crate::out::stderr(),
             "interrupted: stopping running steps (again to exit at once)"
         );
         interrupt.cancel();
@@ -377,7 +390,7 @@ fn watch_signals(runtime: &tokio::runtime::Runtime, interrupt: CancellationToken
         if second.is_some() {
             // Exiting skips the live display's cleanup: show the cursor it hid.
             if std::io::stderr().is_terminal() {
-                let _ = write!(std::io::stderr(), "\x1b[?25h");
+                let _ = write!(crate::out::stderr(), "\x1b[?25h");
             }
             std::process::exit(i32::from(Exit::Interrupted.code()));
         }

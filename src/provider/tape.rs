@@ -11,6 +11,11 @@
 //! still answered and reported as drift (`replay_drift`), or refused with `--replay-strict`.
 //! Cassettes recorded before the index existed are still found by their hash.
 //!
+//! A request is hashed, written and compared redacted (every secret of the run hidden, see
+//! [`crate::secrets`]): a cassette, meant to be committed, never holds a secret, and a replay
+//! compares what it would send, redacted, with what was recorded, redacted. Cassettes are
+//! written through the confined writer ([`crate::out::OutDir`]): no link is followed.
+//!
 //! What changes between two runs of the same pipeline without changing what is asked is taken
 //! out before hashing: the step's directory (a worktree's path holds the run id), today's date,
 //! and the seconds in a subagent's facts line. The directory and run id are taken out of
@@ -85,6 +90,8 @@ pub struct Tapes {
     run_id: String,
     /// `--replay-strict`: a request that differs from its recording fails its step.
     strict: bool,
+    /// Where cassettes are written (`--record`), opened through no link.
+    out: Option<crate::out::OutDir>,
     state: Mutex<State>,
 }
 
@@ -107,8 +114,15 @@ impl Tapes {
             dir,
             run_id: run_id.to_owned(),
             strict: false,
+            out: None,
             state: Mutex::new(State::default()),
         }
+    }
+
+    /// Where `--record` writes: the cassette folder, opened by the confined writer.
+    pub fn writing_to(mut self, out: crate::out::OutDir) -> Self {
+        self.out = Some(out);
+        self
     }
 
     /// Makes drift an error (`--replay-strict`).
@@ -166,9 +180,9 @@ struct Taped {
     roots: Vec<String>,
 }
 
-/// The request with what differs between equal runs replaced by placeholders.
+/// The request, redacted, with what differs between equal runs replaced by placeholders.
 pub fn normalize(request: &ChatRequest, roots: &[String], run_id: &str) -> Value {
-    let text = serde_json::to_string(request).unwrap_or_default();
+    let text = crate::secrets::redact_owned(serde_json::to_string(request).unwrap_or_default());
     let mut text = placeholders(text, roots, run_id);
     text = replace_after(&text, "Today's date: ", 10, "<date>");
     text = facts_time(&text);
@@ -490,8 +504,12 @@ impl Taped {
             cassette: path.file_name().unwrap_or_default().to_owned(),
             reply: cassette.replies.len() - 1,
         };
-        write(&path, cassette)
-            .map_err(|err| Self::tape_error(format!("cannot write cassette `{path}`: {err}")))?;
+        let out =
+            self.tapes.out.as_ref().ok_or_else(|| {
+                Self::tape_error("the cassette folder is not open to write".into())
+            })?;
+        write(out, &folder, &entry.cassette, cassette)
+            .map_err(|err| Self::tape_error(format!("cannot write a cassette: {err}")))?;
         let index = state
             .indexes
             .entry(folder.clone())
@@ -502,12 +520,8 @@ impl Taped {
             .entry(self.conversation.clone())
             .or_default()
             .push(entry);
-        let index_path = self.tapes.dir.join(&folder).join(INDEX_FILE);
-        write(&index_path, index).map_err(|err| {
-            Self::tape_error(format!(
-                "cannot write the cassettes' index `{index_path}`: {err}"
-            ))
-        })
+        write(out, &folder, INDEX_FILE, index)
+            .map_err(|err| Self::tape_error(format!("cannot write the cassettes' index: {err}")))
     }
 }
 
@@ -532,30 +546,31 @@ fn read(dir: &Utf8Path, path: &Utf8Path) -> Result<Cassette, String> {
     serde_json::from_str(&text).map_err(|err| format!("cassette `{path}` is not valid: {err}"))
 }
 
-/// Written whole and renamed into place, so an interrupted run leaves no half cassette. The
-/// temporary file is made new in the cassette's own folder (`O_EXCL`, a fresh random name), so a
-/// link planted where a cassette or its temporary file would go is replaced, never followed; a
+/// Written whole and renamed into place (the confined writer), so an interrupted run leaves
+/// no half cassette; a link planted where a cassette goes is replaced, never followed, and a
 /// step's folder that is a link is refused.
-fn write(path: &Utf8Path, cassette: &impl Serialize) -> std::io::Result<()> {
+fn write(
+    out: &crate::out::OutDir,
+    folder: &str,
+    name: &str,
+    value: &impl Serialize,
+) -> Result<(), crate::out::OutError> {
     use std::io::Write as _;
-    let parent = path.parent().unwrap_or(Utf8Path::new("."));
-    std::fs::create_dir_all(parent)?;
-    if parent.symlink_metadata()?.file_type().is_symlink() {
-        return Err(std::io::Error::other(format!(
-            "`{parent}` is a symbolic link; cassettes are only written into real folders"
-        )));
-    }
-    let text = crate::secrets::redact_owned(
-        serde_json::to_string_pretty(cassette).map_err(std::io::Error::other)?,
-    );
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".cassette-")
-        .suffix(".tmp")
-        .tempfile_in(parent)?;
-    tmp.write_all(text.as_bytes())?;
-    tmp.write_all(b"\n")?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
+    let dir = out.sub(folder)?;
+    let mut file = dir.create(name)?;
+    let failed = |err: std::io::Error| crate::out::OutError::Io {
+        path: file_path(&dir, name),
+        reason: err.to_string(),
+    };
+    serde_json::to_writer_pretty(&mut file, value)
+        .map_err(std::io::Error::other)
+        .and_then(|()| file.write_all(b"\n"))
+        .map_err(failed)?;
+    file.commit()
+}
+
+fn file_path(dir: &crate::out::OutDir, name: &str) -> String {
+    dir.path().join(name).to_string()
 }
 
 impl ModelApi for Taped {

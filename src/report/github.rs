@@ -39,7 +39,7 @@ impl LogGuard {
         }
         let token = format!("{:032x}", rand::random::<u128>());
         let token = STOP_TOKEN.get_or_init(|| token).clone();
-        let _ = writeln!(std::io::stderr(), "::stop-commands::{token}");
+        let _ = writeln!(crate::out::stderr(), "::stop-commands::{token}");
         LogGuard(Some(token))
     }
 }
@@ -47,7 +47,7 @@ impl LogGuard {
 impl Drop for LogGuard {
     fn drop(&mut self) {
         if let Some(token) = &self.0 {
-            let _ = writeln!(std::io::stderr(), "::{token}::");
+            let _ = writeln!(crate::out::stderr(), "::{token}::");
         }
     }
 }
@@ -163,7 +163,7 @@ impl GithubSink {
             out.push_str(&commands(&annotation));
         }
         // Log output is best effort, like progress.
-        let _ = std::io::stderr().write_all(out.as_bytes());
+        let _ = crate::out::stderr().write_all(out.as_bytes());
     }
 
     // Over 80 lines: the job summary's sections in order, one block each.
@@ -245,7 +245,9 @@ impl GithubSink {
             }
             if r.status == StepStatus::Failed {
                 let reason = r.error.as_deref().unwrap_or("no reason was recorded");
-                let first = terminal::clean(reason);
+                // Redacted before it is cut: half a secret is one the redactor no longer knows.
+                let reason = crate::secrets::redact(reason);
+                let first = terminal::clean(&reason);
                 let first = first.lines().next().unwrap_or_default();
                 failures.push(format!(
                     "- `{}`: {}",
@@ -299,7 +301,9 @@ const MAX_SUMMARY_BYTES: usize = 512 * 1024;
 /// Text that is safe in a Markdown table cell of the job summary, which renders HTML: no tag,
 /// entity or table syntax survives.
 fn cell(text: &str) -> String {
-    text.replace('&', "&amp;")
+    // Redacted first: a secret's form after these replacements is known to no one.
+    crate::secrets::redact(text)
+        .replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('|', "\\|")
@@ -310,7 +314,9 @@ fn cell(text: &str) -> String {
 /// The message part of a workflow command. `##[` would start a legacy command anywhere in a
 /// line, so it is broken up.
 fn escape_data(text: &str) -> String {
-    text.replace('%', "%25")
+    // Redacted first, as in `cell`.
+    crate::secrets::redact(text)
+        .replace('%', "%25")
         .replace('\r', "%0D")
         .replace('\n', "%0A")
         .replace("##[", "#%23[")
@@ -332,7 +338,7 @@ impl Sink for GithubSink {
         };
         match &event.kind {
             EventKind::StepStarted { step, agent, model } => {
-                let _ = writeln!(std::io::stderr(), "[{agent}] {step} started ({model})");
+                let _ = writeln!(crate::out::stderr(), "[{agent}] {step} started ({model})");
             }
             EventKind::ToolFinished {
                 step,
@@ -413,14 +419,16 @@ impl Sink for GithubSink {
                     return Ok(());
                 };
                 let markdown = self.summary_markdown(record, run_dir);
-                // Appended, never truncated: other steps of the job write there too.
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(path)
-                    .and_then(|mut f| f.write_all(markdown.as_bytes()))
-                    .map_err(|err| {
-                        format!("cannot append to GITHUB_STEP_SUMMARY `{path}`: {err}")
+                // Appended, never truncated: other steps of the job write there too. Through
+                // the confined writer: a link there is refused, not followed.
+                crate::out::append_file(path)
+                    .map_err(|err| format!("GITHUB_STEP_SUMMARY: {err}"))
+                    .and_then(|mut file| {
+                        file.write_all(markdown.as_bytes())
+                            .and_then(|()| file.finish())
+                            .map_err(|err| {
+                                format!("cannot append to GITHUB_STEP_SUMMARY `{path}`: {err}")
+                            })
                     })?;
             }
             _ => {}

@@ -319,10 +319,12 @@ fn node_line(step: &StepRecord) -> String {
     parts.join(" · ")
 }
 
-/// `text` cut to `n` characters with `…`.
+/// `text` cut to `n` characters with `…`, redacted before it is cut (a cut secret is no longer
+/// one the redactor knows).
 fn short(text: &str, n: usize) -> String {
+    let text = crate::secrets::redact(text);
     if text.chars().count() <= n {
-        return text.to_owned();
+        return text.into_owned();
     }
     let kept: String = text.chars().take(n - 1).collect();
     format!("{kept}…")

@@ -10,6 +10,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::event::{Event, EventKind, Sink};
+use crate::out::Redacting;
 
 #[derive(Serialize)]
 struct Line<'a> {
@@ -218,21 +219,21 @@ fn public(kind: &EventKind) -> Option<(&'static str, Value)> {
     })
 }
 
-/// Writes events to stdout (or any writer, for tests), a batch at a time.
+/// Writes events to stdout (or any writer, for tests), a batch at a time, through the redactor.
 pub struct JsonlSink<W: Write + Send> {
-    out: W,
+    out: Redacting<W>,
     /// Lines not written yet.
     buffer: String,
 }
 
 impl JsonlSink<std::io::Stdout> {
     pub fn stdout() -> Self {
-        Self::new(std::io::stdout())
+        Self::new(crate::out::stdout())
     }
 }
 
 impl<W: Write + Send> JsonlSink<W> {
-    pub fn new(out: W) -> Self {
+    pub fn new(out: Redacting<W>) -> Self {
         Self {
             out,
             buffer: String::new(),
@@ -252,7 +253,7 @@ impl<W: Write + Send> Sink for JsonlSink<W> {
             subagent: event.agent.as_deref(),
             fields,
         };
-        let text = crate::secrets::redact_owned(serde_json::to_string(&line).unwrap_or_default());
+        let text = serde_json::to_string(&line).unwrap_or_default();
         self.buffer.push_str(&text);
         self.buffer.push('\n');
         Ok(())
@@ -281,7 +282,7 @@ mod tests {
     fn lines_start_with_event_at_and_step_and_skip_transcript_only_events() {
         let mut out = Vec::new();
         {
-            let mut sink = JsonlSink::new(&mut out);
+            let mut sink = JsonlSink::new(Redacting::new(&mut out));
             let started: Event = EventKind::StepStarted {
                 step: "a".into(),
                 agent: "explore".into(),

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use camino::Utf8PathBuf;
+use camino::Utf8Path;
 use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 
 use crate::event::{Event, EventKind, Sink};
@@ -31,7 +31,9 @@ fn xml_text(text: &str) -> Cow<'_, str> {
 }
 
 pub struct JunitSink {
-    path: Utf8PathBuf,
+    /// The report's folder, found (and made) before the run, and its file name there.
+    dir: crate::out::OutDir,
+    file: String,
     name: String,
     /// Step ids and agents, in plan order.
     steps: Vec<(String, String)>,
@@ -39,9 +41,13 @@ pub struct JunitSink {
 }
 
 impl JunitSink {
-    pub fn new(path: Utf8PathBuf, plan: &Plan) -> Self {
-        Self {
-            path,
+    /// The sink of `--junit path`; refused at once (before any step runs) when the path leads
+    /// through a link (docs/src/ci.md, "Where runner writes").
+    pub fn new(path: &Utf8Path, plan: &Plan) -> Result<Self, crate::out::OutError> {
+        let (dir, file) = crate::out::file_place(path)?;
+        Ok(Self {
+            dir,
+            file,
             name: plan.name.clone(),
             steps: plan
                 .steps()
@@ -49,7 +55,7 @@ impl JunitSink {
                 .map(|s| (s.id.clone(), s.agent.clone()))
                 .collect(),
             records: BTreeMap::new(),
-        }
+        })
     }
 
     fn report(&self, duration_ms: u64) -> Result<String, String> {
@@ -113,8 +119,9 @@ impl Sink for JunitSink {
             }
             EventKind::RunFinished { record, .. } => {
                 let text = self.report(record.duration_ms)?;
-                std::fs::write(&self.path, text)
-                    .map_err(|err| format!("cannot write the JUnit report `{}`: {err}", self.path))
+                self.dir
+                    .write(&self.file, text.as_bytes())
+                    .map_err(|err| format!("the JUnit report: {err}"))
             }
             _ => Ok(()),
         }

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::Duration;
 
-use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
+use indicatif::{MultiProgress, ProgressBar, ProgressState, ProgressStyle};
 
 use super::{seconds, tokens, total_tokens};
 use crate::event::{Event, EventKind, Sink};
@@ -197,7 +197,7 @@ impl Sink for PlainProgress {
             _ => return Ok(()),
         };
         // Progress is best effort: a closed stderr must not stop the run.
-        let _ = writeln!(std::io::stderr(), "{line}");
+        let _ = writeln!(crate::out::stderr(), "{line}");
         Ok(())
     }
 }
@@ -253,7 +253,7 @@ fn spinner_style() -> ProgressStyle {
 
 impl LiveProgress {
     pub fn new(plan: &Plan) -> Self {
-        let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
+        let multi = MultiProgress::with_draw_target(crate::out::progress_target());
         let waiting_bar = multi.add(
             ProgressBar::new_spinner().with_style(
                 ProgressStyle::with_template("{msg}")
@@ -392,7 +392,9 @@ impl Sink for LiveProgress {
                 };
                 match kind {
                     EventKind::ToolStarted { name, input, .. } => {
-                        live.doing = Some(match crate::text::call_argument(input, 40) {
+                        // Redacted before it is cut to a short argument.
+                        let input = crate::secrets::redact_json(input);
+                        live.doing = Some(match crate::text::call_argument(&input, 40) {
                             Some(argument) => format!("{name} {argument}"),
                             None => name.clone(),
                         });

@@ -5,9 +5,8 @@
 
 use std::time::{Duration, Instant};
 
-use camino::{Utf8Path, Utf8PathBuf};
-
 use crate::event::{Event, EventKind, Sink};
+use crate::out::OutDir;
 use crate::record::{RunRecord, StepRecord, StepStatus};
 
 /// How often `run.json` is rewritten at most while steps finish in quick succession.
@@ -18,16 +17,17 @@ pub const SAVE_INTERVAL: Duration = Duration::from_millis(100);
 /// than that behind, and a thousand quick steps do not cost a thousand rewrites. The end of the
 /// run is always written at once.
 pub struct RecordSink {
-    dir: Utf8PathBuf,
+    /// The run's folder (written through no link).
+    dir: OutDir,
     record: RunRecord,
     last: Option<Instant>,
     dirty: bool,
 }
 
 impl RecordSink {
-    pub fn new(dir: &Utf8Path, record: RunRecord) -> Self {
+    pub fn new(dir: OutDir, record: RunRecord) -> Self {
         Self {
-            dir: dir.to_owned(),
+            dir,
             record,
             last: None,
             dirty: true,
@@ -108,14 +108,9 @@ impl Sink for RecordSink {
 }
 
 /// `steps/<id>/record.json`, written whole and renamed into place.
-fn save_step(dir: &Utf8Path, step: &str, record: &StepRecord) -> Result<(), String> {
-    let step_dir = dir.join("steps").join(step);
-    let path = step_dir.join("record.json");
-    let tmp = step_dir.join("record.json.tmp");
-    let text =
-        crate::secrets::redact_owned(serde_json::to_string_pretty(record).unwrap_or_default());
-    std::fs::create_dir_all(&step_dir)
-        .and_then(|()| std::fs::write(&tmp, text))
-        .and_then(|()| std::fs::rename(&tmp, &path))
-        .map_err(|err| format!("cannot write `{path}`: {err}"))
+fn save_step(dir: &OutDir, step: &str, record: &StepRecord) -> Result<(), String> {
+    let text = serde_json::to_string_pretty(record).unwrap_or_default();
+    dir.sub(&format!("steps/{step}"))
+        .and_then(|dir| dir.write("record.json", text.as_bytes()))
+        .map_err(|err| err.to_string())
 }

@@ -16,17 +16,22 @@
 //! once, not a thousand times.
 
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
-use std::io::{BufWriter, Write};
+use std::fs::File;
+use std::io::Write;
 
 use camino::{Utf8Path, Utf8PathBuf};
 
 use crate::event::{Event, EventKind, Sink};
+use crate::out::{OutDir, Redacting};
+
+/// A transcript's file name.
+const FILE: &str = "transcript.jsonl";
 
 pub struct TranscriptSink {
-    run_dir: Utf8PathBuf,
+    /// The run's folder, where every transcript is written (through no link).
+    run_dir: OutDir,
     /// Open files by step and subagent, with their paths.
-    files: BTreeMap<(String, Option<String>), (BufWriter<File>, Utf8PathBuf)>,
+    files: BTreeMap<(String, Option<String>), (Redacting<File>, Utf8PathBuf)>,
     /// The outputs written in `tool_finished` events since the last request, by step and
     /// subagent, then call id: the next request carries them as its tool results, which are
     /// then pointed at instead of written again (a result is matched by its id and its text).
@@ -43,9 +48,9 @@ fn text_digest(text: &str) -> [u8; 32] {
 }
 
 impl TranscriptSink {
-    pub fn new(run_dir: &Utf8Path) -> Self {
+    pub fn new(run_dir: OutDir) -> Self {
         Self {
-            run_dir: run_dir.to_owned(),
+            run_dir,
             files: BTreeMap::new(),
             outputs: BTreeMap::new(),
             line: Vec::new(),
@@ -55,28 +60,33 @@ impl TranscriptSink {
 
     /// Where a step's transcript is.
     pub fn path(run_dir: &Utf8Path, step: &str) -> Utf8PathBuf {
-        run_dir.join("steps").join(step).join("transcript.jsonl")
+        run_dir.join(Self::folder(step, None)).join(FILE)
     }
 
     /// Where a subagent's transcript is. Agent names come from files the user may not trust, so
     /// anything but a plain name character becomes `_`.
     pub fn subagent_path(run_dir: &Utf8Path, step: &str, agent: &str) -> Utf8PathBuf {
-        let safe: String = agent
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '#') {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        run_dir
-            .join("steps")
-            .join(step)
-            .join("subagents")
-            .join(safe)
-            .join("transcript.jsonl")
+        run_dir.join(Self::folder(step, Some(agent))).join(FILE)
+    }
+
+    /// The folder of a step's or a subagent's transcript, inside the run's.
+    fn folder(step: &str, agent: Option<&str>) -> String {
+        match agent {
+            None => format!("steps/{step}"),
+            Some(agent) => {
+                let safe: String = agent
+                    .chars()
+                    .map(|c| {
+                        if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '#') {
+                            c
+                        } else {
+                            '_'
+                        }
+                    })
+                    .collect();
+                format!("steps/{step}/subagents/{safe}")
+            }
+        }
     }
 }
 
@@ -101,19 +111,14 @@ impl Sink for TranscriptSink {
             return Ok(());
         }
         if !self.files.contains_key(&key) {
-            let path = match &event.agent {
-                Some(agent) => Self::subagent_path(&self.run_dir, step, agent),
-                None => Self::path(&self.run_dir, step),
-            };
-            let file = path
-                .parent()
-                .map_or(Ok(()), std::fs::create_dir_all)
-                .and_then(|()| OpenOptions::new().create(true).append(true).open(&path))
-                .map_err(|err| format!("cannot write `{path}`: {err}"))?;
-            self.files.insert(
-                key.clone(),
-                (BufWriter::with_capacity(64 << 10, file), path),
-            );
+            let folder = Self::folder(step, event.agent.as_deref());
+            let path = self.run_dir.path().join(&folder).join(FILE);
+            let file = self
+                .run_dir
+                .sub(&folder)
+                .and_then(|dir| dir.append(FILE))
+                .map_err(|err| err.to_string())?;
+            self.files.insert(key.clone(), (file, path));
         }
         let mut line = std::mem::take(&mut self.line);
         line.clear();
@@ -141,13 +146,10 @@ impl Sink for TranscriptSink {
                     .collect();
                 let name = format!("sessions/{digest}.json");
                 if !self.sessions.contains(&name) {
-                    let file = self.run_dir.join(&name);
-                    let tmp = self.run_dir.join(format!("{name}.tmp"));
-                    file.parent()
-                        .map_or(Ok(()), std::fs::create_dir_all)
-                        .and_then(|()| std::fs::write(&tmp, crate::secrets::redact_owned(text)))
-                        .and_then(|()| std::fs::rename(&tmp, &file))
-                        .map_err(|err| format!("cannot write `{file}`: {err}"))?;
+                    self.run_dir
+                        .sub("sessions")
+                        .and_then(|dir| dir.write(&format!("{digest}.json"), text.as_bytes()))
+                        .map_err(|err| err.to_string())?;
                     self.sessions.insert(name.clone());
                 }
                 let mut value = serde_json::to_value(event).unwrap_or_default();
@@ -160,17 +162,12 @@ impl Sink for TranscriptSink {
             }
             _ => crate::event::line::write(&mut line, event, &|_, _| false),
         }
-        // JSON as written here is UTF-8 (the lossy read only guards that); a secret in it is
-        // hidden before it is kept.
-        let text = crate::text::lossy(&line);
-        let hidden = crate::secrets::redact(&text);
+        // The file is a redacting writer: a secret in the line is hidden on its way.
         let (file, path) = self.files.get_mut(&key).ok_or("transcript file missing")?;
         let written = file
-            .write_all(hidden.as_bytes())
+            .write_all(&line)
             .and_then(|()| file.write_all(b"\n"))
             .map_err(|err| format!("cannot write `{path}`: {err}"));
-        drop(hidden);
-        drop(text);
         self.line = line;
         written?;
         // A finished step writes no more: a run of a thousand fan-out instances must not hold a
@@ -188,7 +185,7 @@ impl Sink for TranscriptSink {
 
     fn flush(&mut self) -> Result<(), String> {
         for (file, path) in self.files.values_mut() {
-            file.flush()
+            file.finish()
                 .map_err(|err| format!("cannot write `{path}`: {err}"))?;
         }
         Ok(())
@@ -200,7 +197,7 @@ impl TranscriptSink {
     fn close(&mut self, key: &(String, Option<String>)) -> Result<(), String> {
         match self.files.remove(key) {
             Some((mut file, path)) => file
-                .flush()
+                .finish()
                 .map_err(|err| format!("cannot write `{path}`: {err}")),
             None => Ok(()),
         }

@@ -89,8 +89,10 @@ fn reply_text(body: &Value) -> String {
         .unwrap_or_default()
 }
 
-/// `text` cut to `shown` characters, saying how long it was.
+/// `text` cut to `shown` characters, saying how long it was; redacted before it is cut (a cut
+/// secret is no longer one the redactor knows).
 pub fn cut(text: &str, shown: usize) -> String {
+    let text = crate::secrets::redact(text);
     let short: String = text.chars().take(shown).collect();
     if short.len() < text.len() {
         format!("{short}… ({} bytes in all)", text.len())

@@ -270,15 +270,17 @@ async fn a_baseline_shows_what_changed() {
         "--baseline",
         &first_id,
     ];
+    // A file where its folder should be: the page cannot be written, and it says where.
+    std::fs::write(test.path().join("out"), "a file\n").unwrap();
     let (wrote, test) = again(test, &report).await;
-    // The folder is not there: the page cannot be written, and it says where.
     assert_eq!(wrote.status, 2, "{}", wrote.transcript());
     assert!(
         wrote.stderr.contains("cannot write `out/r.html`"),
         "{}",
         wrote.stderr
     );
-    std::fs::create_dir(test.path().join("out")).unwrap();
+    // A missing folder is made.
+    std::fs::remove_file(test.path().join("out")).unwrap();
     let (wrote, test) = again(test, &report).await;
     assert_eq!(wrote.status, 0, "{}", wrote.transcript());
     let html = std::fs::read_to_string(test.path().join("out/r.html")).unwrap();

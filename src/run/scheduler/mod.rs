@@ -118,20 +118,25 @@ pub async fn execute(
     super::state::prepare(&options.state_dir).map_err(RunError::Storage)?;
     let record = RunRecord::new(plan, options.run_id.as_deref());
     let run_dir = options.state_dir.join("runs").join(&record.run_id);
-    std::fs::create_dir_all(&run_dir)
-        .map_err(|err| RunError::Storage(format!("cannot create `{run_dir}`: {err}")))?;
+    // Made and written through the confined writer: no link is followed into or inside it.
+    let storage = |err: crate::out::OutError| RunError::Storage(err.to_string());
+    let state = crate::out::OutDir::open(&options.state_dir).map_err(storage)?;
+    let run_out = state
+        .sub(&format!("runs/{}", record.run_id))
+        .map_err(storage)?;
     // Held until the run ends: `runner clean` leaves a live run's worktrees alone.
     let _running = super::lock::hold(&run_dir);
     // Worktrees live in the state directory, which exists now (docs/src/runs.md "Worktrees").
     let repo = repo.map(|r| r.keeping_worktrees_in(&options.state_dir));
     // Keep run records out of the user's `git status`.
-    let ignore = options.state_dir.join(".gitignore");
-    if !ignore.exists() {
-        std::fs::write(&ignore, "*\n")
-            .map_err(|err| RunError::Storage(format!("cannot write `{ignore}`: {err}")))?;
+    if !state.has(".gitignore") {
+        state.write(".gitignore", b"*\n").map_err(storage)?;
     }
-    sinks.add(RecordSink::new(&run_dir, record.clone()));
-    sinks.add(TranscriptSink::new(&run_dir));
+    sinks.add(RecordSink::new(
+        run_out.try_clone().map_err(storage)?,
+        record.clone(),
+    ));
+    sinks.add(TranscriptSink::new(run_out));
     let pump = Pump::start(std::mem::take(sinks));
 
     let started = Instant::now();

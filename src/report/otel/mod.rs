@@ -12,11 +12,16 @@
 //! the run ends.
 //!
 //! What it trusts: nothing it sends. Prompts, replies, tool inputs and outputs go out only with
-//! `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`, and every string that goes out
-//! (ids, errors, commands, content) passes the redactor; the values of
-//! `OTEL_EXPORTER_OTLP_HEADERS` (an API key for a hosted backend) are registered as secrets.
+//! `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`, and so do the ids of tool calls
+//! (the model's or the server's choice); a tool name the step was not offered goes out as
+//! `unknown`. Every string that goes out (ids, errors, commands, content) passes the redactor,
+//! and so does every body the exporter sends ([`exporter`]); the values of
+//! `OTEL_EXPORTER_OTLP_HEADERS` and the credentials of the endpoint's URL are secrets too.
 
-use std::collections::BTreeMap;
+mod exporter;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write as _;
 use std::time::SystemTime;
 
 use opentelemetry::trace::{
@@ -31,86 +36,16 @@ use crate::record::{StepRecord, StepStatus};
 
 /// The variable that lets prompts, replies and tool text into spans.
 const CAPTURE: &str = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT";
-/// Spans held for export at most (the SDK's default is 2,048; a wide fan-out makes more between
-/// two exports). `OTEL_BSP_MAX_QUEUE_SIZE` overrides it.
-const QUEUE: usize = 65_536;
-
-/// Whether the environment asks for traces: an OTLP endpoint, and nothing turning them off.
-fn wanted() -> bool {
-    let set = |name: &str| std::env::var(name).is_ok_and(|v| !v.trim().is_empty());
-    let is = |name: &str, value: &str| {
-        std::env::var(name).is_ok_and(|v| v.trim().eq_ignore_ascii_case(value))
-    };
-    (set("OTEL_EXPORTER_OTLP_ENDPOINT") || set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
-        && !is("OTEL_SDK_DISABLED", "true")
-        && !is("OTEL_TRACES_EXPORTER", "none")
-}
-
-/// Where traces go, as the variables say.
-fn endpoint() -> String {
-    std::env::var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-        .or_else(|_| std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT").map(|e| format!("{e}/v1/traces")))
-        .unwrap_or_default()
-}
-
-/// The protocol asked for, when it is one runner cannot speak.
-fn unsupported_protocol() -> Option<String> {
-    [
-        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-        "OTEL_EXPORTER_OTLP_PROTOCOL",
-    ]
-    .into_iter()
-    .find_map(|name| std::env::var(name).ok().map(|v| (name, v)))
-    .filter(|(_, v)| !matches!(v.trim(), "http/protobuf" | "http/json"))
-    .map(|(name, v)| {
-        format!("{name}={v} is not supported: runner exports over `http/protobuf` or `http/json`")
-    })
-}
-
-/// The exporter, keeping the first failure to send, which the SDK would only log: the run says
-/// it as a warning when it ends.
-#[derive(Debug)]
-struct Watched {
-    inner: opentelemetry_otlp::SpanExporter,
-    failure: std::sync::Arc<std::sync::Mutex<Option<String>>>,
-}
-
-impl opentelemetry_sdk::trace::SpanExporter for Watched {
-    async fn export(
-        &self,
-        batch: Vec<opentelemetry_sdk::trace::SpanData>,
-    ) -> opentelemetry_sdk::error::OTelSdkResult {
-        let sent = self.inner.export(batch).await;
-        if let Err(err) = &sent {
-            let mut failure = self
-                .failure
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            failure.get_or_insert_with(|| err.to_string());
-        }
-        sent
-    }
-
-    fn shutdown_with_timeout(
-        &self,
-        timeout: std::time::Duration,
-    ) -> opentelemetry_sdk::error::OTelSdkResult {
-        self.inner.shutdown_with_timeout(timeout)
-    }
-
-    fn force_flush(&self) -> opentelemetry_sdk::error::OTelSdkResult {
-        self.inner.force_flush()
-    }
-
-    fn set_resource(&mut self, resource: &opentelemetry_sdk::Resource) {
-        self.inner.set_resource(resource);
-    }
-}
+/// What a tool name the step was not offered is reported as: the name is the model's text.
+const UNKNOWN_TOOL: &str = "unknown";
 
 /// A step's or a subagent's open spans.
 struct Scope {
     agent: Span,
     model: String,
+    /// The tools its requests offer (from `session_started`): a call to any other is reported
+    /// as [`UNKNOWN_TOOL`].
+    offered: BTreeSet<String>,
     chat: Option<Span>,
     tools: BTreeMap<String, Span>,
     checks: Vec<Span>,
@@ -121,6 +56,7 @@ impl Scope {
         Scope {
             agent,
             model: model.to_owned(),
+            offered: BTreeSet::new(),
             chat: None,
             tools: BTreeMap::new(),
             checks: Vec::new(),
@@ -144,7 +80,7 @@ impl Scope {
 
 pub struct OtelSink {
     provider: SdkTracerProvider,
-    failure: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+    failure: exporter::Failure,
     tracer: SdkTracer,
     content: bool,
     workflow: Option<Span>,
@@ -156,59 +92,9 @@ impl OtelSink {
     /// The sink the environment asks for: `Ok(None)` when it asks for none, `Err` when it asks
     /// for one runner cannot make (said as a warning; the run goes on without traces).
     pub fn from_env() -> Result<Option<Self>, String> {
-        if !wanted() {
+        let Some((provider, failure)) = exporter::provider()? else {
             return Ok(None);
-        }
-        if let Some(problem) = unsupported_protocol() {
-            return Err(problem);
-        }
-        for name in [
-            "OTEL_EXPORTER_OTLP_HEADERS",
-            "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
-        ] {
-            for pair in std::env::var(name).unwrap_or_default().split(',') {
-                // Values are percent-encoded there (`Bearer%20sk-…`): hidden as written, as
-                // sent, and the credential alone.
-                if let Some((_, value)) = pair.split_once('=') {
-                    let decoded = percent_encoding::percent_decode_str(value.trim())
-                        .decode_utf8_lossy()
-                        .into_owned();
-                    crate::secrets::register(value.trim());
-                    crate::secrets::register(&decoded);
-                    for word in decoded.split_whitespace() {
-                        crate::secrets::register(word);
-                    }
-                }
-            }
-        }
-        crate::provider::install_tls();
-        let exporter = opentelemetry_otlp::SpanExporter::builder()
-            .with_http()
-            .build()
-            .map_err(|err| format!("cannot set up the OTLP exporter: {err}"))?;
-        let mut batch = opentelemetry_sdk::trace::BatchConfigBuilder::default();
-        if std::env::var("OTEL_BSP_MAX_QUEUE_SIZE").is_err() {
-            batch = batch.with_max_queue_size(QUEUE);
-        }
-        let failure = std::sync::Arc::default();
-        let exporter = Watched {
-            inner: exporter,
-            failure: std::sync::Arc::clone(&failure),
         };
-        let processor = opentelemetry_sdk::trace::BatchSpanProcessor::builder(exporter)
-            .with_batch_config(batch.build())
-            .build();
-        let mut resource = opentelemetry_sdk::Resource::builder();
-        let named = std::env::var("OTEL_SERVICE_NAME").is_ok()
-            || std::env::var("OTEL_RESOURCE_ATTRIBUTES")
-                .is_ok_and(|attrs| attrs.contains("service.name="));
-        if !named {
-            resource = resource.with_service_name("runner");
-        }
-        let provider = SdkTracerProvider::builder()
-            .with_span_processor(processor)
-            .with_resource(resource.build())
-            .build();
         let scope = opentelemetry::InstrumentationScope::builder("runner")
             .with_version(env!("CARGO_PKG_VERSION"))
             .build();
@@ -263,12 +149,10 @@ impl OtelSink {
             .take();
         if let Some(err) = failure.or(flushed.err()) {
             // The sinks' thread writes the progress lines too: this one goes with them.
-            eprintln!(
-                "{}",
-                redact(&format!(
-                    "warning: traces were not all sent to {}: {err}",
-                    endpoint()
-                ))
+            let _ = writeln!(
+                crate::out::stderr(),
+                "warning: traces were not all sent to {}: {err}",
+                exporter::endpoint()
             );
         }
     }
@@ -515,6 +399,11 @@ impl Sink for OtelSink {
                     span.end_with_timestamp(at);
                 }
             }
+            EventKind::SessionStarted { step, tools, .. } => {
+                if let Some(scope) = self.scope(step, agent) {
+                    scope.offered = tools.iter().map(|t| t.name.clone()).collect();
+                }
+            }
             EventKind::ToolStarted {
                 step,
                 id,
@@ -525,13 +414,19 @@ impl Sink for OtelSink {
                 let Some((parent, _)) = self.parent(step, agent) else {
                     return Ok(());
                 };
+                // The name is the model's text: only a tool the step was offered is named.
+                let offered = self
+                    .scope(step, agent)
+                    .is_some_and(|scope| scope.offered.contains(name));
+                let name = if offered { name.as_str() } else { UNKNOWN_TOOL };
                 let mut attributes = vec![
                     KeyValue::new("gen_ai.operation.name", "execute_tool"),
                     KeyValue::new("gen_ai.tool.name", redact(name)),
-                    KeyValue::new("gen_ai.tool.call.id", redact(id)),
                     KeyValue::new("gen_ai.tool.type", "function"),
                 ];
                 if self.content {
+                    // The call's id is the model's or the server's choice, like its arguments.
+                    attributes.push(KeyValue::new("gen_ai.tool.call.id", redact(id)));
                     attributes.push(KeyValue::new(
                         "gen_ai.tool.call.arguments",
                         redact(&input.to_string()),
