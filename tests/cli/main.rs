@@ -35,6 +35,7 @@ mod seams;
 mod servers;
 mod stream;
 mod support;
+mod text_calls;
 mod trust;
 mod verified;
 mod workflows;
