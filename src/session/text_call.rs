@@ -135,26 +135,56 @@ impl Given {
     /// Learns `text` as it is and as the model sees it (secrets hidden), and, when it is
     /// numbered as `read_file` numbers lines, without the numbers.
     fn learn_text(&mut self, text: &str) {
-        self.learn_json_in(text);
+        self.learn_json_in(text, 0);
         let redacted = crate::secrets::redact(text);
         if redacted != text {
-            self.learn_json_in(&redacted);
+            self.learn_json_in(&redacted, 0);
         }
         if let Some(plain) = unnumbered(text) {
-            self.learn_json_in(&plain);
+            self.learn_json_in(&plain, 0);
         }
     }
 
-    /// Every object that starts at a `{` of `text` and is a call. An object inside another is
-    /// read at its own `{`; serde's nesting limit bounds how often a byte is read.
-    fn learn_json_in(&mut self, text: &str) {
+    /// Every call in `text`: each JSON value that starts at a `{` of it, whole, and every call
+    /// inside that value. A value read whole is not read again from a `{` inside it, so valid
+    /// JSON is read once; text that fails to read is tried again from its next `{`, at most as
+    /// often as serde's nesting limit (128) lets one `{` hold another.
+    fn learn_json_in(&mut self, text: &str, depth: u8) {
+        let mut read_to = 0;
         for (at, _) in text.match_indices('{') {
-            let mut values = serde_json::Deserializer::from_str(&text[at..]).into_iter::<Value>();
-            if let Some(Ok(Value::Object(object))) = values.next()
-                && let Some((name, input)) = call_of(&object)
-            {
-                self.calls.insert(fingerprint(name, &input));
+            if at < read_to {
+                continue;
             }
+            let mut values = serde_json::Deserializer::from_str(&text[at..]).into_iter::<Value>();
+            if let Some(Ok(value)) = values.next() {
+                read_to = at + values.byte_offset();
+                self.learn_value(&value, depth);
+            }
+        }
+    }
+
+    /// The calls in `value`: itself, what it holds, and, two levels deep, calls written as
+    /// JSON inside its strings (a file holding a call as an escaped string, which a reply
+    /// may write out plainly).
+    fn learn_value(&mut self, value: &Value, depth: u8) {
+        match value {
+            Value::Object(object) => {
+                if let Some((name, input)) = call_of(object) {
+                    self.calls.insert(fingerprint(name, &input));
+                }
+                for item in object.values() {
+                    self.learn_value(item, depth);
+                }
+            }
+            Value::Array(items) => {
+                for item in items {
+                    self.learn_value(item, depth);
+                }
+            }
+            Value::String(text) if depth < 2 && text.contains('{') => {
+                self.learn_json_in(text, depth + 1);
+            }
+            _ => {}
         }
     }
 
@@ -340,6 +370,10 @@ mod tests {
             format!("{{\"calls\": [{CALL}]}}"),
             numbered.to_owned(),
             format!("<tool_call>{CALL}</tool_call>"),
+            // Escaped in a JSON string, as a file's example of a call.
+            serde_json::to_string(&json!({"example": CALL})).unwrap(),
+            // After another value, and inside an object that never closes.
+            format!("{{\"a\": 1}} then {{\"b\": [{CALL}, "),
         ] {
             let quoted = request(vec![Message::user_text("go"), result(&given)]);
             for reply in [CALL.to_owned(), format!("```json\n{CALL}\n```")] {
