@@ -39,8 +39,8 @@ pub fn main() -> Exit {
     let color = std::io::stderr().is_terminal()
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     // Unlocked handles: progress threads and the signal task write to stderr too.
-    let mut out = std::io::stdout();
-    let mut err = std::io::stderr();
+    let mut out = crate::terminal::stdout();
+    let mut err = crate::terminal::stderr();
     // Held until the command is done: nothing it prints runs as a GitHub workflow command.
     let _guard = crate::report::github::LogGuard::start();
     run_cli(

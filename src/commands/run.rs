@@ -366,7 +366,7 @@ fn watch_signals(runtime: &tokio::runtime::Runtime, interrupt: CancellationToken
             return;
         }
         let _ = writeln!(
-            std::io::stderr(),
+            crate::terminal::stderr(),
             "interrupted: stopping running steps (again to exit at once)"
         );
         interrupt.cancel();
@@ -377,7 +377,7 @@ fn watch_signals(runtime: &tokio::runtime::Runtime, interrupt: CancellationToken
         if second.is_some() {
             // Exiting skips the live display's cleanup: show the cursor it hid.
             if std::io::stderr().is_terminal() {
-                let _ = write!(std::io::stderr(), "\x1b[?25h");
+                let _ = write!(crate::terminal::stderr(), "\x1b[?25h");
             }
             std::process::exit(i32::from(Exit::Interrupted.code()));
         }

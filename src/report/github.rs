@@ -39,7 +39,7 @@ impl LogGuard {
         }
         let token = format!("{:032x}", rand::random::<u128>());
         let token = STOP_TOKEN.get_or_init(|| token).clone();
-        let _ = writeln!(std::io::stderr(), "::stop-commands::{token}");
+        let _ = writeln!(crate::terminal::stderr(), "::stop-commands::{token}");
         LogGuard(Some(token))
     }
 }
@@ -47,7 +47,7 @@ impl LogGuard {
 impl Drop for LogGuard {
     fn drop(&mut self) {
         if let Some(token) = &self.0 {
-            let _ = writeln!(std::io::stderr(), "::{token}::");
+            let _ = writeln!(crate::terminal::stderr(), "::{token}::");
         }
     }
 }
@@ -163,7 +163,7 @@ impl GithubSink {
             out.push_str(&commands(&annotation));
         }
         // Log output is best effort, like progress.
-        let _ = std::io::stderr().write_all(out.as_bytes());
+        let _ = crate::terminal::stderr().write_all(out.as_bytes());
     }
 
     // Over 80 lines: the job summary's sections in order, one block each.
@@ -332,7 +332,10 @@ impl Sink for GithubSink {
         };
         match &event.kind {
             EventKind::StepStarted { step, agent, model } => {
-                let _ = writeln!(std::io::stderr(), "[{agent}] {step} started ({model})");
+                let _ = writeln!(
+                    crate::terminal::stderr(),
+                    "[{agent}] {step} started ({model})"
+                );
             }
             EventKind::ToolFinished {
                 step,

@@ -225,9 +225,9 @@ pub struct JsonlSink<W: Write + Send> {
     buffer: String,
 }
 
-impl JsonlSink<std::io::Stdout> {
+impl JsonlSink<crate::terminal::Escaping<std::io::Stdout>> {
     pub fn stdout() -> Self {
-        Self::new(std::io::stdout())
+        Self::new(crate::terminal::stdout())
     }
 }
 
@@ -252,7 +252,8 @@ impl<W: Write + Send> Sink for JsonlSink<W> {
             subagent: event.agent.as_deref(),
             fields,
         };
-        let text = crate::secrets::redact_owned(serde_json::to_string(&line).unwrap_or_default());
+        let text =
+            crate::secrets::redact_owned(crate::terminal::to_json_line(&line).unwrap_or_default());
         self.buffer.push_str(&text);
         self.buffer.push('\n');
         Ok(())

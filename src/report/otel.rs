@@ -263,7 +263,9 @@ impl OtelSink {
             .take();
         if let Some(err) = failure.or(flushed.err()) {
             // The sinks' thread writes the progress lines too: this one goes with them.
-            eprintln!(
+            use std::io::Write as _;
+            let _ = writeln!(
+                crate::terminal::stderr(),
                 "{}",
                 redact(&format!(
                     "warning: traces were not all sent to {}: {err}",

@@ -197,7 +197,7 @@ impl Sink for PlainProgress {
             _ => return Ok(()),
         };
         // Progress is best effort: a closed stderr must not stop the run.
-        let _ = writeln!(std::io::stderr(), "{line}");
+        let _ = writeln!(crate::terminal::stderr(), "{line}");
         Ok(())
     }
 }

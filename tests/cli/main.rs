@@ -36,6 +36,7 @@ mod servers;
 mod stream;
 mod support;
 mod text_calls;
+mod text_is_text;
 mod trust;
 mod verified;
 mod workflows;
