@@ -499,7 +499,7 @@ impl RunRecord {
 
     /// The record as JSON, every known secret hidden.
     pub fn to_json(&self) -> String {
-        crate::secrets::redact_owned(serde_json::to_string_pretty(self).unwrap_or_default())
+        crate::secrets::redact_owned(crate::terminal::to_json_pretty(self).unwrap_or_default())
     }
 
     /// Writes `run.json` in the run's folder, whole (a new file renamed over it, through the

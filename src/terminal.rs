@@ -1,14 +1,39 @@
 //! Text from servers and models is shown on terminals; escape sequences in it could move the
-//! cursor, rewrite earlier lines, set the window title or worse (OSC 52 writes the clipboard).
-//! [`clean`] removes them before anything reaches stderr.
+//! cursor, rewrite earlier lines, set the window title or worse (OSC 52 writes the clipboard),
+//! and bidirectional controls reorder what a reader sees (docs/src/security.md). Text is
+//! cleaned by [`clean`], JSON is written by [`to_json_pretty`] and [`to_json_line`], and every
+//! byte reaches stdout and stderr through [`Escaping`], which escapes whatever is left.
 
 use std::borrow::Cow;
 
+mod json;
+#[cfg(test)]
+mod scan;
+mod writer;
+
+pub use json::{to_json_line, to_json_pretty};
+pub use writer::{Escaping, escape};
+
+/// Whether `c` is escaped in every output, text or JSON, whatever else is done with controls:
+/// a C1 control (U+0080 to U+009F), or a bidirectional control (Unicode's `Bidi_Control`:
+/// the embeddings and overrides U+202A to U+202E, the isolates U+2066 to U+2069, and the marks
+/// U+200E, U+200F and U+061C, which reorder neutral characters around them).
+pub fn needs_escape(c: char) -> bool {
+    matches!(c, '\u{80}'..='\u{9f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{61c}')
+}
+
+/// Whether `c` is a bidirectional control (see [`needs_escape`]).
+fn is_bidi(c: char) -> bool {
+    needs_escape(c) && !c.is_control()
+}
+
 /// `text` without terminal control: escape sequences (CSI, OSC, DCS and the rest) are dropped
-/// whole, other C0 and C1 control characters and DEL are dropped; newlines and tabs stay.
+/// whole, other C0 and C1 control characters and DEL are dropped; newlines and tabs stay. A
+/// bidirectional control is shown as its escape (`\u202e`): dropped, it would hide that the
+/// text held one.
 pub fn clean(text: &str) -> Cow<'_, str> {
     let is_control = |c: char| (c.is_control() && c != '\n' && c != '\t') || c == '\u{7f}';
-    if !text.chars().any(is_control) {
+    if !text.chars().any(|c| is_control(c) || is_bidi(c)) {
         return Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len());
@@ -38,6 +63,7 @@ pub fn clean(text: &str) -> Cow<'_, str> {
             }
             '\u{9d}' | '\u{90}' | '\u{98}' | '\u{9e}' | '\u{9f}' => skip_string(&mut chars),
             c if is_control(c) => {}
+            c if is_bidi(c) => out.push_str(&format!("\\u{:04x}", u32::from(c))),
             c => out.push(c),
         }
     }
@@ -45,12 +71,13 @@ pub fn clean(text: &str) -> Cow<'_, str> {
 }
 
 /// `text` with every control character but newline and tab (and a carriage return before a
-/// newline) shown as `?`, one per byte: for source quoted under a diagnostic, whose byte offsets
-/// must not move.
+/// newline), and every bidirectional control, shown as `?`, one per byte: for source quoted
+/// under a diagnostic, whose byte offsets must not move.
 pub fn mask(text: &str) -> Cow<'_, str> {
     let is_control = |c: char, next: Option<char>| {
         (c.is_control() && c != '\n' && c != '\t' && !(c == '\r' && next == Some('\n')))
             || c == '\u{7f}'
+            || is_bidi(c)
     };
     let mut chars = text.chars().peekable();
     let mut dirty = false;
@@ -114,6 +141,17 @@ mod tests {
         let hostile = "ok\u{1b}[2J\u{1b}[1;31mred\u{1b}[0m \u{1b}]0;title\u{7}\u{1b}]52;c;ZXZpbA==\u{1b}\\done\r\u{8}\u{9b}31m!\u{7f}\n\tnext";
         assert_eq!(clean(hostile), "okred done!\n\tnext");
         assert!(matches!(clean("plain text\n"), Cow::Borrowed(_)));
+        assert!(matches!(clean("עברית ו-English\n"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn bidirectional_controls_are_shown_as_escapes() {
+        let spoof = "ok\u{202e}txt.exe\u{202c} \u{2066}a\u{2069} \u{200f}\u{61c}\u{200e}";
+        assert_eq!(
+            clean(spoof),
+            r"ok\u202etxt.exe\u202c \u2066a\u2069 \u200f\u061c\u200e"
+        );
+        assert_eq!(mask("a\u{202e}b"), "a???b");
     }
 
     #[test]

@@ -219,7 +219,7 @@ pub fn diff(args: DiffArgs, io: &mut Io<'_>) -> Exit {
     let diff = compare(&a, &b);
     let rendered = match args.format {
         Format::Text => text(&diff),
-        Format::Json => serde_json::to_string_pretty(&diff).unwrap_or_default() + "\n",
+        Format::Json => crate::terminal::to_json_pretty(&diff).unwrap_or_default() + "\n",
     };
     let _ = write!(io.out, "{}", crate::secrets::redact_owned(rendered));
     Exit::Success

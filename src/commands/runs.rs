@@ -30,7 +30,7 @@ pub fn runs(args: RunsArgs, io: &mut Io<'_>) -> Exit {
         let _ = writeln!(
             io.out,
             "{}",
-            serde_json::to_string_pretty(&list).unwrap_or_default()
+            crate::terminal::to_json_pretty(&list).unwrap_or_default()
         );
         return Exit::Success;
     }

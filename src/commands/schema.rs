@@ -7,7 +7,7 @@ use crate::workflow::workflow_schema;
 
 /// The exact text of `schemas/*.json`.
 pub fn schema_text(schema: &serde_json::Value) -> String {
-    serde_json::to_string_pretty(schema).unwrap_or_default()
+    crate::terminal::to_json_pretty(schema).unwrap_or_default()
 }
 
 pub fn schema(args: SchemaArgs, io: &mut Io<'_>) -> Exit {

@@ -132,7 +132,7 @@ fn show_step(
         let _ = writeln!(
             io.out,
             "{}",
-            serde_json::to_string_pretty(&shown).unwrap_or_default()
+            crate::terminal::to_json_pretty(&shown).unwrap_or_default()
         );
         return Exit::Success;
     }

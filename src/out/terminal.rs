@@ -5,16 +5,18 @@
 use std::io;
 
 use super::Redacting;
+use crate::terminal::Escaping;
 
-/// Standard output, every line redacted as it ends.
-pub fn stdout() -> Redacting<io::Stdout> {
-    Redacting::lines(io::stdout())
+/// Standard output, every line redacted as it ends, then escaped (`crate::terminal::Escaping`:
+/// no control or bidirectional character reaches the terminal raw).
+pub fn stdout() -> Redacting<Escaping<io::Stdout>> {
+    Redacting::lines(Escaping::new(io::stdout()))
 }
 
 /// Standard error, every line redacted as it ends. Unlocked: the sinks' thread, the signal
 /// task and the command write to it, each a whole line at a time.
-pub fn stderr() -> Redacting<io::Stderr> {
-    Redacting::lines(io::stderr())
+pub fn stderr() -> Redacting<Escaping<io::Stderr>> {
+    Redacting::lines(Escaping::new(io::stderr()))
 }
 
 /// Where the live display draws: stderr, each line redacted (hidden, as indicatif's own
@@ -60,11 +62,11 @@ impl indicatif::TermLike for RedactedTerm {
     }
 
     fn write_line(&self, s: &str) -> io::Result<()> {
-        self.0.write_line(&crate::secrets::redact(s))
+        self.0.write_line(&crate::terminal::escape(&crate::secrets::redact(s)))
     }
 
     fn write_str(&self, s: &str) -> io::Result<()> {
-        self.0.write_str(&crate::secrets::redact(s))
+        self.0.write_str(&crate::terminal::escape(&crate::secrets::redact(s)))
     }
 
     fn clear_line(&self) -> io::Result<()> {

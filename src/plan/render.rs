@@ -181,7 +181,7 @@ pub fn to_json(plan: &Plan, support: Support) -> String {
             .collect(),
     };
     // Serializing plain strings and numbers cannot fail.
-    let mut out = serde_json::to_string_pretty(&doc).unwrap_or_default();
+    let mut out = crate::terminal::to_json_pretty(&doc).unwrap_or_default();
     out.push('\n');
     out
 }

@@ -226,7 +226,7 @@ pub struct JsonlSink<W: Write + Send> {
     buffer: String,
 }
 
-impl JsonlSink<std::io::Stdout> {
+impl JsonlSink<crate::terminal::Escaping<std::io::Stdout>> {
     pub fn stdout() -> Self {
         Self::new(crate::out::stdout())
     }
@@ -253,7 +253,7 @@ impl<W: Write + Send> Sink for JsonlSink<W> {
             subagent: event.agent.as_deref(),
             fields,
         };
-        let text = serde_json::to_string(&line).unwrap_or_default();
+        let text = crate::terminal::to_json_line(&line).unwrap_or_default();
         self.buffer.push_str(&text);
         self.buffer.push('\n');
         Ok(())

@@ -308,6 +308,7 @@ async fn turns_until_done(
         estimate: context::Estimate::default(),
         cleared_at: 0,
         first_request: true,
+        given: text_call::Given::default(),
         session: &session,
     };
     while state.turn < state.turn_limit {
@@ -398,6 +399,8 @@ struct Turns<'s, 'a> {
     cleared_at: u64,
     /// The conversation's first request waits at the prefix gate ([`gate`]).
     first_request: bool,
+    /// The calls that text given to the model holds: a reply quoting one is not run.
+    given: text_call::Given,
 }
 
 /// A model request that failed for good.
@@ -449,6 +452,8 @@ impl Turns<'_, '_> {
             false => None,
         };
         let (step, turn) = (&self.step, self.turn);
+        // What the model is given, learnt before its reply can quote it.
+        self.given.learn(request, self.logged);
         let body = session.api.encode(request);
         self.emit(EventKind::TurnStarted {
             step: step.clone(),
@@ -669,21 +674,39 @@ impl Turns<'_, '_> {
                 ),
             ));
         }
-        if calls.is_empty()
-            && let Some((name, input)) = text_call::parse(&response.text(), &request.tools)
-        {
-            self.emit(EventKind::ToolCallInText {
-                step: self.step.clone(),
-                turn: self.turn,
-                name: name.clone(),
-            });
-            let id = format!("call_text_{}", self.turn);
-            response.content = vec![Block::ToolUse {
-                id: id.clone(),
-                name: name.clone(),
-                input: input.clone(),
-            }];
-            calls.push((id, name, input));
+        if !calls.is_empty() {
+            return ControlFlow::Continue(calls);
+        }
+        let turn = text_call::Turn {
+            request,
+            output_schema: self.session.output_schema,
+            given: &self.given,
+        };
+        match text_call::read(&response.text(), &turn) {
+            text_call::Reading::Text => {}
+            text_call::Reading::NotAllowed { name } => {
+                return ControlFlow::Break(StepOutcome::failed(
+                    FailureKind::MaxTurns,
+                    format!(
+                        "reached max_turns ({}): asked for its final answer on its last turn, with no tools, it wrote a call of `{name}` as text",
+                        self.session.max_turns
+                    ),
+                ));
+            }
+            text_call::Reading::Call { name, input } => {
+                self.emit(EventKind::ToolCallInText {
+                    step: self.step.clone(),
+                    turn: self.turn,
+                    name: name.clone(),
+                });
+                let id = format!("call_text_{}", self.turn);
+                response.content = vec![Block::ToolUse {
+                    id: id.clone(),
+                    name: name.clone(),
+                    input: input.clone(),
+                }];
+                calls.push((id, name, input));
+            }
         }
         ControlFlow::Continue(calls)
     }

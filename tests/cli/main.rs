@@ -35,6 +35,8 @@ mod seams;
 mod servers;
 mod stream;
 mod support;
+mod text_calls;
+mod text_is_text;
 mod trust;
 mod verified;
 mod workflows;

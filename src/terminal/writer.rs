@@ -1,0 +1,154 @@
+//! The writer every byte runner prints goes through: stdout and stderr are only reached as
+//! [`Escaping`] (a source scan in `super::scan` holds every other file to that). Whatever a
+//! caller forgot to clean, no C1 control, bidirectional control or C0 control other than
+//! newline, tab, carriage return and ESC reaches the terminal raw: each is written as a `\uXXXX`
+//! escape, which inside a JSON string is the same character and in text shows what was there.
+//! ESC stays, since runner's own colours use it: text from models and files is cleaned of it by
+//! [`super::clean`] before it is printed.
+
+use std::io::{self, Write};
+
+/// `W`, with what [`needs_escape_here`] names written as `\uXXXX`.
+pub struct Escaping<W: Write> {
+    inner: W,
+    /// The start of a character whose other bytes the next write brings.
+    pending: Vec<u8>,
+}
+
+/// Whether the writer escapes `c`: every control but newline, tab, carriage return and ESC,
+/// and every bidirectional control.
+fn needs_escape_here(c: char) -> bool {
+    (c.is_control() && !matches!(c, '\n' | '\t' | '\r' | '\u{1b}')) || super::needs_escape(c)
+}
+
+/// `text` with what the writer escapes written as `\\uXXXX` (for a writer that is not one, such
+/// as the live display's terminal).
+pub fn escape(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(needs_escape_here) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if needs_escape_here(c) {
+            out.push_str(&format!("\\u{:04x}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+impl<W: Write> Escaping<W> {
+    pub fn new(inner: W) -> Self {
+        Self {
+            inner,
+            pending: Vec::new(),
+        }
+    }
+
+    fn write_text(&mut self, text: &str) -> io::Result<()> {
+        self.inner.write_all(escape(text).as_bytes())
+    }
+}
+
+impl<W: Write> Write for Escaping<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let joined;
+        let mut rest = if self.pending.is_empty() {
+            buf
+        } else {
+            let mut bytes = std::mem::take(&mut self.pending);
+            bytes.extend_from_slice(buf);
+            joined = bytes;
+            &joined[..]
+        };
+        loop {
+            match std::str::from_utf8(rest) {
+                Ok(text) => {
+                    self.write_text(text)?;
+                    break;
+                }
+                Err(err) => {
+                    let (valid, after) = rest.split_at(err.valid_up_to());
+                    // Valid UTF-8 up to there, so this reads it all.
+                    self.write_text(std::str::from_utf8(valid).unwrap_or_default())?;
+                    match err.error_len() {
+                        // A character cut at the end: kept for the next write.
+                        None => {
+                            self.pending.extend_from_slice(after);
+                            break;
+                        }
+                        // Bytes that are no UTF-8 are no control character either.
+                        Some(len) => {
+                            self.inner.write_all(&after[..len])?;
+                            rest = &after[len..];
+                        }
+                    }
+                }
+            }
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+impl<W: Write> Drop for Escaping<W> {
+    fn drop(&mut self) {
+        // A cut character that never got its end: its bytes as they are.
+        if !self.pending.is_empty() {
+            let _ = self.inner.write_all(&self.pending);
+        }
+        let _ = self.inner.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn through(pieces: &[&[u8]]) -> Vec<u8> {
+        let mut out = Vec::new();
+        {
+            let mut writer = Escaping::new(&mut out);
+            for piece in pieces {
+                writer.write_all(piece).unwrap();
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn controls_and_bidi_are_escaped_and_colours_kept() {
+        let text =
+            "ok \u{1b}[1mbold\u{1b}[0m\r\n\ta\u{9b}2Jb\u{202e}c\u{7}d\u{8}e\u{7f}f\u{200e}\n";
+        assert_eq!(
+            String::from_utf8(through(&[text.as_bytes()])).unwrap(),
+            "ok \u{1b}[1mbold\u{1b}[0m\r\n\ta\\u009b2Jb\\u202ec\\u0007d\\u0008e\\u007ff\\u200e\n"
+        );
+    }
+
+    #[test]
+    fn a_character_cut_between_writes_is_escaped_whole() {
+        let bytes = "x\u{202e}y\u{9b}".as_bytes();
+        for cut in 0..=bytes.len() {
+            let (a, b) = bytes.split_at(cut);
+            assert_eq!(through(&[a, b]), b"x\\u202ey\\u009b", "cut at {cut}");
+        }
+        // Bytes that are no UTF-8 pass as they are.
+        assert_eq!(through(&[b"a\xffb\xe2\x80"]), b"a\xffb\xe2\x80");
+    }
+
+    #[test]
+    fn json_through_the_writer_reads_the_same() {
+        let value = serde_json::json!({"s": "a\u{9b}\u{202e}\u{85}b"});
+        let raw = serde_json::to_string(&value).unwrap();
+        let escaped = through(&[raw.as_bytes()]);
+        assert_eq!(
+            serde_json::from_slice::<serde_json::Value>(&escaped).unwrap(),
+            value
+        );
+    }
+}
