@@ -387,6 +387,21 @@ pub struct RunRecord {
     pub storage_error: Option<String>,
 }
 
+/// Whether `id` could be a run id runner made: letters, digits, `.`, `_`, `-`.
+pub fn is_run_id(id: &str) -> bool {
+    // Also a valid part of a git branch name (`runner/<run id>/<step>`): no `..`, no trailing
+    // `.` or `.lock` (git check-ref-format).
+    !id.is_empty()
+        && id.len() <= 64
+        && !id.starts_with('.')
+        && !id.ends_with('.')
+        && !id.ends_with(".lock")
+        && !id.contains("..")
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
 /// A fresh run id: UTC to the millisecond, so ids sort by start time (two runs in one second
 /// included), and a random suffix.
 pub fn new_run_id() -> String {

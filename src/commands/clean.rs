@@ -1,11 +1,13 @@
 //! `runner clean`: lists and removes the worktrees and `runner/*` branches that finished runs
 //! left (docs/src/runs.md "Worktrees"). Nothing that holds work goes without `--force`: a worktree with
 //! uncommitted changes, a branch with commits no remote and no checkout has. A run still going
-//! (it holds its run lock) is left alone whatever the flags.
+//! (it holds its run lock) is left alone whatever the flags. Only worktrees runner registered
+//! with git in its own folder are removed, never through a link; anything else in that folder
+//! (a link a checkout shipped) is named and left.
 
 use crate::cli::{CleanArgs, Io};
 use crate::error::Exit;
-use crate::run::worktree::Repo;
+use crate::run::worktree::{LeftoverKind, Repo};
 
 pub fn clean(args: CleanArgs, io: &mut Io<'_>) -> Exit {
     let (workdir, state_dir) =
@@ -23,10 +25,20 @@ pub fn clean(args: CleanArgs, io: &mut Io<'_>) -> Exit {
     } else {
         "removed"
     };
+    if let Err(why) = state_dir_is_real(&state_dir) {
+        let _ = writeln!(io.err, "error: {why}");
+        return Exit::Invalid;
+    }
     for leftover in repo.leftovers() {
         let shown = crate::terminal::clean(&leftover.to_string()).into_owned();
+        if let LeftoverKind::NotRunners(_) = &leftover.what {
+            kept += 1;
+            let why = leftover.work.as_deref().unwrap_or("not runner's");
+            let _ = writeln!(io.out, "left {shown}: {why}");
+            continue;
+        }
         let run_dir = state_dir.join("runs").join(&leftover.run_id);
-        if crate::run::lock::is_running(&run_dir) {
+        if crate::run::is_run_id(&leftover.run_id) && crate::run::lock::is_running(&run_dir) {
             kept += 1;
             let _ = writeln!(
                 io.out,
@@ -72,5 +84,19 @@ pub fn clean(args: CleanArgs, io: &mut Io<'_>) -> Exit {
         Exit::Unexpected
     } else {
         Exit::Success
+    }
+}
+
+/// The state directory, when there is one, is a real folder: through a link (a checkout may
+/// ship `.runner -> ..`) "runner's worktrees" would be wherever it leads.
+fn state_dir_is_real(state_dir: &camino::Utf8Path) -> Result<(), String> {
+    match state_dir.symlink_metadata() {
+        Ok(meta) if meta.file_type().is_symlink() => Err(format!(
+            "the state directory `{state_dir}` is a link: runner removes nothing through a link (a checkout may ship one); remove it, or pass --state-dir"
+        )),
+        Ok(meta) if !meta.is_dir() => Err(format!(
+            "the state directory `{state_dir}` is not a directory"
+        )),
+        _ => Ok(()),
     }
 }

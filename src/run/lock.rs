@@ -4,6 +4,7 @@
 //! status a killed run never updated.
 
 use std::fs::{File, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt as _;
 
 use camino::Utf8Path;
 use nix::fcntl::{Flock, FlockArg};
@@ -18,10 +19,12 @@ pub struct Running {
 /// Takes the run's lock (best effort: a state directory that cannot be written is reported by
 /// the run record's own writes).
 pub fn hold(run_dir: &Utf8Path) -> Running {
+    // Never through a link, and never blocking on a FIFO a checkout shipped in its place.
     let file = OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
         .open(run_dir.join(LOCK_FILE));
     Running {
         _lock: file
@@ -32,8 +35,15 @@ pub fn hold(run_dir: &Utf8Path) -> Running {
 
 /// Whether a runner holds the lock of the run in `run_dir` now.
 pub fn is_running(run_dir: &Utf8Path) -> bool {
-    let Ok(file) = File::open(run_dir.join(LOCK_FILE)) else {
+    let Ok(file) = OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .open(run_dir.join(LOCK_FILE))
+    else {
         return false;
     };
+    if !file.metadata().is_ok_and(|m| m.is_file()) {
+        return false;
+    }
     Flock::lock(file, FlockArg::LockSharedNonblock).is_err()
 }

@@ -78,20 +78,7 @@ pub fn list_runs(state_dir: &Utf8Path) -> Vec<(RunRecord, bool)> {
     found
 }
 
-/// Whether `id` could be a run id runner made: letters, digits, `.`, `_`, `-`.
-pub fn is_run_id(id: &str) -> bool {
-    // Also a valid part of a git branch name (`runner/<run id>/<step>`): no `..`, no trailing
-    // `.` or `.lock` (git check-ref-format).
-    !id.is_empty()
-        && id.len() <= 64
-        && !id.starts_with('.')
-        && !id.ends_with('.')
-        && !id.ends_with(".lock")
-        && !id.contains("..")
-        && id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-}
+pub use crate::record::is_run_id;
 
 /// The run `id` as jobs on several machines left it, their state directories copied into one:
 /// its `run.json` (any job's), with each step's own `steps/<id>/record.json` taking precedence.

@@ -13,7 +13,9 @@ use std::process::Command;
 use camino::{Utf8Path, Utf8PathBuf};
 
 mod leftovers;
+mod owned;
 pub use leftovers::{Leftover, LeftoverKind};
+pub use owned::{Owned, OwnedTree};
 
 /// Configuration that would make git run a program, or enter a repository a step made, turned
 /// off for every git runner runs (docs/src/security.md).
@@ -199,13 +201,18 @@ impl Repo {
     /// Keeps worktrees in `<state_dir>/worktrees` (docs/src/runs.md "Worktrees"): hidden from every
     /// tool like the rest of the state directory, and out of the git directory, where an agent
     /// told its path went looking around. The path is made absolute (git runs in the checkout's
-    /// top, not where runner was started).
+    /// top, not where runner was started). A state directory that is a link keeps its path as
+    /// given: runner's worktree folders are then not where they really are, and nothing is
+    /// removed there (`owned.rs`).
     pub fn keeping_worktrees_in(mut self, state_dir: &Utf8Path) -> Self {
         let dir = state_dir.join("worktrees");
+        let link = state_dir
+            .symlink_metadata()
+            .is_ok_and(|m| m.file_type().is_symlink());
         self.worktrees = match state_dir.canonicalize_utf8() {
-            Ok(state) => state.join("worktrees"),
-            Err(_) if dir.is_absolute() => dir,
-            Err(_) => std::env::current_dir()
+            Ok(state) if !link => state.join("worktrees"),
+            _ if dir.is_absolute() => dir,
+            _ => std::env::current_dir()
                 .ok()
                 .and_then(|cwd| Utf8PathBuf::from_path_buf(cwd).ok())
                 .map_or(dir.clone(), |cwd| cwd.join(&dir)),
@@ -352,8 +359,7 @@ impl Repo {
         }
         // Not `git worktree remove`: it would look inside (and refuses trees holding a nested
         // repository). The files go without following links, then git forgets the tree.
-        std::fs::remove_dir_all(&tree.path)
-            .map_err(|e| format!("cannot remove the worktree `{}`: {e}", tree.path))?;
+        self.remove_own(tree)?;
         self.main(&["worktree", "prune"])?;
         if !work {
             self.main(&["branch", "-D", "--quiet", &tree.branch])?;
@@ -363,9 +369,8 @@ impl Repo {
 
     /// Throws a worktree away without asking git to read anything inside it.
     fn discard(&self, tree: &Worktree) {
-        // remove_dir_all does not follow symlinks: links the step planted are removed, not
-        // their targets.
-        let _ = std::fs::remove_dir_all(&tree.path);
+        // Links the step planted are removed, not their targets.
+        let _ = self.remove_own(tree);
         let _ = self.main(&["worktree", "prune"]);
         let _ = self.main(&["branch", "-D", "--quiet", &tree.branch]);
     }
@@ -376,28 +381,38 @@ impl Repo {
     /// does that). Returns what was done, for the user.
     pub fn clean_up_run(&self, run_id: &str, keep: &[String]) -> Vec<String> {
         let mut removed = Vec::new();
-        let dir = self.worktrees.join(run_id);
-        if let Ok(entries) = dir.read_dir_utf8() {
-            // In name order, so what the user reads does not depend on the file system's.
-            let mut trees: Vec<Utf8PathBuf> =
-                entries.flatten().map(|e| e.path().to_owned()).collect();
-            trees.sort();
-            for tree in trees {
-                let step = tree.file_name().unwrap_or_default();
-                if keep.iter().any(|k| k == step) {
-                    continue;
-                }
-                if let Some(work) = self.tree_work(&tree) {
-                    removed.push(format!(
-                        "left the worktree of step `{step}` at {tree} as it is: it holds {work} (`runner clean` lists what runner left)"
-                    ));
-                    continue;
-                }
-                if std::fs::remove_dir_all(&tree).is_ok() {
-                    removed.push(format!("removed the worktree of step `{step}`"));
-                }
+        // Only worktrees runner registered under its folder (see `owned.rs`); what else the
+        // run's folder holds (a link a checkout shipped) is named and left alone.
+        let owned = self.owned_trees();
+        let run_dirs: Vec<Utf8PathBuf> = [&self.worktrees, &self.legacy_worktrees]
+            .iter()
+            .map(|root| root.join(run_id))
+            .collect();
+        for (path, why) in &owned.refused {
+            // What is in this run's folder, or the folder of all runs itself.
+            let roots = [&self.worktrees, &self.legacy_worktrees];
+            if run_dirs.iter().any(|dir| path.starts_with(dir)) || roots.contains(&path) {
+                removed.push(format!("left {path} as it is: {why}"));
             }
-            let _ = std::fs::remove_dir(&dir);
+        }
+        for tree in owned.trees.iter().filter(|t| t.run == run_id) {
+            let step = tree.step.as_str();
+            if keep.iter().any(|k| k == step) {
+                continue;
+            }
+            if let Some(work) = self.tree_work(&tree.path()) {
+                removed.push(format!(
+                    "left the worktree of step `{step}` at {} as it is: it holds {work} (`runner clean` lists what runner left)",
+                    tree.path()
+                ));
+                continue;
+            }
+            if self.remove_owned(tree).is_ok() {
+                removed.push(format!("removed the worktree of step `{step}`"));
+            }
+        }
+        for (root, run) in owned.empty.iter().filter(|(_, run)| run == run_id) {
+            let _ = Repo::remove_empty(root, run);
         }
         let _ = self.main(&["worktree", "prune"]);
         let prefix = format!("runner/{run_id}/");
@@ -422,6 +437,20 @@ impl Repo {
             }
         }
         removed
+    }
+}
+
+impl Repo {
+    /// Removes a worktree this run made, through the one removal (`owned.rs`).
+    fn remove_own(&self, tree: &Worktree) -> Result<(), String> {
+        let (Some(step), Some(run)) = (
+            tree.path.file_name(),
+            tree.path.parent().and_then(Utf8Path::file_name),
+        ) else {
+            return Err(format!("`{}` is not a worktree runner made", tree.path));
+        };
+        Repo::remove_tree_at(&self.worktrees, run, step)
+            .map_err(|e| format!("cannot remove the worktree `{}`: {e}", tree.path))
     }
 }
 

@@ -14,6 +14,7 @@ mod export;
 mod fake;
 mod gitlab;
 mod hostile;
+mod leftovers;
 mod limits;
 mod live;
 mod mcp;

@@ -1,10 +1,10 @@
 //! What `runner clean` sees of runner's in a repository: its worktrees and `runner/*` branches,
-//! each with the work removing it would lose (docs/src/runs.md "Worktrees").
-
-use std::collections::BTreeSet;
+//! each with the work removing it would lose (docs/src/runs.md "Worktrees"), and what its
+//! folders hold that is not its own (left alone, and named).
 
 use camino::{Utf8Path, Utf8PathBuf};
 
+use super::owned::OwnedTree;
 use super::{Repo, absolute, git};
 
 impl Repo {
@@ -13,8 +13,14 @@ impl Repo {
     pub(super) fn tree_work(&self, path: &Utf8Path) -> Option<String> {
         let mut entries = path.read_dir_utf8().ok()?;
         entries.next()?.ok()?;
-        let git_dir = std::fs::read_to_string(path.join(".git"))
+        // A `.git` a step replaced by a link (to `/dev/zero`, to another repository) is not
+        // read: it is not the one runner made.
+        let dot_git = path.join(".git");
+        let git_dir = dot_git
+            .symlink_metadata()
             .ok()
+            .filter(|m| m.is_file())
+            .and_then(|_| crate::limits::read_text(&dot_git, 4096).ok())
             .and_then(|text| text.strip_prefix("gitdir:").map(|d| absolute(path, d)))
             .filter(|d| d.starts_with(&self.admin));
         let Some(git_dir) = git_dir else {
@@ -61,43 +67,33 @@ impl Repo {
     }
 
     /// Everything of runner's in this repository: its worktrees (`<run>/<step>` under
-    /// [`Repo::worktrees`]) and its `runner/<run>/<step>` branches, each with the work it
-    /// holds. Worktrees first: a branch checked out in one goes after it.
+    /// [`Repo::worktrees`], registered with git: see [`Repo::owned_trees`]), empty run folders,
+    /// its `runner/<run>/<step>` branches, each with the work it holds, and what is in its
+    /// folders that is not its own. Worktrees first: a branch checked out in one goes after it.
     pub fn leftovers(&self) -> Vec<Leftover> {
-        let mut found = Vec::new();
-        let mut runs: Vec<Utf8PathBuf> = [&self.worktrees, &self.legacy_worktrees]
+        let owned = self.owned_trees();
+        let mut found: Vec<Leftover> = owned
+            .refused
             .into_iter()
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .flat_map(|dir| dir.read_dir_utf8().into_iter().flatten().flatten())
-            .map(|e| e.path().to_owned())
+            .map(|(path, why)| Leftover {
+                run_id: String::new(),
+                what: LeftoverKind::NotRunners(path),
+                work: Some(why),
+            })
             .collect();
-        runs.sort();
-        for run in runs {
-            let run_id = run.file_name().unwrap_or_default().to_owned();
-            let mut trees: Vec<Utf8PathBuf> = run
-                .read_dir_utf8()
-                .into_iter()
-                .flatten()
-                .flatten()
-                .map(|e| e.path().to_owned())
-                .collect();
-            trees.sort();
-            for tree in trees {
-                found.push(Leftover {
-                    work: self.tree_work(&tree),
-                    run_id: run_id.clone(),
-                    what: LeftoverKind::Worktree(tree),
-                });
-            }
-            if found.iter().all(|l| l.run_id != run_id) {
-                // An empty run folder.
-                found.push(Leftover {
-                    run_id,
-                    what: LeftoverKind::Worktree(run),
-                    work: None,
-                });
-            }
+        for tree in owned.trees {
+            found.push(Leftover {
+                work: self.tree_work(&tree.path()),
+                run_id: tree.run.clone(),
+                what: LeftoverKind::Worktree(tree),
+            });
+        }
+        for (root, run) in owned.empty {
+            found.push(Leftover {
+                run_id: run.clone(),
+                what: LeftoverKind::EmptyFolder(root, run),
+                work: None,
+            });
         }
         let branches = self
             .main(&[
@@ -121,25 +117,17 @@ impl Repo {
         found
     }
 
-    /// Removes one thing [`Repo::leftovers`] found: a worktree's files (no link followed) and
-    /// git's record of it, or a branch.
+    /// Removes one thing [`Repo::leftovers`] found: a worktree's files (by descriptors, no
+    /// link followed) and git's record of it, an empty run folder, or a branch. What is not
+    /// runner's is never removed.
     pub fn remove_leftover(&self, leftover: &Leftover) -> Result<(), String> {
         match &leftover.what {
-            LeftoverKind::Worktree(path) => {
-                std::fs::remove_dir_all(path)
-                    .map_err(|e| format!("cannot remove `{path}`: {e}"))?;
-                if let Some(run) = path
-                    .parent()
-                    .filter(|p| *p != self.worktrees && *p != self.legacy_worktrees)
-                {
-                    // The run's folder goes with its last worktree.
-                    let _ = std::fs::remove_dir(run);
-                }
-                self.main(&["worktree", "prune"]).map(|_| ())
-            }
+            LeftoverKind::Worktree(tree) => self.remove_owned(tree),
+            LeftoverKind::EmptyFolder(root, run) => Repo::remove_empty(root, run),
             LeftoverKind::Branch(branch) => {
                 self.main(&["branch", "-D", "--quiet", branch]).map(|_| ())
             }
+            LeftoverKind::NotRunners(path) => Err(format!("`{path}` is not runner's")),
         }
     }
 }
@@ -155,15 +143,22 @@ pub struct Leftover {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LeftoverKind {
-    Worktree(Utf8PathBuf),
+    Worktree(OwnedTree),
+    /// A run folder of runner's worktrees with nothing in it: the folder, and the run.
+    EmptyFolder(Utf8PathBuf, String),
     Branch(String),
+    /// Something in runner's worktree folders that runner did not make (a link a checkout
+    /// shipped, a folder git does not know): never removed; `work` says why.
+    NotRunners(Utf8PathBuf),
 }
 
 impl std::fmt::Display for Leftover {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.what {
-            LeftoverKind::Worktree(path) => write!(f, "worktree {path}"),
+            LeftoverKind::Worktree(tree) => write!(f, "worktree {}", tree.path()),
+            LeftoverKind::EmptyFolder(root, run) => write!(f, "empty folder {root}/{run}"),
             LeftoverKind::Branch(branch) => write!(f, "branch {branch}"),
+            LeftoverKind::NotRunners(path) => write!(f, "{path}"),
         }
     }
 }
