@@ -267,6 +267,8 @@ async fn start(
                 workdir: workdir.clone().into_std_path_buf(),
                 tmp: std::env::temp_dir(),
                 protected: Vec::new(),
+                hidden: Vec::new(),
+                read: Vec::new(),
                 parent: std::process::id() as i32,
             };
             let policy = serde_json::to_string(&policy)

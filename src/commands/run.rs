@@ -240,6 +240,24 @@ fn executor(
     if let Some(warning) = support.warning(bash_modes) {
         let _ = writeln!(io.err, "warning: {warning}");
     }
+    // Nested repositories are looked for once, when some step may write the checkout itself.
+    let writes_here = plan.steps().iter().any(|s| {
+        s.sandbox == crate::sandbox::Mode::Workdir
+            && s.isolation != crate::workflow::Isolation::Worktree
+    });
+    let tree = match writes_here {
+        true => {
+            let tape_dir = tapes.as_ref().map(|t| t.dir().to_owned());
+            let skip: Vec<&camino::Utf8Path> = std::iter::once(state_dir)
+                .chain(tape_dir.as_deref())
+                .collect();
+            crate::run::executor::scan_tree(workdir, &skip)
+        }
+        false => Default::default(),
+    };
+    if let Some(note) = tree.note() {
+        let _ = writeln!(io.err, "warning: {note}");
+    }
     let registry = Arc::new(Registry::builtin());
     let catalog = Arc::new(super::agent_catalog(
         &args.resolve.agents_dirs,
@@ -260,6 +278,7 @@ fn executor(
         workdir: canonical,
         state_dir: state_dir.to_owned(),
         support,
+        tree: Arc::new(tree),
     });
     (executor, mcp)
 }

@@ -47,6 +47,8 @@ struct JsonStep<'a> {
     /// What the step's bash may write: `read-only`, `workdir` or `off`.
     sandbox: &'static str,
     network: bool,
+    /// What its bash may read besides the system, the toolchains and its directories.
+    read_paths: &'a [String],
     /// The project memory file the step's agent gets (`CLAUDE.md`, `AGENTS.md`), or null.
     project_memory: Option<&'static str>,
     /// Whether this machine confines the step's bash as `sandbox` says (null without bash): a
@@ -147,6 +149,7 @@ pub fn to_json(plan: &Plan, support: Support) -> String {
                 condition: s.condition.as_deref(),
                 sandbox: s.sandbox.as_str(),
                 network: s.settings.network,
+                read_paths: &s.settings.read_paths,
                 project_memory: s.project_memory,
                 bash_confined: s
                     .tools
@@ -358,6 +361,7 @@ fn step_text(
             mode => format!("{}, {network}", mode.as_str()),
         };
         let _ = writeln!(out, "    {:<9}{}", "sandbox", mode);
+        write_reads(out, step);
     } else {
         let tools: Vec<&str> = step.tools.iter().map(String::as_str).collect();
         let tools = if tools.is_empty() {
@@ -415,6 +419,7 @@ fn step_text(
             mode => format!("{}, {network}", mode.as_str()),
         };
         let _ = writeln!(out, "    {:<9}{}", "sandbox", sandbox);
+        write_reads(out, step);
     }
     let mut limits = Vec::new();
     if step.command.is_none() {
@@ -479,6 +484,24 @@ fn step_text(
 
 fn plural(n: usize) -> &'static str {
     if n == 1 { "" } else { "s" }
+}
+
+/// The `read_paths` a step's bash may read besides what every step may.
+fn write_reads(out: &mut String, step: &PlannedStep) {
+    if !step.settings.read_paths.is_empty() {
+        let paths: Vec<String> = step
+            .settings
+            .read_paths
+            .iter()
+            .map(|p| one_line(p))
+            .collect();
+        let _ = writeln!(
+            out,
+            "    {:<9}{} (besides the system, the toolchains and its directories)",
+            "reads",
+            paths.join(", ")
+        );
+    }
 }
 
 fn one_line(text: &str) -> String {

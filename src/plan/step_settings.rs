@@ -40,6 +40,11 @@ pub struct StepSettings {
     /// (rendered when the step starts) or text with `${VAR}` (expanded then). `[defaults]`'s,
     /// with the step's on top.
     pub env: BTreeMap<String, String>,
+    /// What its bash may read besides the system, the toolchains and its directories, as
+    /// written (`~` expanded when the step runs): `[defaults]`'s, then the step's. Left out of
+    /// the fingerprint when empty, so steps recorded before the key existed still match.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read_paths: Vec<String>,
 }
 
 impl StepSettings {
@@ -123,6 +128,12 @@ impl Builder<'_> {
             keep_tool_results: first(&step.keep_tool_results, &defaults.keep_tool_results)
                 .unwrap_or(DEFAULT_KEEP_TOOL_RESULTS),
             env,
+            read_paths: defaults
+                .read_paths
+                .iter()
+                .chain(&step.read_paths)
+                .cloned()
+                .collect(),
         })
     }
 }
@@ -146,6 +157,7 @@ mod tests {
             compact_at: 0.8,
             keep_tool_results: 4,
             env: BTreeMap::new(),
+            read_paths: vec!["~/.ssh".into()],
         }
     }
 
@@ -158,7 +170,7 @@ mod tests {
             Value::String(s) => json!(format!("{s}x")),
             Value::Array(items) => {
                 let mut items = items.clone();
-                items.push(json!(1));
+                items.push(items.first().cloned().unwrap_or(json!(1)));
                 json!(items)
             }
             Value::Object(fields) if fields.contains_key("secs") => {

@@ -10,6 +10,7 @@ use futures_util::future::BoxFuture;
 use crate::event::Emitter;
 use crate::plan::PlannedStep;
 use crate::sandbox::Support;
+use crate::sandbox::tree::{MAX_SCAN, Tree};
 use crate::session::subagent::{Delegation, StepScope, Team};
 use crate::session::{self, DEFAULT_MAX_TOKENS, FailureKind, Session, StepOutcome};
 use crate::tools::bash::BashEnv;
@@ -47,17 +48,21 @@ pub struct ModelExecutor {
     pub workdir: Utf8PathBuf,
     /// What the kernel can enforce, probed once for the run.
     pub support: Support,
+    /// The repositories nested in the working directory, found when the run started.
+    pub tree: Arc<Tree>,
 }
 
 /// What a step's bash may never write, even when it may write its working directory: the state
-/// directory, the cassette directory being recorded or replayed, and the checkout's `.git`,
-/// unless the step works in a worktree runner made (whose `.git` file runner checks when the step
-/// ends, and whose git directory is outside anyway).
+/// directory, the cassette directory being recorded or replayed, and the checkout's `.git` with
+/// the repositories nested in it (`tree`, scanned when the run started), unless the step works
+/// in a worktree runner made (whose `.git` file runner checks when the step ends, and whose git
+/// directory is outside anyway).
 pub fn protected_paths(
     root: &Utf8Path,
     state_dir: &Utf8Path,
     cassettes: Option<&Utf8Path>,
     worktree: bool,
+    tree: &Tree,
 ) -> Vec<PathBuf> {
     let mut protected = Vec::new();
     for dir in std::iter::once(state_dir).chain(cassettes) {
@@ -88,46 +93,72 @@ pub fn protected_paths(
     }
     // Repositories nested in the tree (vendored clones, submodules' `.git` files): their hooks
     // and config would run the next time the user's git works there.
-    if !worktree && let Ok(real) = root.canonicalize_utf8() {
-        protected.extend(nested_git(real.as_std_path(), &protected));
+    if !worktree {
+        protected.extend(tree.protected.iter().cloned());
+        protected.extend(tree.unscanned.iter().cloned());
     }
     protected
 }
 
-/// Entries of a working directory looked through for nested repositories, at most.
-const MAX_NESTED_SCAN: usize = 100_000;
-
-/// Every `.git` (directory or file) below `root`'s own, not descending into them, into links,
-/// or into paths already protected; within [`MAX_NESTED_SCAN`] entries.
-fn nested_git(root: &std::path::Path, skip: &[PathBuf]) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let mut stack = vec![root.to_owned()];
-    let mut seen = 0;
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            seen += 1;
-            if seen > MAX_NESTED_SCAN {
-                return found;
-            }
-            let path = entry.path();
-            let Ok(kind) = entry.file_type() else {
-                continue;
-            };
-            if entry.file_name() == ".git" {
-                if dir != root {
-                    found.push(path);
-                }
-                continue;
-            }
-            if kind.is_dir() && !skip.contains(&path) {
-                stack.push(path);
-            }
-        }
+/// What of the state directory bash sees as an empty folder (runs' records and transcripts are
+/// not its to read; the file tools refuse them too): all of it when it is inside `root`; its
+/// runs for a step in a worktree, which is inside the state directory itself.
+pub fn hidden_paths(root: &Utf8Path, state_dir: &Utf8Path, worktree: bool) -> Vec<PathBuf> {
+    let (Ok(root), Ok(state)) = (root.canonicalize_utf8(), state_dir.canonicalize_utf8()) else {
+        return Vec::new();
+    };
+    if worktree {
+        return state
+            .join("runs")
+            .canonicalize_utf8()
+            .ok()
+            .filter(|runs| runs.starts_with(&state))
+            .map(Utf8PathBuf::into_std_path_buf)
+            .into_iter()
+            .collect();
     }
-    found
+    match state.starts_with(&root) && state != root {
+        true => vec![state.into_std_path_buf()],
+        false => Vec::new(),
+    }
+}
+
+/// The repositories nested in the run's working directory, looked for once before any step
+/// runs (see [`Tree`]): the state and cassette directories are not entered.
+pub fn scan_tree(workdir: &Utf8Path, skip: &[&Utf8Path]) -> Tree {
+    let Ok(root) = workdir.canonicalize_utf8() else {
+        return Tree::default();
+    };
+    let skip: Vec<PathBuf> = skip
+        .iter()
+        .filter_map(|d| d.canonicalize_utf8().ok())
+        .map(Utf8PathBuf::into_std_path_buf)
+        .collect();
+    Tree::scan(root.as_std_path(), &skip, &gitlinks(&root), MAX_SCAN)
+}
+
+/// The submodules the index of `root`'s repository registers under it (gitlinks), relative to
+/// `root`; none when it is not in a repository.
+fn gitlinks(root: &Utf8Path) -> Vec<PathBuf> {
+    let Ok(listed) = crate::run::worktree::git(root, None, &["ls-files", "--stage", "-z"]) else {
+        return Vec::new();
+    };
+    listed
+        .split('\0')
+        .filter_map(|entry| {
+            let (meta, path) = entry.split_once('\t')?;
+            meta.starts_with("160000 ").then(|| PathBuf::from(path))
+        })
+        .collect()
+}
+
+/// Where a worktree step's bash reads its repository: the main checkout's git directory, from
+/// the worktree's `.git` file as git wrote it (objects and refs live there).
+fn worktree_git_dir(root: &Utf8Path) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(root.join(".git")).ok()?;
+    let admin = PathBuf::from(text.strip_prefix("gitdir:")?.trim());
+    let common = std::fs::read_to_string(admin.join("commondir")).ok()?;
+    admin.join(common.trim()).canonicalize().ok()
 }
 
 impl ModelExecutor {
@@ -143,12 +174,33 @@ impl ModelExecutor {
         let mut bash = BashEnv::new(step.sandbox, step.settings.network);
         bash.vars = crate::tools::bash::bash_vars(&step.settings.env, &job.rendered_env);
         bash.support = self.support;
+        let worktree = step.isolation == Isolation::Worktree;
         bash.protected = protected_paths(
             workspace.root(),
             &self.state_dir,
             self.team.tapes.as_ref().map(|t| t.dir()),
-            step.isolation == Isolation::Worktree,
+            worktree,
+            &self.tree,
         );
+        bash.hidden = hidden_paths(workspace.root(), &self.state_dir, worktree);
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let mut reads: Vec<PathBuf> = step
+            .settings
+            .read_paths
+            .iter()
+            .filter_map(|entry| {
+                crate::sandbox::reads::expand(entry, home.as_deref(), self.workdir.as_std_path())
+            })
+            .collect();
+        if worktree {
+            // The checkout it was made from (build tools look for a workspace above their
+            // project, git for its objects): a worktree sits in the state directory inside it.
+            reads.push(self.workdir.clone().into_std_path_buf());
+            reads.extend(worktree_git_dir(workspace.root()));
+        } else {
+            bash.note = self.tree.note();
+        }
+        let bash = bash.reading(&reads);
         Ok(StepTools {
             registry: self.team.registry.clone(),
             allowed: step.tools.clone(),
@@ -354,7 +406,8 @@ mod tests {
         std::fs::create_dir_all(root.join("work")).unwrap();
         std::os::unix::fs::symlink(root.join("elsewhere"), root.join("work/.runner")).unwrap();
         let work = root.join("work");
-        let protected = protected_paths(&work, &work.join(".runner"), None, false);
+        let protected =
+            protected_paths(&work, &work.join(".runner"), None, false, &Tree::default());
         assert_eq!(
             protected,
             [
@@ -365,7 +418,8 @@ mod tests {
         // A plain one is protected once.
         std::fs::remove_file(work.join(".runner")).unwrap();
         std::fs::create_dir(work.join(".runner")).unwrap();
-        let protected = protected_paths(&work, &work.join(".runner"), None, false);
+        let protected =
+            protected_paths(&work, &work.join(".runner"), None, false, &Tree::default());
         assert_eq!(protected, [work.join(".runner").into_std_path_buf()]);
     }
 }

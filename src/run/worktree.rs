@@ -106,8 +106,9 @@ pub enum Keep {
 }
 
 /// Runs git with the safe configuration. `repo` is `(git dir, work tree)`; `None` lets git find
-/// the repository from `dir` (only for [`Repo::discover`], before any step has run).
-fn git(
+/// the repository from `dir` (only for [`Repo::discover`] and the sandbox's scan of the tree,
+/// before any step has run).
+pub(crate) fn git(
     dir: &Utf8Path,
     repo: Option<(&Utf8Path, &Utf8Path)>,
     args: &[&str],

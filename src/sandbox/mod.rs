@@ -17,10 +17,13 @@
 //! ([`Mode::Workdir`]), which are bound read-only in a mount namespace of the call's own.
 //! `--sandbox off` runs bash unconfined ([`Mode::Off`]), still under the supervisor.
 
+mod aliases;
 mod filter;
 mod mounts;
+pub mod reads;
 mod ruleset;
 pub mod supervisor;
+pub mod tree;
 
 use std::path::PathBuf;
 
@@ -69,9 +72,13 @@ pub struct Policy {
     pub workdir: PathBuf,
     /// The step's private temporary directory.
     pub tmp: PathBuf,
-    /// Paths inside the working directory that stay read-only (canonical): `.git`, the state
-    /// directory.
+    /// Paths that stay read-only (canonical): `.git` of the checkout and of nested
+    /// repositories, the state and cassette directories, folders not scanned for repositories.
     pub protected: Vec<PathBuf>,
+    /// Of `protected`, those bash sees as an empty folder (the state directory).
+    pub hidden: Vec<PathBuf>,
+    /// Where it may read besides the working and temporary directories ([`reads`]).
+    pub read: Vec<PathBuf>,
     /// runner's pid: the supervisor exits at once if its parent is already gone.
     pub parent: i32,
 }

@@ -4,33 +4,46 @@
 //! directory whose `.git` must stay read-only cannot be granted whole: without more, the
 //! directory's root would stay unwritable and `cargo test` could not make `Cargo.lock`, nor
 //! pytest `.pytest_cache` (docs/src/security.md). So the confined stage first gives itself a mount
-//! namespace of its own (a user namespace too when it is not privileged) and binds each
-//! protected path read-only onto itself. Then the whole working directory is granted: a write
-//! into `.git` meets a read-only mount, renaming or removing `.git` meets a mount point (busy),
-//! and once Landlock is enforced and capabilities are dropped nothing can unmount it.
+//! namespace of its own (a user namespace too when it is not privileged) and, in this order:
+//! - binds every folder on the way from the working directory to a protected path onto itself,
+//!   outermost first. A mount point cannot be renamed or removed (`EBUSY`), so a step cannot
+//!   carry a protected path away with its folder (`mv vendor/lib vendor/lib2`) and put a decoy
+//!   in its place: what was protected when the step started is what stays protected;
+//! - binds each protected path read-only onto itself (the state directory inside the working
+//!   directory is covered by an empty read-only folder instead, so bash cannot read other steps'
+//!   transcripts either): writing into it meets a read-only file system, moving or removing it a
+//!   busy mount point;
+//! - binds read-only every other place the same file system shows a protected path
+//!   ([`super::aliases`]).
+//!
+//! Then the whole working directory is granted, and once Landlock is enforced and capabilities
+//! are dropped nothing can unmount any of it. The cost is two mount calls a protected path and
+//! one a folder on the way (see docs/src/performance.md).
 //!
 //! Where the kernel or the system forbids both kinds of namespace (some container engines,
 //! distributions that restrict unprivileged user namespaces), nothing is bound and the ruleset
-//! falls back to granting around the protected paths: everything but the directory's root is
-//! writable, as before.
+//! falls back to granting around the protected paths: everything but the folders on the way to
+//! them is writable, and those folders' entries cannot be renamed or removed either, since
+//! their folder has no write right.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use nix::mount::{MsFlags, mount};
 use nix::sched::{CloneFlags, unshare};
 use nix::sys::statvfs::{FsFlags, statvfs};
 
-/// Binds each of `paths` read-only onto itself in a new mount namespace. `Ok(false)`: no
+/// Pins the folders on the way to each of `protected` and binds each read-only (`hidden` ones
+/// under an empty read-only folder) in a new mount namespace, aliases included. `Ok(false)`: no
 /// namespace could be had and nothing changed. An error after the namespace exists means some
 /// binds may be missing, so the caller must not rely on any of them.
-pub fn bind_read_only(paths: &[&Path]) -> Result<bool, String> {
-    if paths.is_empty() {
+pub fn protect(workdir: &Path, protected: &[&Path], hidden: &[PathBuf]) -> Result<bool, String> {
+    if protected.is_empty() {
         return Ok(true);
     }
     // A bind follows links, and a link at the root could then be replaced by what the step
     // likes (a `.git` of its own whose hooks the user's git would run): with a protected path
     // that is a link, the root stays unwritable instead.
-    if paths.iter().any(|p| {
+    if protected.iter().any(|p| {
         p.symlink_metadata()
             .map_or(true, |m| m.file_type().is_symlink())
     }) {
@@ -48,10 +61,86 @@ pub fn bind_read_only(paths: &[&Path]) -> Result<bool, String> {
         None::<&str>,
     )
     .map_err(|e| format!("cannot make the mounts private: {e}"))?;
-    for path in paths {
-        bind_one(path).map_err(|e| format!("cannot protect `{}`: {e}", path.display()))?;
+    let outermost = outermost(protected);
+    let aliases = super::aliases::find(workdir, &outermost)?;
+    for dir in on_the_way(workdir, &outermost) {
+        pin(&dir).map_err(|e| format!("cannot pin `{}`: {e}", dir.display()))?;
+    }
+    let hide_or_bind = |path: &Path, stands_for: &Path| {
+        let done = if hidden.iter().any(|h| h == stands_for) {
+            hide(path)
+        } else {
+            bind_one(path)
+        };
+        done.map_err(|e| format!("cannot protect `{}`: {e}", path.display()))
+    };
+    for path in &outermost {
+        hide_or_bind(path, path)?;
+    }
+    for (alias, path) in &aliases {
+        hide_or_bind(alias, path)?;
     }
     Ok(true)
+}
+
+/// The protected paths that are not inside another one (a read-only folder covers what it
+/// holds), outermost first.
+fn outermost<'a>(protected: &[&'a Path]) -> Vec<&'a Path> {
+    let mut sorted: Vec<&Path> = protected.to_vec();
+    sorted.sort();
+    sorted.dedup();
+    let mut kept: Vec<&Path> = Vec::new();
+    for path in sorted {
+        if !kept.iter().any(|k| path.starts_with(k)) {
+            kept.push(path);
+        }
+    }
+    kept
+}
+
+/// Every folder strictly between `workdir` and a protected path, outermost first, once. The
+/// working directory itself needs none: its own folder is not granted, so it cannot be moved.
+pub(crate) fn on_the_way(workdir: &Path, protected: &[&Path]) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    for path in protected {
+        let Ok(inside) = path.strip_prefix(workdir) else {
+            continue;
+        };
+        let mut dir = workdir.to_path_buf();
+        let parts: Vec<_> = inside.components().collect();
+        for part in parts.iter().take(parts.len().saturating_sub(1)) {
+            dir.push(part);
+            dirs.push(dir.clone());
+        }
+    }
+    // Sorted paths put a folder before everything inside it.
+    dirs.sort();
+    dirs.dedup();
+    dirs
+}
+
+/// Makes `dir` a mount point of its own (writable as before, with whatever is mounted below
+/// it), so it cannot be renamed or removed.
+fn pin(dir: &Path) -> nix::Result<()> {
+    mount(
+        Some(dir),
+        dir,
+        None::<&str>,
+        MsFlags::MS_BIND | MsFlags::MS_REC,
+        None::<&str>,
+    )
+}
+
+/// Covers `path` with an empty read-only folder (a tmpfs of no size): bash sees nothing of it
+/// and can write nothing there.
+fn hide(path: &Path) -> nix::Result<()> {
+    mount(
+        Some("none"),
+        path,
+        Some("tmpfs"),
+        MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        Some("size=4k,nr_inodes=1,mode=0555"),
+    )
 }
 
 /// A mount namespace of our own: directly when privileged (root in CI), else inside a user

@@ -1,5 +1,6 @@
 //! The Landlock ruleset of one `bash` call, applied by the confined stage to itself before it
-//! becomes the command.
+//! becomes the command: what it may read ([`super::reads`], the working and temporary
+//! directories), and what it may write.
 //!
 //! Landlock only grants: a right given on a directory holds for everything beneath it, and
 //! nothing can be taken back below. So the working directory cannot be granted whole while its
@@ -49,7 +50,16 @@ pub fn restrict(policy: &Policy, bound: bool) -> Result<RulesetStatus, String> {
     let mut created = ruleset
         .create()
         .map_err(|e| err("cannot create the Landlock ruleset", &e))?;
-    created = add(created, Path::new("/"), read)?;
+    // Reads are an allowlist too (super::reads); a place that does not exist here is skipped.
+    for path in &policy.read {
+        if let Some(fd) = open_beneath(path) {
+            let access = if is_dir(&fd) { read } else { read & file };
+            created = created
+                .add_rule(PathBeneath::new(fd, access))
+                .map_err(|e| err(&format!("cannot grant reading `{}`", path.display()), &e))?;
+        }
+    }
+    created = add(created, &policy.workdir, read)?;
     // Commands write to /dev/null all the time (`2>/dev/null`).
     created = add(created, Path::new("/dev/null"), file & !AccessFs::Execute)?;
     created = add(created, &policy.tmp, all)?;
@@ -97,6 +107,10 @@ fn add(
     created
         .add_rule(PathBeneath::new(fd, access))
         .map_err(|e| format!("cannot grant `{}`: {e}", path.display()))
+}
+
+fn is_dir(fd: &OwnedFd) -> bool {
+    nix::sys::stat::fstat(fd).is_ok_and(|st| st.st_mode & nix::libc::S_IFMT == nix::libc::S_IFDIR)
 }
 
 /// Opens a path for a rule without following a symlink in its last part (the grant must be on

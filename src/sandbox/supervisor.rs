@@ -126,8 +126,14 @@ fn confine(args: Vec<OsString>) -> Result<i32, String> {
     let (policy, _, program, rest) = parse(args)?;
     if policy.mode != Mode::Off {
         // Mounts need the capabilities that are dropped next, and Landlock forbids them after.
-        let bound = policy.mode == Mode::Workdir
-            && mounts::bind_read_only(&ruleset::split_protected(&policy).0).unwrap_or(false);
+        // A read-only call needs no binds (it writes nowhere), only the state directory hidden.
+        let mut protected = match policy.mode {
+            Mode::Workdir => ruleset::split_protected(&policy).0,
+            _ => Vec::new(),
+        };
+        protected.extend(policy.hidden.iter().map(|p| p.as_path()));
+        let bound = mounts::protect(&policy.workdir, &protected, &policy.hidden).unwrap_or(false)
+            && policy.mode == Mode::Workdir;
         drop_capabilities();
         let status = ruleset::restrict(&policy, bound)?;
         if status == RulesetStatus::NotEnforced && policy.mode == Mode::ReadOnly {

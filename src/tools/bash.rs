@@ -96,6 +96,14 @@ pub struct BashEnv {
     pub network: bool,
     /// Canonical paths bash never writes: the state directory, the checkout's `.git`.
     pub protected: Vec<PathBuf>,
+    /// Of `protected`, those bash cannot read either (the state directory).
+    pub hidden: Vec<PathBuf>,
+    /// Where bash may read besides its working and temporary directories (see
+    /// [`crate::sandbox::reads`]).
+    pub read: Vec<PathBuf>,
+    /// Said under every result: what of the working directory was not scanned for
+    /// repositories, and so is read-only.
+    pub note: Option<String>,
     /// Its whole environment but the temporary directory (see [`bash_vars`]).
     pub vars: Vec<(String, String)>,
     pub support: Support,
@@ -111,10 +119,32 @@ impl BashEnv {
             mode,
             network,
             protected: Vec::new(),
+            hidden: Vec::new(),
+            read: Vec::new(),
+            note: None,
             vars: bash_vars(&Default::default(), &Default::default()),
             support: Support::probe(),
             tmp: Mutex::new(None),
         }
+        .reading(&[])
+    }
+
+    /// The same, reading the defaults and `extra` (a step's `read_paths`, expanded). git stops
+    /// at a `~/.gitconfig` it may not read, so unless `extra` grants it, git in bash reads no
+    /// global configuration (which can carry tokens: `url.<base>.insteadOf`, `http.extraHeader`).
+    pub fn reading(mut self, extra: &[PathBuf]) -> Self {
+        self.read = default_reads(extra);
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let granted = home.is_some_and(|h| {
+            let config = h.join(".gitconfig");
+            self.read.iter().any(|r| config.starts_with(r))
+        });
+        let named = self.vars.iter().any(|(k, _)| k == "GIT_CONFIG_GLOBAL");
+        if self.mode != Mode::Off && !granted && !named {
+            self.vars
+                .push(("GIT_CONFIG_GLOBAL".into(), "/dev/null".into()));
+        }
+        self
     }
 
     /// The same settings in another mode (a subagent's, from its own tools), with a temporary
@@ -125,6 +155,9 @@ impl BashEnv {
             mode,
             network: self.network,
             protected: self.protected.clone(),
+            hidden: self.hidden.clone(),
+            read: self.read.clone(),
+            note: self.note.clone(),
             vars: self.vars.clone(),
             support: self.support,
             tmp: Mutex::new(None),
@@ -142,6 +175,13 @@ impl BashEnv {
         *tmp = Some(dir);
         Ok(path)
     }
+}
+
+/// Where a step's bash may read (besides its working and temporary directories): the system,
+/// the toolchains runner's own environment names, and `extra` (its `read_paths`, expanded).
+pub fn default_reads(extra: &[PathBuf]) -> Vec<PathBuf> {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    sandbox::reads::allowed(home.as_deref(), |name| std::env::var(name).ok(), extra)
 }
 
 /// Asks the supervisor to stop when dropped (a timeout, a cancelled step): it kills everything
@@ -241,6 +281,14 @@ pub async fn bash(ws: &Workspace, input: &Value, env: &BashEnv) -> ToolOutput {
         text.push_str(note);
         text.push('\n');
     }
+    if let Some(note) = &env.note {
+        if !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str("note: ");
+        text.push_str(note);
+        text.push('\n');
+    }
     if ran.exit == Exit::Code(0) {
         ToolOutput::ok(text)
     } else {
@@ -328,6 +376,8 @@ pub async fn run_sandboxed(
         workdir: root.to_owned(),
         tmp: tmp.clone(),
         protected: env.protected.clone(),
+        hidden: env.hidden.clone(),
+        read: env.read.clone(),
         parent: std::process::id() as i32,
     };
     let policy = serde_json::to_string(&policy)

@@ -216,6 +216,11 @@ pub struct SharedKeys {
     /// step's `env` adds to `[defaults]`'s.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
+    /// Paths outside the working directory that `bash` may read besides the system's and the
+    /// toolchains' (`~` is the home directory; a relative path starts at the working
+    /// directory), e.g. `["~/.ssh/known_hosts"]`. A step's list adds to `[defaults]`'s.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read_paths: Vec<String>,
 }
 
 /// `[defaults]`: the shared keys, for every step that does not set its own.

@@ -124,6 +124,7 @@ async fn a_tool_and_a_model_api_plug_in_by_registration() {
         state_dir: root.join(".runner"),
         workdir: root.clone(),
         support: Support::probe(),
+        tree: Default::default(),
     });
     let options = RunOptions {
         workdir: root.clone(),
