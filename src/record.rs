@@ -521,7 +521,11 @@ impl RunRecord {
     /// confined writer: a link there is replaced, never followed). The one place it is written:
     /// `text` is exactly the bytes that land on disk.
     pub fn save(&self, run_dir: &crate::out::OutDir) -> Result<(), String> {
-        let text = crate::out::Redacted::new(serde_json::to_vec_pretty(self).unwrap_or_default());
+        let text = crate::out::Redacted::new(
+            crate::terminal::to_json_pretty(self)
+                .unwrap_or_default()
+                .into_bytes(),
+        );
         run_dir
             .write_redacted("run.json", &text)
             .map_err(|err| err.to_string())

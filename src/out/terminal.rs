@@ -62,11 +62,13 @@ impl indicatif::TermLike for RedactedTerm {
     }
 
     fn write_line(&self, s: &str) -> io::Result<()> {
-        self.0.write_line(&crate::terminal::escape(&crate::secrets::redact(s)))
+        self.0
+            .write_line(&crate::terminal::escape(&crate::secrets::redact(s)))
     }
 
     fn write_str(&self, s: &str) -> io::Result<()> {
-        self.0.write_str(&crate::terminal::escape(&crate::secrets::redact(s)))
+        self.0
+            .write_str(&crate::terminal::escape(&crate::secrets::redact(s)))
     }
 
     fn clear_line(&self) -> io::Result<()> {
