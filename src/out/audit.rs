@@ -100,16 +100,6 @@ const ALLOWED: &[(&str, &str, &str)] = &[
         "bounded reads, opened read-only and non-blocking",
     ),
     (
-        "src/commands/mod.rs",
-        "io::stderr",
-        "whether stderr is a terminal (colour), never written",
-    ),
-    (
-        "src/commands/run.rs",
-        "io::stderr",
-        "whether stderr is a terminal (the live display or plain lines), never written",
-    ),
-    (
         "src/terminal.rs",
         "io::stderr",
         "the terminal's width, never written",
