@@ -105,16 +105,26 @@ pub fn read_bytes(path: &Utf8Path, limit: u64) -> Result<Vec<u8>, ReadError> {
 }
 
 /// At most `max` characters of `text`, with `…` when cut: a value quoted in a message.
+/// Redacted before it is cut: the first half of a secret is one the redactor no longer knows.
 pub fn preview(text: &str, max: usize) -> String {
+    let text = crate::secrets::redact(text);
     match text.char_indices().nth(max) {
         Some((end, _)) => format!("{}…", &text[..end]),
-        None => text.to_owned(),
+        None => text.into_owned(),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_secret_cut_short_in_a_preview_is_still_hidden() {
+        const SECRET: &str = "preview-cut-secret-0123456789";
+        crate::secrets::register(SECRET);
+        let shown = preview(&format!("key {SECRET} and more"), 16);
+        assert_eq!(shown, "key [hidden] and…");
+    }
 
     #[test]
     fn special_files_and_large_files_are_refused_without_reading() {

@@ -14,7 +14,8 @@ pub fn lossy(bytes: &[u8]) -> Cow<'_, str> {
 }
 
 /// What a tool call names, as one short line: its path, pattern or command (the first of those
-/// it has), newlines flattened, cut to `max` characters. For stubs and live lines.
+/// it has), secrets hidden, newlines flattened, cut to `max` characters. For stubs and live
+/// lines.
 pub fn call_argument(input: &serde_json::Value, max: usize) -> Option<String> {
     let named = [
         "path",
@@ -26,7 +27,8 @@ pub fn call_argument(input: &serde_json::Value, max: usize) -> Option<String> {
     ]
     .iter()
     .find_map(|key| input.get(key).and_then(serde_json::Value::as_str))?;
-    let flat = named.replace(['\n', '\r'], " ");
+    // Redacted before it is cut: the first half of a secret is one the redactor no longer knows.
+    let flat = crate::secrets::redact(named).replace(['\n', '\r'], " ");
     let mut short: String = flat.chars().take(max).collect();
     if short.len() < flat.len() {
         short.push('…');

@@ -16,7 +16,6 @@ pub mod show;
 pub mod validate;
 
 use std::ffi::OsString;
-use std::io::IsTerminal;
 
 use camino::{Utf8Path, Utf8PathBuf};
 use clap::Parser;
@@ -36,7 +35,7 @@ pub fn main() -> Exit {
     unsafe { crate::secrets::take_keys_from_env() };
     crate::secrets::hide_secret_vars();
     let args: Vec<OsString> = std::env::args_os().collect();
-    let color = std::io::stderr().is_terminal()
+    let color = crate::out::stderr_is_terminal()
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     // Unlocked handles: progress threads and the signal task write to stderr too.
     let mut out = crate::out::stdout();

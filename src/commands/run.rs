@@ -2,7 +2,7 @@
 //! runs the plan with the sinks the flags ask for, and reports.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -318,7 +318,7 @@ fn sinks(
     only: &BTreeSet<String>,
 ) -> Result<Sinks, crate::out::OutError> {
     let mut sinks = Sinks::default();
-    let terminal = std::io::stderr().is_terminal();
+    let terminal = crate::out::stderr_is_terminal();
     // In a GitHub Actions job, its sink prints the log lines (grouped by step) instead.
     let github = crate::report::github::detected();
     if !args.no_progress {
@@ -408,7 +408,7 @@ fn watch_signals(runtime: &tokio::runtime::Runtime, interrupt: CancellationToken
         };
         if second.is_some() {
             // Exiting skips the live display's cleanup: show the cursor it hid.
-            if std::io::stderr().is_terminal() {
+            if crate::out::stderr_is_terminal() {
                 let _ = write!(crate::out::stderr(), "\x1b[?25h");
             }
             std::process::exit(i32::from(Exit::Interrupted.code()));

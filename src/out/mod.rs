@@ -15,4 +15,4 @@ mod tests;
 
 pub use confined::{OutDir, OutError, OutFile, append_file, create_file, file_place, write_file};
 pub use redacting::{Redacted, Redacting};
-pub use terminal::{progress_target, stderr, stdout};
+pub use terminal::{progress_target, stderr, stderr_is_terminal, stdout};

@@ -19,6 +19,13 @@ pub fn stderr() -> Redacting<Escaping<io::Stderr>> {
     Redacting::lines(Escaping::new(io::stderr()))
 }
 
+/// Whether stderr is a terminal (colour, the live display or plain lines): the one look at it
+/// outside [`stderr`], which writes nothing.
+pub fn stderr_is_terminal() -> bool {
+    use std::io::IsTerminal as _;
+    io::stderr().is_terminal()
+}
+
 /// Where the live display draws: stderr, each line redacted (hidden, as indicatif's own
 /// target is, when `TERM` is unset or `dumb`).
 pub fn progress_target() -> indicatif::ProgressDrawTarget {

@@ -68,6 +68,10 @@ fn table_width<R: AsRef<[String]>>(rows: &[R]) -> usize {
 /// (`runner/<run id>/`, said once in the returned note), then the widest column's longest
 /// cells are cut with `…` until the table fits or no cell is wider than 8 characters.
 fn fit(rows: &mut [Vec<String>], width: usize, run_id: &str) -> Option<String> {
+    // Redacted before any cell is cut: half a secret is one the redactor no longer knows.
+    for cell in rows.iter_mut().flatten() {
+        *cell = crate::secrets::redact_owned(std::mem::take(cell));
+    }
     if table_width(rows) <= width {
         return None;
     }

@@ -109,9 +109,10 @@ pub async fn run_round(
 
 /// The last [`OUTPUT_TAIL_BYTES`] of what was read, saying how much came before.
 pub fn tail(bytes: &[u8], total: usize) -> String {
-    let text = String::from_utf8_lossy(bytes);
+    // Redacted before it is cut: the end of a secret is one the redactor no longer knows.
+    let text = crate::secrets::redact_owned(String::from_utf8_lossy(bytes).into_owned());
     if text.len() <= OUTPUT_TAIL_BYTES && total == bytes.len() {
-        return text.into_owned();
+        return text;
     }
     let mut start = text.len().saturating_sub(OUTPUT_TAIL_BYTES);
     while !text.is_char_boundary(start) {

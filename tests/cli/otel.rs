@@ -21,25 +21,25 @@ const KEY: &str = "sk-ant-otel-secret-0123456789";
 
 /// One span as the receiver got it.
 #[derive(Debug, Clone)]
-struct Received {
-    name: String,
+pub struct Received {
+    pub name: String,
     id: Vec<u8>,
     parent: Vec<u8>,
     trace: Vec<u8>,
     kind: i32,
-    error: bool,
-    attributes: BTreeMap<String, String>,
+    pub error: bool,
+    pub attributes: BTreeMap<String, String>,
 }
 
 impl Received {
-    fn attr(&self, key: &str) -> &str {
+    pub fn attr(&self, key: &str) -> &str {
         self.attributes.get(key).map_or("", String::as_str)
     }
 }
 
 /// The OTLP/HTTP receiver: answers every export with success (an empty response message in the
 /// request's encoding).
-async fn receiver() -> MockServer {
+pub async fn receiver() -> MockServer {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
         .and(path("/v1/traces"))
@@ -60,7 +60,7 @@ async fn receiver() -> MockServer {
 }
 
 /// Every span the receiver was sent, decoded by the request's content type; and the raw bodies.
-async fn spans(server: &MockServer) -> (Vec<Received>, Vec<u8>) {
+pub async fn spans(server: &MockServer) -> (Vec<Received>, Vec<u8>) {
     let mut out = Vec::new();
     let mut raw = Vec::new();
     for request in server.received_requests().await.unwrap_or_default() {

@@ -13,10 +13,12 @@
 //!
 //! What it trusts: nothing it sends. Prompts, replies, tool inputs and outputs go out only with
 //! `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`, and so do the ids of tool calls
-//! (the model's or the server's choice); a tool name the step was not offered goes out as
-//! `unknown`. Every string that goes out (ids, errors, commands, content) passes the redactor,
-//! and so does every body the exporter sends ([`exporter`]); the values of
-//! `OTEL_EXPORTER_OTLP_HEADERS` and the credentials of the endpoint's URL are secrets too.
+//! (the model's or the server's choice) and why a step or subagent failed (its error quotes
+//! answers and output; without capture the status says only `failed`); a tool name the step
+//! was not offered goes out as `unknown`. Every string that goes out (ids, errors, commands,
+//! content) passes the redactor, and so does every body the exporter sends ([`exporter`]); the
+//! values of `OTEL_EXPORTER_OTLP_HEADERS` and the credentials of the endpoint's URL are secrets
+//! too.
 
 mod exporter;
 
@@ -218,6 +220,8 @@ fn usage_attributes(usage: &Usage) -> Vec<KeyValue> {
 }
 
 /// How a step or subagent ended, on its span: its tokens and turns, and why when it failed.
+/// The why is sent only with content capture: an error quotes what the model answered or a
+/// command printed.
 fn agent_end(span: &mut Span, status: StepStatus, error: Option<&str>, usage: &Usage, turns: u32) {
     span.set_attributes(usage_attributes(usage));
     span.set_attribute(KeyValue::new("runner.turns", i64::from(turns)));
@@ -227,9 +231,9 @@ fn agent_end(span: &mut Span, status: StepStatus, error: Option<&str>, usage: &U
     }
 }
 
-/// What a step's span says when it ends.
-fn step_end(span: &mut Span, r: &StepRecord) {
-    agent_end(span, r.status, r.error.as_deref(), &r.usage(), r.turns);
+/// What a step's span says when it ends (`error` as [`agent_end`] takes it).
+fn step_end(span: &mut Span, r: &StepRecord, error: Option<&str>) {
+    agent_end(span, r.status, error, &r.usage(), r.turns);
     span.set_attribute(KeyValue::new("runner.step.status", r.status.as_str()));
     span.set_attribute(KeyValue::new("runner.tool_calls", i64::from(r.tool_calls)));
     if let Some(cost) = r.cost_usd {
@@ -339,7 +343,8 @@ impl Sink for OtelSink {
             EventKind::SubagentFinished { step, record } => {
                 if let Some(mut scope) = self.scopes.remove(&(step.clone(), record.id.clone())) {
                     scope.cut_short(at, "the subagent ended first");
-                    let (status, error) = (record.status, record.error.as_deref());
+                    let status = record.status;
+                    let error = record.error.as_deref().filter(|_| self.content);
                     let usage = record.usage();
                     agent_end(&mut scope.agent, status, error, &usage, record.turns);
                     scope.agent.end_with_timestamp(at);
@@ -528,7 +533,8 @@ impl Sink for OtelSink {
             EventKind::StepFinished { step, record, .. } => {
                 if let Some(mut scope) = self.scopes.remove(&(step.clone(), String::new())) {
                     scope.cut_short(at, "the step ended first");
-                    step_end(&mut scope.agent, record);
+                    let error = record.error.as_deref().filter(|_| self.content);
+                    step_end(&mut scope.agent, record, error);
                     scope.agent.end_with_timestamp(at);
                 }
             }
