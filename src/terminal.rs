@@ -12,7 +12,7 @@ mod scan;
 mod writer;
 
 pub use json::{to_json_line, to_json_pretty};
-pub use writer::{Escaping, stderr, stdout};
+pub use writer::{Escaping, escape, live_stderr, stderr, stdout};
 
 /// Whether `c` is escaped in every output, text or JSON, whatever else is done with controls:
 /// a C1 control (U+0080 to U+009F), or a bidirectional control (Unicode's `Bidi_Control`:

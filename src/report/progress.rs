@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::Duration;
 
-use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
+use indicatif::{MultiProgress, ProgressBar, ProgressState, ProgressStyle};
 
 use super::{seconds, tokens, total_tokens};
 use crate::event::{Event, EventKind, Sink};
@@ -253,7 +253,7 @@ fn spinner_style() -> ProgressStyle {
 
 impl LiveProgress {
     pub fn new(plan: &Plan) -> Self {
-        let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
+        let multi = MultiProgress::with_draw_target(crate::terminal::live_stderr());
         let waiting_bar = multi.add(
             ProgressBar::new_spinner().with_style(
                 ProgressStyle::with_template("{msg}")

@@ -213,3 +213,123 @@ fn diagnostics_show_no_control_raw() {
         }
     }
 }
+
+/// An agent name of one word that is all controls: "one word" is all an agent file's name must
+/// be, so it reaches every line that names the step's agent.
+const NAME: &str = "spoof\u{1b}[2J\u{9b}2J\u{202e}exe\u{1b}]0;pwned\u{7}";
+
+/// A step whose agent is named [`NAME`], which fails with [`HOSTILE`] as its error.
+async fn hostile_agent() -> (Fake, Test) {
+    let fake = Fake::anthropic(vec![crate::fake::bad_request(HOSTILE)]).await;
+    let name = toml_escaped(NAME);
+    let test = Test::new()
+        .file(
+            "w.toml",
+            &format!(
+                "name = \"t\"\n[models]\ndefault = \"anthropic/claude-test\"\n[steps.s]\nagent = \"{name}\"\nretries = 0\nprompt = \"hi\"\n"
+            ),
+        )
+        .file(
+            "agents/spoof.md",
+            &format!("---\nname: \"{name}\"\ntools: Read\n---\nYou answer.\n"),
+        )
+        .anthropic_api(&fake.uri(), "sk-test");
+    (fake, test)
+}
+
+/// The escape sequences a terminal acts on in `shown` other than colours (SGR): each as the
+/// text from its ESC to its end.
+fn sequences_not_colours(shown: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for (at, _) in shown.match_indices('\u{1b}') {
+        let rest = &shown[at + 1..];
+        let sgr = rest.strip_prefix('[').and_then(|r| {
+            let end = r.find(|c: char| !(c.is_ascii_digit() || c == ';'))?;
+            (r[end..].starts_with('m')).then_some(())
+        });
+        if sgr.is_none() {
+            found.push(rest.chars().take(8).collect());
+        }
+    }
+    found
+}
+
+/// Without a terminal, the progress lines name the agent with its controls escaped: no
+/// sequence but colours reaches stderr.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_named_with_controls_is_shown_escaped() {
+    let (_fake, test) = hostile_agent().await;
+    let (out, _) = test
+        .args(&["run", "w.toml", "--agents-dir", "agents"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 1, "{}", out.transcript());
+    assert!(out.stderr.contains(r"spoof\u001b[2J"), "{}", out.stderr);
+    assert_clean("run", &out);
+}
+
+/// The live display on a terminal (a pty, by util-linux's `script`) draws the step's line,
+/// agent name and all, and its error: the cursor moves it makes are the only sequences it
+/// writes that are not colours; no override or C1 control is raw and no title is set.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_live_display_shows_no_control_raw() {
+    let (fake, test) = hostile_agent().await;
+    let command = format!(
+        "{} run w.toml --agents-dir agents",
+        env!("CARGO_BIN_EXE_runner")
+    );
+    let dir = test.path().to_owned();
+    let uri = fake.uri();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("script")
+            .args(["-qefc", &command, "/dev/null"])
+            .current_dir(dir)
+            .env("ANTHROPIC_BASE_URL", uri)
+            .env("ANTHROPIC_API_KEY", "sk-test")
+            .env_remove("GITHUB_ACTIONS")
+            .env_remove("NO_COLOR")
+            .env("TERM", "xterm")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{shown}");
+    // The step's line names its agent, escaped, and its error.
+    assert!(
+        shown.contains(r"spoof\u001b[2J\u009b2J\u202eexe"),
+        "{shown:?}"
+    );
+    assert!(shown.contains(r"rtl\u202etxt.exe"), "{shown:?}");
+    let raw: Vec<char> = shown
+        .chars()
+        .filter(|&c| {
+            (c.is_control() && !matches!(c, '\n' | '\t' | '\r' | '\u{1b}'))
+                || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        })
+        .collect();
+    assert!(raw.is_empty(), "{raw:?} in {shown:?}");
+    // Cursor moves and line clears (indicatif's), the cursor hidden and shown: nothing else.
+    let moves = not_the_displays_own(&sequences_not_colours(&shown));
+    assert!(moves.is_empty(), "{moves:?} in {shown:?}");
+}
+
+/// The sequences of `found` that are not the live display's own: a cursor move up, down,
+/// left or right, a line cleared, the cursor hidden or shown.
+fn not_the_displays_own(found: &[String]) -> Vec<String> {
+    found
+        .iter()
+        .filter(|s| {
+            let Some(rest) = s.strip_prefix('[') else {
+                return true;
+            };
+            let own = ["?25l", "?25h", "2K"].iter().any(|o| rest.starts_with(o))
+                || rest.find(|c: char| !c.is_ascii_digit()).is_some_and(|end| {
+                    end > 0 && matches!(&rest[end..end + 1], "A" | "B" | "C" | "D" | "G")
+                });
+            !own
+        })
+        .cloned()
+        .collect()
+}
