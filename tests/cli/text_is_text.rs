@@ -70,7 +70,7 @@ fn project(fake: &Fake) -> Test {
         .file(
             "w.toml",
             &format!(
-                "name = \"t\"\ndescription = \"{hostile}\"\n[models]\ndefault = \"anthropic/claude-test\"\n[steps.s]\nagent = \"spoof\"\nretries = 0\nprompt = \"Say {hostile}\"\n"
+                "name = \"t {hostile}\"\ndescription = \"{hostile}\"\n[models]\ndefault = \"anthropic/claude-test\"\n[steps.s]\nagent = \"spoof\"\nretries = 0\nprompt = \"Say {hostile}\"\n"
             ),
         )
         .file(
@@ -214,27 +214,40 @@ fn diagnostics_show_no_control_raw() {
     }
 }
 
-/// An agent name of one word that is all controls: "one word" is all an agent file's name must
-/// be, so it reaches every line that names the step's agent.
-const NAME: &str = "spoof\u{1b}[2J\u{9b}2J\u{202e}exe\u{1b}]0;pwned\u{7}";
+/// An agent name of one word that is all controls.
+const NAME: &str = "spoof\u{1b}[35m\u{9b}2J\u{202e}exe\u{1b}]0;pwned\u{7}";
 
-/// A step whose agent is named [`NAME`], which fails with [`HOSTILE`] as its error.
-async fn hostile_agent() -> (Fake, Test) {
-    let fake = Fake::anthropic(vec![crate::fake::bad_request(HOSTILE)]).await;
+/// An agent whose name would head every line about its step holds no control or
+/// bidirectional character: its file is refused (the step asks for it by its file's name),
+/// with the name shown escaped.
+#[test]
+fn an_agent_named_with_controls_is_refused() {
     let name = toml_escaped(NAME);
-    let test = Test::new()
-        .file(
-            "w.toml",
-            &format!(
-                "name = \"t\"\n[models]\ndefault = \"anthropic/claude-test\"\n[steps.s]\nagent = \"{name}\"\nretries = 0\nprompt = \"hi\"\n"
-            ),
-        )
-        .file(
-            "agents/spoof.md",
-            &format!("---\nname: \"{name}\"\ntools: Read\n---\nYou answer.\n"),
-        )
-        .anthropic_api(&fake.uri(), "sk-test");
-    (fake, test)
+    for args in [
+        &["validate", "w.toml", "--agents-dir", "agents"][..],
+        &["run", "w.toml", "--agents-dir", "agents"],
+    ] {
+        let out = Test::new()
+            .file(
+                "w.toml",
+                "name = \"t\"\n[models]\ndefault = \"anthropic/claude-test\"\n[steps.s]\nagent = \"spoof\"\nprompt = \"hi\"\n",
+            )
+            .file(
+                "agents/spoof.md",
+                &format!("---\nname: \"{name}\"\ntools: Read\n---\nYou answer.\n"),
+            )
+            .args(args)
+            .run();
+        assert_eq!(out.status, 2, "{args:?}: {}", out.transcript());
+        assert!(
+            out.stderr
+                .contains("must be one word, with no control or bidirectional character"),
+            "{}",
+            out.stderr
+        );
+        assert!(out.stderr.contains(r"spoof"), "{}", out.stderr);
+        assert_clean(&args.join(" "), &out);
+    }
 }
 
 /// The escape sequences a terminal acts on in `shown` other than colours (SGR): each as the
@@ -254,26 +267,14 @@ fn sequences_not_colours(shown: &str) -> Vec<String> {
     found
 }
 
-/// Without a terminal, the progress lines name the agent with its controls escaped: no
-/// sequence but colours reaches stderr.
-#[tokio::test(flavor = "multi_thread")]
-async fn an_agent_named_with_controls_is_shown_escaped() {
-    let (_fake, test) = hostile_agent().await;
-    let (out, _) = test
-        .args(&["run", "w.toml", "--agents-dir", "agents"])
-        .run_async()
-        .await;
-    assert_eq!(out.status, 1, "{}", out.transcript());
-    assert!(out.stderr.contains(r"spoof\u001b[2J"), "{}", out.stderr);
-    assert_clean("run", &out);
-}
-
-/// The live display on a terminal (a pty, by util-linux's `script`) draws the step's line,
-/// agent name and all, and its error: the cursor moves it makes are the only sequences it
-/// writes that are not colours; no override or C1 control is raw and no title is set.
+/// The live display on a terminal (a pty, by util-linux's `script`) draws the step's line and
+/// its error, and the summary names the workflow, hostile text and all: the cursor moves the
+/// display makes are the only sequences written; no override or C1 control is raw, no title
+/// set, no colour the text asks for.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_live_display_shows_no_control_raw() {
-    let (fake, test) = hostile_agent().await;
+    let fake = Fake::anthropic(vec![crate::fake::bad_request(HOSTILE)]).await;
+    let test = project(&fake);
     let command = format!(
         "{} run w.toml --agents-dir agents",
         env!("CARGO_BIN_EXE_runner")
@@ -296,12 +297,15 @@ async fn the_live_display_shows_no_control_raw() {
     .unwrap();
     let shown = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{shown}");
-    // The step's line names its agent, escaped, and its error.
+    // The step's line names its error, and the summary the workflow, both cleaned.
+    assert!(shown.contains("[spoof] s failed"), "{shown:?}");
+    assert!(shown.contains(r"rtl\u202etxt.exe"), "{shown:?}");
     assert!(
-        shown.contains(r"spoof\u001b[2J\u009b2J\u202eexe"),
+        shown.contains(r"(t red clear title rtl\u202etxt.exe"),
         "{shown:?}"
     );
-    assert!(shown.contains(r"rtl\u202etxt.exe"), "{shown:?}");
+    // Not even the colour the text asks for.
+    assert!(!shown.contains("\u{1b}[31m"), "{shown:?}");
     let raw: Vec<char> = shown
         .chars()
         .filter(|&c| {
