@@ -371,13 +371,15 @@ fn build_agent(
         Some(name) => name.trim().to_owned(),
         None => file.name.file_stem().unwrap_or("agent").to_owned(),
     };
-    if name.is_empty() || name.contains(char::is_whitespace) {
+    // A name heads every line about its steps: a control or bidirectional character in it
+    // would act on the terminal or reorder the line (docs/src/agents.md).
+    let unprintable = |c: char| c.is_control() || crate::terminal::needs_escape(c);
+    if name.is_empty() || name.contains(char::is_whitespace) || name.contains(unprintable) {
         errors.push(
-            Problem::error(format!("agent name `{name}` must be one word")).at(
-                file,
-                span("name"),
-                "invalid name",
-            ),
+            Problem::error(format!(
+                "agent name `{name}` must be one word, with no control or bidirectional character"
+            ))
+            .at(file, span("name"), "invalid name"),
         );
     }
 

@@ -80,6 +80,11 @@ const ALLOWED: &[(&str, &str, &str)] = &[
         "the state directory made and checked before any write, and this user's key (O_EXCL, 0600)",
     ),
     (
+        "src/run/worktree/owned.rs",
+        "*",
+        "removes runner's own worktrees by descriptor (O_NOFOLLOW, cap-std's remove_dir_all): opens folders, writes nothing",
+    ),
+    (
         "src/run/lock.rs",
         "OpenOptions",
         "the run's lock file, opened to hold a lock and never written",

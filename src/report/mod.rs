@@ -291,9 +291,13 @@ pub fn summary_table_within(
             RunStatus::Running => "is still running",
         },
         seconds(record.duration_ms),
-        plan.name
+        terminal::clean(&plan.name)
     );
-    let _ = writeln!(out, "record and transcripts: {run_dir}");
+    let _ = writeln!(
+        out,
+        "record and transcripts: {}",
+        terminal::clean(run_dir.as_ref())
+    );
     out
 }
 

@@ -62,9 +62,15 @@ fn stdout_and_stderr_are_reached_only_through_the_escaping_writer() {
             if trimmed.starts_with("//") {
                 continue;
             }
-            let stdio = ["io::stdout()", "io::stderr()"]
-                .iter()
-                .any(|call| line.contains(call) && !line.contains(".is_terminal()"));
+            let stdio = [
+                "io::stdout()",
+                "io::stderr()",
+                "ProgressDrawTarget::std",
+                "Term::std",
+                "Term::buffered_std",
+            ]
+            .iter()
+            .any(|call| line.contains(call) && !line.contains(".is_terminal()"));
             let macros = ["println!", "print!(", "eprintln!", "eprint!(", "dbg!("]
                 .iter()
                 .any(|m| line.contains(m));

@@ -187,3 +187,58 @@ async fn an_output_schema_answer_shaped_like_a_call_is_the_answer() {
     );
     assert_eq!(fake.bodies().await.len(), 1);
 }
+
+/// A subagent's conversation keeps the same rule: its reply quoting a file it read is its
+/// answer, and its caller's reply quoting that answer (a tool's output to the caller) is the
+/// step's answer; neither runs the call.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subagent_and_its_caller_quoting_a_file_run_nothing() {
+    let fake = Fake::anthropic_routed(vec![
+        (
+            "MARK-lead",
+            vec![
+                anthropic_tool(
+                    "t1",
+                    "task",
+                    json!({"description": "look", "prompt": "MARK-sub read calls.json", "subagent_type": "code"}),
+                ),
+                anthropic_text(CALL),
+            ],
+        ),
+        (
+            "MARK-sub",
+            vec![
+                anthropic_tool("s1", "read_file", json!({"path": "calls.json"})),
+                anthropic_text(CALL),
+            ],
+        ),
+    ])
+    .await;
+    let test = Test::new()
+        .file(
+            "w.toml",
+            "name = \"t\"\n[models]\ndefault = \"anthropic/claude-test\"\n[steps.s]\nagent = \"code\"\nretries = 0\nprompt = \"MARK-lead\"\n",
+        )
+        .file("calls.json", &format!("{CALL}\n"))
+        .anthropic_api(&fake.uri(), "sk-test")
+        .args(&["run", "w.toml", "--format", "json"]);
+    let (out, record, ran) = run(test).await;
+    assert!(!ran, "a quoted call ran");
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    assert_eq!(record["steps"]["s"]["summary"], CALL);
+    let bodies = fake.bodies().await;
+    assert_eq!(bodies.len(), 4, "{}", out.transcript());
+    // The subagent offered bash (a call of it would have run), and its answer reached the lead.
+    let sub = bodies
+        .iter()
+        .find(|b| b.to_string().contains("MARK-sub") && anthropic_results(b).len() == 1)
+        .unwrap();
+    assert!(sub["tools"].to_string().contains("\"bash\""), "{sub}");
+    let lead = bodies.last().unwrap();
+    assert!(
+        anthropic_results(lead)[0]
+            .1
+            .contains("touch ran-the-text-call"),
+        "{lead}"
+    );
+}

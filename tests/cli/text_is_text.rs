@@ -70,7 +70,7 @@ fn project(fake: &Fake) -> Test {
         .file(
             "w.toml",
             &format!(
-                "name = \"t\"\ndescription = \"{hostile}\"\n[models]\ndefault = \"anthropic/claude-test\"\n[steps.s]\nagent = \"spoof\"\nretries = 0\nprompt = \"Say {hostile}\"\n"
+                "name = \"t {hostile}\"\ndescription = \"{hostile}\"\n[models]\ndefault = \"anthropic/claude-test\"\n[steps.s]\nagent = \"spoof\"\nretries = 0\nprompt = \"Say {hostile}\"\n"
             ),
         )
         .file(
@@ -212,4 +212,128 @@ fn diagnostics_show_no_control_raw() {
             assert!(out.stderr.contains(r"\u202e"), "{}", out.stderr);
         }
     }
+}
+
+/// An agent name of one word that is all controls.
+const NAME: &str = "spoof\u{1b}[35m\u{9b}2J\u{202e}exe\u{1b}]0;pwned\u{7}";
+
+/// An agent whose name would head every line about its step holds no control or
+/// bidirectional character: its file is refused (the step asks for it by its file's name),
+/// with the name shown escaped.
+#[test]
+fn an_agent_named_with_controls_is_refused() {
+    let name = toml_escaped(NAME);
+    for args in [
+        &["validate", "w.toml", "--agents-dir", "agents"][..],
+        &["run", "w.toml", "--agents-dir", "agents"],
+    ] {
+        let out = Test::new()
+            .file(
+                "w.toml",
+                "name = \"t\"\n[models]\ndefault = \"anthropic/claude-test\"\n[steps.s]\nagent = \"spoof\"\nprompt = \"hi\"\n",
+            )
+            .file(
+                "agents/spoof.md",
+                &format!("---\nname: \"{name}\"\ntools: Read\n---\nYou answer.\n"),
+            )
+            .args(args)
+            .run();
+        assert_eq!(out.status, 2, "{args:?}: {}", out.transcript());
+        assert!(
+            out.stderr
+                .contains("must be one word, with no control or bidirectional character"),
+            "{}",
+            out.stderr
+        );
+        assert!(out.stderr.contains(r"spoof"), "{}", out.stderr);
+        assert_clean(&args.join(" "), &out);
+    }
+}
+
+/// The escape sequences a terminal acts on in `shown` other than colours (SGR): each as the
+/// text from its ESC to its end.
+fn sequences_not_colours(shown: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for (at, _) in shown.match_indices('\u{1b}') {
+        let rest = &shown[at + 1..];
+        let sgr = rest.strip_prefix('[').and_then(|r| {
+            let end = r.find(|c: char| !(c.is_ascii_digit() || c == ';'))?;
+            (r[end..].starts_with('m')).then_some(())
+        });
+        if sgr.is_none() {
+            found.push(rest.chars().take(8).collect());
+        }
+    }
+    found
+}
+
+/// The live display on a terminal (a pty, by util-linux's `script`) draws the step's line and
+/// its error, and the summary names the workflow, hostile text and all: the cursor moves the
+/// display makes are the only sequences written; no override or C1 control is raw, no title
+/// set, no colour the text asks for.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_live_display_shows_no_control_raw() {
+    let fake = Fake::anthropic(vec![crate::fake::bad_request(HOSTILE)]).await;
+    let test = project(&fake);
+    let command = format!(
+        "{} run w.toml --agents-dir agents",
+        env!("CARGO_BIN_EXE_runner")
+    );
+    let dir = test.path().to_owned();
+    let uri = fake.uri();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("script")
+            .args(["-qefc", &command, "/dev/null"])
+            .current_dir(dir)
+            .env("ANTHROPIC_BASE_URL", uri)
+            .env("ANTHROPIC_API_KEY", "sk-test")
+            .env_remove("GITHUB_ACTIONS")
+            .env_remove("NO_COLOR")
+            .env("TERM", "xterm")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{shown}");
+    // The step's line names its error, and the summary the workflow, both cleaned.
+    assert!(shown.contains("[spoof] s failed"), "{shown:?}");
+    assert!(shown.contains(r"rtl\u202etxt.exe"), "{shown:?}");
+    assert!(
+        shown.contains(r"(t red clear title rtl\u202etxt.exe"),
+        "{shown:?}"
+    );
+    // Not even the colour the text asks for.
+    assert!(!shown.contains("\u{1b}[31m"), "{shown:?}");
+    let raw: Vec<char> = shown
+        .chars()
+        .filter(|&c| {
+            (c.is_control() && !matches!(c, '\n' | '\t' | '\r' | '\u{1b}'))
+                || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        })
+        .collect();
+    assert!(raw.is_empty(), "{raw:?} in {shown:?}");
+    // Cursor moves and line clears (indicatif's), the cursor hidden and shown: nothing else.
+    let moves = not_the_displays_own(&sequences_not_colours(&shown));
+    assert!(moves.is_empty(), "{moves:?} in {shown:?}");
+}
+
+/// The sequences of `found` that are not the live display's own: a cursor move up, down,
+/// left or right, a line cleared, the cursor hidden or shown.
+fn not_the_displays_own(found: &[String]) -> Vec<String> {
+    found
+        .iter()
+        .filter(|s| {
+            let Some(rest) = s.strip_prefix('[') else {
+                return true;
+            };
+            let own = ["?25l", "?25h", "2K"].iter().any(|o| rest.starts_with(o))
+                || rest.find(|c: char| !c.is_ascii_digit()).is_some_and(|end| {
+                    end > 0 && matches!(&rest[end..end + 1], "A" | "B" | "C" | "D" | "G")
+                });
+            !own
+        })
+        .cloned()
+        .collect()
 }
