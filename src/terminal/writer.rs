@@ -1,9 +1,10 @@
 //! The writer every byte runner prints goes through: stdout and stderr are only reached as
 //! [`Escaping`] (a source scan in `super::scan` holds every other file to that), and the live
 //! display draws through [`escape`]. Whatever a caller forgot to clean, no C1 control,
-//! bidirectional control or C0 control other than newline, tab and carriage return reaches the
-//! terminal raw: each is written as a `\uXXXX` escape, which inside a JSON string is the same
-//! character and in text shows what was there. ESC passes only as a colour (SGR: `ESC [`, digits,
+//! bidirectional control or C0 control other than newline and tab reaches the terminal raw:
+//! each is written as a `\uXXXX` escape, which inside a JSON string is the same character and
+//! in text shows what was there. A carriage return passes only before a newline (a lone one
+//! would let a line's end write over its start), ESC only as a colour (SGR: `ESC [`, digits,
 //! `;` or `:`, `m`) and as `ESC [?25h` (the cursor shown again), the only sequences runner itself
 //! prints; a colour cannot move the cursor, clear the screen, set the title or write the
 //! clipboard. Text from models and files is cleaned of all of them by [`super::clean`] first.
@@ -19,7 +20,8 @@ pub struct Escaping<W: Write> {
 }
 
 /// Whether the writer escapes `c` wherever it is: every control but newline, tab, carriage
-/// return and ESC, and every bidirectional control. ESC is escaped unless [`own_sequence`].
+/// return and ESC, and every bidirectional control. A carriage return is escaped unless a
+/// newline follows, ESC unless [`own_sequence`] does.
 fn needs_escape_here(c: char) -> bool {
     (c.is_control() && !matches!(c, '\n' | '\t' | '\r' | '\u{1b}')) || super::needs_escape(c)
 }
@@ -55,7 +57,9 @@ impl<W: Write> Escaping<W> {
 /// the live display's terminal.
 pub fn escape(text: &str) -> Cow<'_, str> {
     let needs = |(at, c): (usize, char)| {
-        needs_escape_here(c) || (c == '\u{1b}' && own_sequence(&text[at + 1..]).is_none())
+        needs_escape_here(c)
+            || (c == '\u{1b}' && own_sequence(&text[at + 1..]).is_none())
+            || (c == '\r' && !text[at + 1..].starts_with('\n'))
     };
     if !text.char_indices().any(needs) {
         return Cow::Borrowed(text);
@@ -183,6 +187,9 @@ mod tests {
             ("\u{1b}", "\\u001b"),
             ("\u{1b}\u{1b}[0m", "\\u001b\u{1b}[0m"),
             ("\u{1b}[31\u{202e}m", "\\u001b[31\\u202em"),
+            // A carriage return only ends a line: alone it would write over what came before.
+            ("safe\roops\r\n", "safe\\u000doops\r\n"),
+            ("end\r", "end\\u000d"),
         ] {
             assert_eq!(escape(text), shown, "{text:?}");
         }

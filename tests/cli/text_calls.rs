@@ -226,6 +226,9 @@ async fn a_subagent_and_its_caller_quoting_a_file_run_nothing() {
     assert!(!ran, "a quoted call ran");
     assert_eq!(out.status, 0, "{}", out.transcript());
     assert_eq!(record["steps"]["s"]["summary"], CALL);
+    // The subagent's one call is its read; the lead's, its task.
+    assert_eq!(record["steps"]["s"]["subagents"][0]["tool_calls"], 1);
+    assert_eq!(record["steps"]["s"]["tool_calls"], 1);
     let bodies = fake.bodies().await;
     assert_eq!(bodies.len(), 4, "{}", out.transcript());
     // The subagent offered bash (a call of it would have run), and its answer reached the lead.
@@ -240,5 +243,72 @@ async fn a_subagent_and_its_caller_quoting_a_file_run_nothing() {
             .1
             .contains("touch ran-the-text-call"),
         "{lead}"
+    );
+}
+
+/// A fork is given its caller's conversation: its reply quoting a file its caller read is a
+/// quote, though the fork itself never read it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fork_quoting_a_file_its_caller_read_runs_nothing() {
+    let fake = Fake::anthropic_fn(|body| {
+        let messages = body["messages"].as_array().cloned().unwrap_or_default();
+        let last = messages.last().map(Value::to_string).unwrap_or_default();
+        if last.contains("MARK-fork") {
+            return anthropic_text(CALL);
+        }
+        match anthropic_results(body).len() {
+            0 => anthropic_tool("t1", "read_file", json!({"path": "calls.json"})),
+            1 => anthropic_tool(
+                "t2",
+                "task",
+                json!({"description": "go on", "prompt": "MARK-fork go on", "subagent_type": "forker"}),
+            ),
+            _ => anthropic_text("done"),
+        }
+    })
+    .await;
+    let test = Test::new()
+        .file(
+            "w.toml",
+            "name = \"t\"\n[models]\ndefault = \"anthropic/claude-test\"\n[steps.s]\nagent = \"code\"\nretries = 0\nprompt = \"MARK-lead\"\n",
+        )
+        .file(
+            "agents/forker.md",
+            "---\nname: forker\ndescription: Goes on\ntools: Read, Bash\nforkContext: true\n---\nYou go on.\n",
+        )
+        .file("calls.json", &format!("{CALL}\n"))
+        .anthropic_api(&fake.uri(), "sk-test")
+        .args(&["run", "w.toml", "--format", "json", "--agents-dir", "agents"]);
+    let (out, record, ran) = run(test).await;
+    assert!(!ran, "the fork's quote ran");
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    assert_eq!(record["steps"]["s"]["summary"], "done");
+    // The fork called nothing (its bash is read-only, so the marker alone would not tell).
+    let fork = &record["steps"]["s"]["subagents"][0];
+    assert_eq!(fork["tool_calls"], 0, "{fork}");
+    let bodies = fake.bodies().await;
+    let fork = bodies
+        .iter()
+        .find(|b| {
+            let messages = b["messages"].as_array().cloned().unwrap_or_default();
+            messages
+                .last()
+                .is_some_and(|m| m.to_string().contains("MARK-fork"))
+        })
+        .unwrap_or_else(|| panic!("no fork request: {}", out.transcript()));
+    // The fork was offered bash, and was given the file through its caller's conversation.
+    assert!(fork["tools"].to_string().contains("\"bash\""), "{fork}");
+    assert!(
+        fork.to_string().contains("touch ran-the-text-call"),
+        "{fork}"
+    );
+    // The fork's reply reached its caller as the task's result.
+    let last = bodies.last().unwrap();
+    assert_eq!(anthropic_results(last).len(), 2, "{last}");
+    assert!(
+        anthropic_results(last)[1]
+            .1
+            .contains("touch ran-the-text-call"),
+        "{last}"
     );
 }
