@@ -7,7 +7,7 @@ use crate::cli::{Io, ReportArgs};
 use crate::error::Exit;
 
 pub fn report(args: ReportArgs, io: &mut Io<'_>) -> Exit {
-    let (state_dir, record, run_dir) = match args.dirs.recorded_run(args.run.as_deref()) {
+    let (state_dir, record, run_dir) = match args.dirs.recorded_run(args.run.as_deref(), io.err) {
         Ok(found) => found,
         Err(message) => {
             let _ = writeln!(io.err, "error: {message}");

@@ -17,7 +17,7 @@ use crate::report::turns::{Story, cut, note_line};
 const OUTPUT_SHOWN: usize = 400;
 
 pub fn show(args: ShowArgs, io: &mut Io<'_>) -> Exit {
-    let (_, record, run_dir) = match args.dirs.recorded_run(args.run.as_deref()) {
+    let (_, record, run_dir) = match args.dirs.recorded_run(args.run.as_deref(), io.err) {
         Ok(found) => found,
         Err(message) => {
             let _ = writeln!(io.err, "error: {message}");

@@ -443,7 +443,13 @@ impl Scheduler<'_> {
             },
             None => (Vec::new(), Vec::new()),
         };
-        let start_from = earlier.as_ref().and_then(|e| e.branch.clone());
+        // The branch that step left in the resumed run: runner's own name for it, never the
+        // text a record holds (docs/src/runs.md "Resume").
+        let start_from = earlier
+            .as_ref()
+            .filter(|e| e.branch.is_some())
+            .and(self.options.resume.as_ref())
+            .map(|resumed| resumed.run_id.clone());
         let tree = match (&self.repo, step.isolation) {
             (Some(repo), Isolation::Worktree) => {
                 match repo.add_from(&self.record.run_id, &tree_name, start_from.as_deref()) {
