@@ -419,7 +419,7 @@ pub fn is_step_id(id: &str) -> bool {
 impl RunRecord {
     /// Every id this record holds is an id, and every branch one of this run's: a record read
     /// back names folders (`steps/<id>/`) and branches (`runner/<run>/<step>`), and one made by
-    /// hand may hold `../..` or another branch (docs/src/runs.md "Reading records").
+    /// hand may hold `../..` or another branch (docs/src/runs.md "Resume").
     pub fn check_ids(&self) -> Result<(), String> {
         if !is_run_id(&self.run_id) {
             return Err(format!(

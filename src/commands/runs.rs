@@ -64,5 +64,14 @@ pub fn runs(args: RunsArgs, io: &mut Io<'_>) -> Exit {
         if runs.len() == 1 { "" } else { "s" },
         state_dir.join("runs")
     );
+    if listing.not_read > 0 {
+        let _ = writeln!(
+            io.out,
+            "{} older run{} not read: runner reads the newest {} (by when their run.json was written)",
+            listing.not_read,
+            if listing.not_read == 1 { "" } else { "s" },
+            crate::limits::MAX_RUNS_READ
+        );
+    }
     Exit::Success
 }

@@ -1,4 +1,4 @@
-//! Reading run records back (docs/src/runs.md "Reading records"): every `run.json` runner reads
+//! Reading run records back (docs/src/runs.md "Resume"): every `run.json` runner reads
 //! (`runs`, `show`, `report`, `diff`, `--resume`, `--run-id`) comes through here, bounded.
 //!
 //! A record is a regular file (no link followed, no FIFO waited on) of at most

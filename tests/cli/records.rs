@@ -1,4 +1,4 @@
-//! Run records read back (docs/src/runs.md "Reading records"): sealed by their content with the
+//! Run records read back (docs/src/runs.md "Resume"): sealed by their content with the
 //! user's key, their ids checked as ids, read bounded. Each test ships what a checkout could
 //! (a `.runner/` of its own) or edits what the user's runs left, and shows it is refused or
 //! marked, and that nothing else is read.
