@@ -375,3 +375,58 @@ async fn huge_records_are_refused_in_bounded_memory() {
         report.stderr
     );
 }
+
+/// runner's key is made 0600 in a 0700 folder, and never read or made inside the working
+/// directory (which steps read, and where a checkout could ship a key of its own): with
+/// `XDG_STATE_HOME` pointing into the checkout the run is recorded unsealed, a shipped key there
+/// seals nothing, and `--resume latest` says why it finds no run of the user's.
+#[tokio::test(flavor = "multi_thread")]
+async fn runners_key_is_private_and_never_inside_the_working_directory() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let fake = Fake::anthropic(vec![anthropic_text("one"), anthropic_text("two")]).await;
+    let (test, state_home) = project(&fake);
+    let (out, test) = again(test, &["run", "w.toml"]).await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&state_home.path().join("runner")), 0o700);
+    assert_eq!(mode(&state_home.path().join("runner/key")), 0o600);
+
+    // A key the checkout ships, where XDG_STATE_HOME now points.
+    let inside = test.path().join("state");
+    std::fs::create_dir_all(inside.join("runner")).unwrap();
+    std::fs::set_permissions(
+        inside.join("runner"),
+        std::fs::Permissions::from_mode(0o700),
+    )
+    .unwrap();
+    std::fs::write(inside.join("runner/key"), [7u8; 32]).unwrap();
+    std::fs::set_permissions(
+        inside.join("runner/key"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    let test = test.env("XDG_STATE_HOME", inside.to_str().unwrap());
+    let (out, test) = again(test, &["run", "w.toml", "--format", "json"]).await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let id = serde_json::from_str::<Value>(&out.stdout).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let text = std::fs::read_to_string(runs_dir(&test).join(&id).join("run.json")).unwrap();
+    assert!(!text.contains("recorded_by"), "{text}");
+    let (resumed, test) = again(test, &["run", "w.toml", "--resume", "latest"]).await;
+    assert_eq!(resumed.status, 2, "{}", resumed.transcript());
+    assert!(
+        resumed
+            .stderr
+            .contains("would be inside the working directory"),
+        "{}",
+        resumed.stderr
+    );
+    // Nor made there.
+    std::fs::remove_dir_all(&inside).unwrap();
+    let (out, test) = again(test, &["runs"]).await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    assert!(!inside.exists());
+    drop(test);
+}
