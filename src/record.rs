@@ -378,10 +378,6 @@ pub struct RunRecord {
     /// USD across the steps that have a cost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_usd: Option<f64>,
-    /// The SHA-256 of each transcript of the run that `--continue` may read back, by its path
-    /// in the run's folder: in `run.json`, so in its seal (`run::seal`).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub transcripts: BTreeMap<String, String>,
     /// Whether this user's seal is on the record as it was read (`run::records`): only such a
     /// run is `latest`. Never in the file: the seal is.
     #[serde(skip)]
@@ -522,7 +518,6 @@ impl RunRecord {
             duration_ms: 0,
             runner_version: env!("CARGO_PKG_VERSION").to_owned(),
             inputs: plan.inputs.clone(),
-            transcripts: BTreeMap::new(),
             recorded_here: false,
             run_id,
             steps,

@@ -101,17 +101,16 @@ pub fn read_json<T: DeserializeOwned>(path: &Utf8Path) -> Result<T, String> {
     parse(path).map(|(value, _)| value)
 }
 
-/// Counts the values of `path`'s JSON and checks its seal, then reads it.
+/// Counts the values of `path`'s JSON, then reads it, checking its seal on the way: the seal
+/// is checked over the very bytes the value is built from.
 fn parse<T: DeserializeOwned>(path: &Utf8Path) -> Result<(T, bool), String> {
     let mut file = open(path, MAX_RUN_JSON_BYTES)?;
     let not_json = |err: serde_json::Error| format!("`{path}` is not a run record: {err}");
     // One descriptor for both passes: a record renamed over this one meanwhile is not read.
-    let mut opened = BufReader::new(
-        Opened::new(file.by_ref().take(MAX_RUN_JSON_BYTES))
-            .map_err(|err| format!("cannot read `{path}`: {err}"))?,
-    );
     let mut left = MAX_RUN_JSON_VALUES;
-    let mut counting = serde_json::Deserializer::from_reader(&mut opened);
+    let mut counting = serde_json::Deserializer::from_reader(BufReader::new(
+        file.by_ref().take(MAX_RUN_JSON_BYTES),
+    ));
     let counted = Counted { left: &mut left }
         .deserialize(&mut counting)
         .and_then(|()| counting.end());
@@ -121,12 +120,15 @@ fn parse<T: DeserializeOwned>(path: &Utf8Path) -> Result<(T, bool), String> {
         ));
     }
     counted.map_err(not_json)?;
-    let ours = opened.into_inner().ours();
     file.rewind()
         .map_err(|err| format!("cannot read `{path}`: {err}"))?;
-    let value =
-        serde_json::from_reader(BufReader::new(file.take(MAX_RUN_JSON_BYTES))).map_err(not_json)?;
-    Ok((value, ours))
+    let mut opened = BufReader::new(
+        Opened::new(file.take(MAX_RUN_JSON_BYTES))
+            .map_err(|err| format!("cannot read `{path}`: {err}"))?,
+    );
+    // `from_reader` reads to the end (trailing whitespace only), so the seal saw every byte.
+    let value = serde_json::from_reader(&mut opened).map_err(not_json)?;
+    Ok((value, opened.into_inner().ours()))
 }
 
 /// Counts a JSON document's values (keys included) down from `left`, failing at none left.

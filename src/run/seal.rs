@@ -3,8 +3,7 @@
 //! `run.json` begins with `"recorded_by": "hmac-sha256:<hex>"`: an HMAC-SHA256, with this user's
 //! key, of every byte of the record as it would read without that line. A record edited
 //! anywhere, or made by anyone else (a checkout may ship a `.runner/`), does not carry this
-//! user's seal, so it is never `latest` and is shown as not yours. The transcripts `--continue`
-//! reads back are in the seal too: the record holds their SHA-256 (`transcripts`).
+//! user's seal, so it is never `latest` and is shown as not yours.
 //!
 //! The key is 32 random bytes in `$XDG_STATE_HOME/runner/key`, else
 //! `~/.local/state/runner/key`: made on first use, mode 600 in a folder of mode 700, and refused
@@ -95,12 +94,16 @@ pub fn key_problem() -> Option<String> {
 fn load() -> Result<(Utf8PathBuf, [u8; 32]), String> {
     let path = key_path()?;
     outside_workdirs(&path)?;
-    if let Some(key) = read_key(&path)? {
-        return Ok((path, key));
-    }
     let dir = path
         .parent()
         .ok_or_else(|| format!("`{path}` has no folder"))?;
+    // A folder an older runner made (mode 755) is closed to others before the key is read.
+    if dir.symlink_metadata().is_ok() {
+        check_folder(dir)?;
+    }
+    if let Some(key) = read_key(&path)? {
+        return Ok((path, key));
+    }
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
@@ -304,15 +307,6 @@ impl<R: Read> Read for Opened<R> {
         }
         Ok(n)
     }
-}
-
-/// The SHA-256 of `bytes`, as a record holds it.
-pub fn digest(bytes: &[u8]) -> String {
-    use sha2::Digest as _;
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 #[cfg(test)]
