@@ -7,7 +7,7 @@ use crate::cli::{Io, ReportArgs};
 use crate::error::Exit;
 
 pub fn report(args: ReportArgs, io: &mut Io<'_>) -> Exit {
-    let (state_dir, record, run_dir) = match args.dirs.recorded_run(args.run.as_deref(), io.err) {
+    let (state_dir, record, _) = match args.dirs.recorded_run(args.run.as_deref(), io.err) {
         Ok(found) => found,
         Err(message) => {
             let _ = writeln!(io.err, "error: {message}");
@@ -27,8 +27,8 @@ pub fn report(args: ReportArgs, io: &mut Io<'_>) -> Exit {
     // A transcript that cannot be read (a step that never ran, a file too large) is left out
     // of the page; the step's record is still shown.
     let transcript = |step: &str| {
-        let path = crate::report::transcript::TranscriptSink::path(&run_dir, step);
-        crate::limits::read_text(&path, crate::limits::MAX_RUN_RECORD_BYTES).ok()
+        let in_run = crate::report::transcript::TranscriptSink::path(Utf8Path::new(""), step);
+        crate::run::records::read_run_file(&state_dir, &record.run_id, &in_run).ok()
     };
     let sources = crate::report::html::Sources {
         transcript: &transcript,

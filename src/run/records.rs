@@ -12,14 +12,15 @@
 
 use std::fs::File;
 use std::io::{BufReader, Read, Seek};
-use std::os::unix::fs::OpenOptionsExt as _;
 
-use camino::Utf8Path;
+use camino::{Utf8Path, Utf8PathBuf};
 use serde::Deserialize;
 use serde::de::{DeserializeOwned, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use super::seal::Opened;
-use crate::limits::{MAX_RUN_JSON_BYTES, MAX_RUN_JSON_VALUES, MAX_RUNS_READ, bytes};
+use crate::limits::{
+    MAX_RUN_JSON_BYTES, MAX_RUN_JSON_VALUES, MAX_RUN_RECORD_BYTES, MAX_RUNS_READ, bytes,
+};
 use crate::record::{RunRecord, RunStatus, is_run_id};
 
 /// Run folders looked at, at most, when listing (names only).
@@ -27,16 +28,50 @@ const MAX_ENTRIES: usize = 100_000;
 /// Characters of a workflow name or start time a listing keeps.
 const SHOWN_CHARS: usize = 200;
 
-/// Opens a record file: a regular file within the limit, never through a link.
-fn open(path: &Utf8Path, limit: u64) -> Result<File, String> {
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|err| match err.raw_os_error() {
-            Some(nix::libc::ELOOP) => format!("`{path}` is a link, not a record runner wrote"),
-            _ => format!("cannot read `{path}`: {err}"),
-        })?;
+/// Opens `rel` below `base`: `base` as named, then every folder of `rel` and its file without
+/// following a link (a checkout may ship `runs/<id> -> ~/somewhere` or `transcript.jsonl ->
+/// ~/.ssh/…`); it must be a regular file within `limit`. Every file of a run runner reads back
+/// is opened here.
+fn open_below(base: &Utf8Path, rel: &[&str], limit: u64) -> Result<(File, Utf8PathBuf), String> {
+    use nix::fcntl::{AT_FDCWD, OFlag, openat};
+    use nix::sys::stat::Mode;
+    use std::os::fd::AsFd as _;
+    let path = rel.iter().fold(base.to_owned(), |p, part| p.join(part));
+    let failed = |err: nix::errno::Errno| match err {
+        nix::errno::Errno::ELOOP | nix::errno::Errno::ENOTDIR => {
+            format!("`{path}` is reached through a link, not a file runner wrote")
+        }
+        err => format!("cannot read `{path}`: {}", err.desc()),
+    };
+    let (last, folders) = rel
+        .split_last()
+        .ok_or_else(|| format!("`{path}` names no file"))?;
+    if rel
+        .iter()
+        .any(|p| p.is_empty() || p.contains('/') || *p == "." || *p == "..")
+    {
+        return Err(format!(
+            "`{path}` is not a path runner reads a run's files by"
+        ));
+    }
+    let dir_flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+    let base = if base.as_str().is_empty() {
+        Utf8Path::new(".")
+    } else {
+        base
+    };
+    let mut dir = openat(AT_FDCWD, base.as_str(), dir_flags, Mode::empty()).map_err(failed)?;
+    for folder in folders {
+        dir = openat(
+            dir.as_fd(),
+            *folder,
+            dir_flags | OFlag::O_NOFOLLOW,
+            Mode::empty(),
+        )
+        .map_err(failed)?;
+    }
+    let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+    let file = File::from(openat(dir.as_fd(), *last, flags, Mode::empty()).map_err(failed)?);
     let meta = file
         .metadata()
         .map_err(|err| format!("cannot read `{path}`: {err}"))?;
@@ -50,7 +85,21 @@ fn open(path: &Utf8Path, limit: u64) -> Result<File, String> {
             bytes(limit)
         ));
     }
-    Ok(file)
+    Ok((file, path))
+}
+
+/// A file of run `id` in `state_dir` by its path in the run's folder (a transcript, for `runner
+/// show STEP`, `runner report` and `--continue`): no link on the way, at most
+/// [`MAX_RUN_RECORD_BYTES`].
+pub fn read_run_file(state_dir: &Utf8Path, id: &str, rel: &Utf8Path) -> Result<String, String> {
+    let mut parts = vec!["runs", id];
+    parts.extend(rel.as_str().split('/'));
+    let (file, path) = open_below(state_dir, &parts, MAX_RUN_RECORD_BYTES)?;
+    let mut text = String::new();
+    file.take(MAX_RUN_RECORD_BYTES)
+        .read_to_string(&mut text)
+        .map_err(|err| format!("cannot read `{path}`: {err}"))?;
+    Ok(text)
 }
 
 /// `240.0 MiB`.
@@ -64,8 +113,8 @@ pub fn read(state_dir: &Utf8Path, id: &str) -> Result<RunRecord, String> {
     if !is_run_id(id) {
         return Err(format!("`{id}` is not a run id"));
     }
-    let path = state_dir.join("runs").join(id).join("run.json");
-    let record = read_file(&path)?;
+    let (file, path) = open_below(state_dir, &["runs", id, "run.json"], MAX_RUN_JSON_BYTES)?;
+    let record = read_opened(file, &path)?;
     if record.run_id != id {
         return Err(format!(
             "`{path}` belongs to run `{}`, not `{id}`",
@@ -88,7 +137,19 @@ pub fn not_yours(record: &RunRecord) -> Option<String> {
 
 /// A `run.json` anywhere (`runner diff FILE`), read as [`read`] reads one.
 pub fn read_file(path: &Utf8Path) -> Result<RunRecord, String> {
-    let (mut record, ours): (RunRecord, bool) = parse(path)?;
+    let name = path
+        .file_name()
+        .ok_or_else(|| format!("`{path}` names no file"))?;
+    let (file, path) = open_below(
+        path.parent().unwrap_or(Utf8Path::new(".")),
+        &[name],
+        MAX_RUN_JSON_BYTES,
+    )?;
+    read_opened(file, &path)
+}
+
+fn read_opened(file: File, path: &Utf8Path) -> Result<RunRecord, String> {
+    let (mut record, ours): (RunRecord, bool) = parse(file, path)?;
     record.recorded_here = ours;
     record
         .check_ids()
@@ -96,15 +157,22 @@ pub fn read_file(path: &Utf8Path) -> Result<RunRecord, String> {
     Ok(record)
 }
 
-/// Any JSON file of a run (a step's `record.json`), bounded as a record is.
-pub fn read_json<T: DeserializeOwned>(path: &Utf8Path) -> Result<T, String> {
-    parse(path).map(|(value, _)| value)
+/// A JSON file of run `id` by its path in the run's folder (a step's `record.json`), opened and
+/// bounded as a record is.
+pub fn read_json<T: DeserializeOwned>(
+    state_dir: &Utf8Path,
+    id: &str,
+    rel: &[&str],
+) -> Result<T, String> {
+    let mut parts = vec!["runs", id];
+    parts.extend_from_slice(rel);
+    let (file, path) = open_below(state_dir, &parts, MAX_RUN_JSON_BYTES)?;
+    parse(file, &path).map(|(value, _)| value)
 }
 
 /// Counts the values of `path`'s JSON, then reads it, checking its seal on the way: the seal
 /// is checked over the very bytes the value is built from.
-fn parse<T: DeserializeOwned>(path: &Utf8Path) -> Result<(T, bool), String> {
-    let mut file = open(path, MAX_RUN_JSON_BYTES)?;
+fn parse<T: DeserializeOwned>(mut file: File, path: &Utf8Path) -> Result<(T, bool), String> {
     let not_json = |err: serde_json::Error| format!("`{path}` is not a run record: {err}");
     // One descriptor for both passes: a record renamed over this one meanwhile is not read.
     let mut left = MAX_RUN_JSON_VALUES;
@@ -315,8 +383,7 @@ pub fn list(state_dir: &Utf8Path) -> Listing {
 
 /// What a listing shows of run `id`, streaming through its record (seal checked on the way).
 fn summary(runs: &Utf8Path, id: &str) -> Result<Summary, String> {
-    let path = runs.join(id).join("run.json");
-    let file = open(&path, MAX_RUN_JSON_BYTES)?;
+    let (file, path) = open_below(runs, &[id, "run.json"], MAX_RUN_JSON_BYTES)?;
     let mut opened = BufReader::new(
         Opened::new(file.take(MAX_RUN_JSON_BYTES))
             .map_err(|err| format!("cannot read `{path}`: {err}"))?,

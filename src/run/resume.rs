@@ -97,7 +97,9 @@ pub fn load_merged(state_dir: &Utf8Path, id: &str) -> Result<Option<RunRecord>, 
         if !path.symlink_metadata().is_ok_and(|m| m.is_file()) {
             continue;
         }
-        let step_record = super::records::read_json(&path).map_err(fail)?;
+        let step_record =
+            super::records::read_json(state_dir, id, &["steps", &step, "record.json"])
+                .map_err(fail)?;
         record.recorded_here = false;
         match crate::plan::verified::split_instance(&step) {
             Some((parent, _)) => instances.push((parent.to_owned(), step_record)),

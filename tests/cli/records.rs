@@ -430,3 +430,82 @@ async fn runners_key_is_private_and_never_inside_the_working_directory() {
     assert!(!inside.exists());
     drop(test);
 }
+
+/// A run's files are read with no link followed below the state directory: a transcript that
+/// links to a file of the user's, or a run folder that links elsewhere, is refused by `show`,
+/// left out of `report`, and never continued from, so nothing outside the run reaches the
+/// terminal, the page or a model.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_runs_files_are_never_read_through_a_link() {
+    use std::os::unix::fs::symlink;
+    let fake = Fake::anthropic(vec![
+        bad_request("simulated: refused"),
+        anthropic_text("never"),
+    ])
+    .await;
+    let (test, _state_home) = project(&fake);
+    let (first, test) = again(test, &["run", "w.toml", "--format", "json"]).await;
+    assert_eq!(first.status, 1, "{}", first.transcript());
+    let id = serde_json::from_str::<Value>(&first.stdout).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // A file of the user's that reads as a transcript, where the step's transcript was.
+    let private = test.path().join("private.jsonl");
+    let transcript = runs_dir(&test).join(&id).join("steps/s/transcript.jsonl");
+    let mut text = std::fs::read_to_string(&transcript).unwrap();
+    text = text.replace("look", "PRIVATE-MARK look");
+    std::fs::write(&private, &text).unwrap();
+    std::fs::remove_file(&transcript).unwrap();
+    symlink(&private, &transcript).unwrap();
+    let mut test = test;
+    let (shown, next) = again(test, &["show", &id, "s"]).await;
+    test = next;
+    assert_eq!(shown.status, 2, "{}", shown.transcript());
+    assert!(
+        shown.stderr.contains("is reached through a link"),
+        "{}",
+        shown.stderr
+    );
+    assert!(!shown.stdout.contains("PRIVATE-MARK"), "{}", shown.stdout);
+    let (report, next) = again(test, &["report", &id, "-o", "r.html"]).await;
+    test = next;
+    assert_eq!(report.status, 0, "{}", report.transcript());
+    let page = std::fs::read_to_string(test.path().join("r.html")).unwrap();
+    assert!(!page.contains("PRIVATE-MARK"));
+    let (continued, next) = again(
+        test,
+        &[
+            "run",
+            "w.toml",
+            "--resume",
+            &id,
+            "--continue",
+            "--format",
+            "json",
+        ],
+    )
+    .await;
+    test = next;
+    // `run` checks its state directory for links before anything (and the transcript is read
+    // with none followed besides).
+    assert_eq!(continued.status, 1, "{}", continued.transcript());
+    assert!(
+        continued.stderr.contains("holds a link"),
+        "{}",
+        continued.stderr
+    );
+    assert_eq!(fake.bodies().await.len(), 1, "nothing was sent");
+
+    // The whole run folder a link to a copy elsewhere: named, it is not read.
+    let elsewhere = test.path().join("elsewhere");
+    std::fs::rename(runs_dir(&test).join(&id), &elsewhere).unwrap();
+    symlink(&elsewhere, runs_dir(&test).join(&id)).unwrap();
+    let (shown, _test) = again(test, &["show", &id]).await;
+    assert_eq!(shown.status, 2, "{}", shown.transcript());
+    assert!(
+        shown.stderr.contains("is reached through a link"),
+        "{}",
+        shown.stderr
+    );
+}

@@ -395,14 +395,20 @@ impl Scheduler<'_> {
             .resume
             .as_ref()
             .ok_or_else(|| "--continue needs --resume".to_owned())?;
-        let run_dir = self.options.state_dir.join("runs").join(&resumed.run_id);
-        let messages = conversation(&TranscriptSink::path(&run_dir, id), None)?;
+        // Read below the state directory with no link followed (`run::records`).
+        let state_dir = &self.options.state_dir;
+        let run_id = &resumed.run_id;
+        let read = |in_run: camino::Utf8PathBuf| {
+            crate::run::records::read_run_file(state_dir, run_id, &in_run)
+        };
+        let path = TranscriptSink::path(camino::Utf8Path::new(""), id);
+        let messages = conversation(&path, &read(path.clone())?, None)?;
         let subagents = earlier
             .subagents
             .iter()
             .filter_map(|s| {
-                let path = TranscriptSink::subagent_path(&run_dir, id, &s.id);
-                let messages = conversation(&path, Some(&s.id)).ok()?;
+                let path = TranscriptSink::subagent_path(camino::Utf8Path::new(""), id, &s.id);
+                let messages = conversation(&path, &read(path.clone()).ok()?, Some(&s.id)).ok()?;
                 Some(crate::session::subagent::EarlierSubagent {
                     id: s.id.clone(),
                     agent: s.agent.clone(),
