@@ -135,7 +135,9 @@ pub fn not_yours(record: &RunRecord) -> Option<String> {
     })
 }
 
-/// A `run.json` anywhere (`runner diff FILE`), read as [`read`] reads one.
+/// A `run.json` anywhere (`runner diff FILE`, `report --baseline FILE`), bounded as [`read`]
+/// reads one. Its ids are not checked: a record compared is only data, whose ids name no
+/// folder or branch (what is printed is cleaned for the terminal).
 pub fn read_file(path: &Utf8Path) -> Result<RunRecord, String> {
     let name = path
         .file_name()
@@ -145,9 +147,12 @@ pub fn read_file(path: &Utf8Path) -> Result<RunRecord, String> {
         &[name],
         MAX_RUN_JSON_BYTES,
     )?;
-    read_opened(file, &path)
+    let (mut record, ours): (RunRecord, bool) = parse(file, &path)?;
+    record.recorded_here = ours;
+    Ok(record)
 }
 
+/// A record of the state directory: its seal noted, its ids checked.
 fn read_opened(file: File, path: &Utf8Path) -> Result<RunRecord, String> {
     let (mut record, ours): (RunRecord, bool) = parse(file, path)?;
     record.recorded_here = ours;
