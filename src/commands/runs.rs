@@ -11,6 +11,13 @@ pub fn runs(args: RunsArgs, io: &mut Io<'_>) -> Exit {
         crate::run::directories(args.dirs.workdir.as_deref(), args.dirs.state_dir.as_deref());
     let listing = crate::run::records::list(&state_dir);
     let runs = &listing.runs;
+    for why in &listing.refused {
+        let _ = writeln!(
+            io.err,
+            "warning: not listed: {}",
+            crate::terminal::clean(why)
+        );
+    }
     if args.format == Format::Json {
         let list: Vec<serde_json::Value> = runs
             .iter()

@@ -344,6 +344,8 @@ pub struct Listing {
     /// Runs not opened: older (by when their record was written) than the newest
     /// [`MAX_RUNS_READ`].
     pub not_read: usize,
+    /// Runs opened and refused (too large, not a record, reached through a link), each with why.
+    pub refused: Vec<String>,
 }
 
 /// The runs recorded in `state_dir` that runner could have written, as `runs` and `--resume
@@ -368,10 +370,11 @@ pub fn list(state_dir: &Utf8Path) -> Listing {
         .collect();
     found.sort_by(|a, b| b.cmp(a));
     let not_read = found.len().saturating_sub(MAX_RUNS_READ);
+    let mut refused = Vec::new();
     let mut listed: Vec<Summary> = found
         .into_iter()
         .take(MAX_RUNS_READ)
-        .filter_map(|(_, _, id)| summary(&runs, &id).ok())
+        .filter_map(|(_, _, id)| summary(&runs, &id).map_err(|why| refused.push(why)).ok())
         .collect();
     // By time, not by text: `12:00:00Z` is later than `11:59:59.5Z`.
     listed.sort_by_cached_key(|run| {
@@ -383,6 +386,7 @@ pub fn list(state_dir: &Utf8Path) -> Listing {
     Listing {
         runs: listed,
         not_read,
+        refused,
     }
 }
 

@@ -342,6 +342,18 @@ async fn huge_records_are_refused_in_bounded_memory() {
     };
     let (listed, test) = again(bounded(test), &["runs", "--format", "json"]).await;
     assert_eq!(listed.status, 0, "{}", listed.transcript());
+    // Each refused run is named, with why.
+    assert_eq!(
+        listed.stderr.matches("warning: not listed: ").count(),
+        5,
+        "{}",
+        listed.stderr
+    );
+    assert!(
+        listed.stderr.contains("is 240.0 MiB") && listed.stderr.contains(many_id),
+        "{}",
+        listed.stderr
+    );
     let listed: Value = serde_json::from_str(&listed.stdout).unwrap();
     assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
     assert_eq!(listed[0]["run_id"], mine_id.as_str());
