@@ -322,15 +322,20 @@ pub(crate) struct RunDirs {
 
 impl RunDirs {
     /// The state directory, the run `which` names there (`latest` by default) and its
-    /// directory; or the error to print (`show`, `report`).
+    /// directory; or the error to print (`show`, `report`). A named run this user did not
+    /// record is read all the same, `warn` told so.
     pub(crate) fn recorded_run(
         &self,
         which: Option<&str>,
+        warn: &mut dyn Write,
     ) -> Result<(Utf8PathBuf, crate::record::RunRecord, Utf8PathBuf), String> {
         let (_, state_dir) =
             crate::run::directories(self.workdir.as_deref(), self.state_dir.as_deref());
         let record = crate::run::load_resume(&state_dir, which.unwrap_or("latest"))
             .map_err(|problem| problem.message.replacen("--resume ", "", 1))?;
+        if let Some(warning) = crate::run::records::not_yours(&record) {
+            let _ = writeln!(warn, "warning: {warning}");
+        }
         let run_dir = state_dir.join("runs").join(&record.run_id);
         Ok((state_dir, record, run_dir))
     }

@@ -15,8 +15,16 @@ pub const MAX_SOURCE_BYTES: u64 = 16 << 20;
 pub const MAX_SCHEMA_BYTES: u64 = 1 << 20;
 /// A `--input NAME=@FILE` value.
 pub const MAX_INPUT_FILE_BYTES: u64 = 4 << 20;
-/// A `run.json` read back for `--resume`.
+/// A transcript read back (`--continue`, `runner show`, `runner report`).
 pub const MAX_RUN_RECORD_BYTES: u64 = 256 << 20;
+/// A `run.json` read back (`runs`, `show`, `report`, `diff`, `--resume`), and the JSON values
+/// it may hold (a step's record is about 60; a list of a million numbers takes 2 MB on disk
+/// and 32 MB in memory, so values are counted before a record is built).
+pub const MAX_RUN_JSON_BYTES: u64 = 64 << 20;
+pub const MAX_RUN_JSON_VALUES: u64 = 2_000_000;
+/// Runs that `runs` and `--resume latest` open, at most: the newest by when their `run.json` was
+/// written.
+pub const MAX_RUNS_READ: usize = 100;
 /// A model API response body.
 pub const MAX_RESPONSE_BYTES: usize = 32 << 20;
 /// Values a YAML file may hold once its aliases are expanded (a "billion laughs" file has few

@@ -377,14 +377,101 @@ pub struct RunRecord {
     /// USD across the steps that have a cost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_usd: Option<f64>,
-    /// Who recorded the run: a seal only this user's key makes (`--resume latest` takes only
-    /// runs this user recorded; see `run::state`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub recorded_by: Option<String>,
+    /// Whether this user's seal is on the record as it was read (`run::records`): only such a
+    /// run is `latest`. Never in the file: the seal is.
+    #[serde(skip)]
+    pub recorded_here: bool,
     /// The first failure to write the state directory (`run.json`, a transcript). It stops the
     /// run and fails it; it cannot be in the file it failed to write, so it is not serialized.
     #[serde(skip)]
     pub storage_error: Option<String>,
+}
+
+/// Whether `id` could be a step id runner recorded: a step's (a letter or `_`, then letters,
+/// digits, `_`, `-`), or a fan-out instance's `X[key]` (its key letters, digits, `_`, `-`, `.`).
+/// Never a path: run directories hold a folder by this name (docs/src/runs.md).
+pub fn is_step_id(id: &str) -> bool {
+    let plain = |s: &str| {
+        let mut chars = s.chars();
+        chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'))
+    };
+    match crate::plan::verified::split_instance(id) {
+        Some((step, key)) => {
+            plain(step)
+                && !key.is_empty()
+                && key.len() <= 200
+                && key
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+        }
+        None => plain(id) && id.len() <= 200,
+    }
+}
+
+impl RunRecord {
+    /// Every id this record holds is an id, and every branch one of this run's: a record read
+    /// back names folders (`steps/<id>/`) and branches (`runner/<run>/<step>`), and one made by
+    /// hand may hold `../..` or another branch (docs/src/runs.md "Resume").
+    pub fn check_ids(&self) -> Result<(), String> {
+        if !is_run_id(&self.run_id) {
+            return Err(format!(
+                "its run id `{}` is not a run id",
+                crate::terminal::clean(&self.run_id)
+            ));
+        }
+        let own = format!("runner/{}/", self.run_id);
+        let branch_ok = |step: &str, branch: &Option<String>| match branch {
+            None => true,
+            Some(branch) => branch.strip_prefix(&own).is_some_and(|tree| {
+                // `X` for a step, `X.k` for instance k of `X`.
+                tree == step
+                    || tree.strip_prefix(step).is_some_and(|k| {
+                        k.strip_prefix('.')
+                            .is_some_and(|k| !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()))
+                    })
+            }),
+        };
+        for (id, step) in &self.steps {
+            if !is_step_id(id) || crate::plan::verified::split_instance(id).is_some() {
+                return Err(format!(
+                    "its step id `{}` is not a step id",
+                    crate::terminal::clean(id)
+                ));
+            }
+            let branches =
+                std::iter::once(&step.branch).chain(step.instances.iter().map(|i| &i.branch));
+            if let Some(branch) = branches.into_iter().find(|b| !branch_ok(id, b)) {
+                return Err(format!(
+                    "step `{id}` names the branch `{}`, not one of this run's (`{own}{id}`)",
+                    crate::terminal::clean(branch.as_deref().unwrap_or_default())
+                ));
+            }
+            for instance in &step.instances {
+                if let Some(name) = &instance.instance
+                    && !(is_step_id(name)
+                        && crate::plan::verified::split_instance(name)
+                            .is_some_and(|(of, _)| of == id))
+                {
+                    return Err(format!(
+                        "step `{id}` holds the instance `{}`, not one of its own",
+                        crate::terminal::clean(name)
+                    ));
+                }
+            }
+        }
+        for (id, needs) in &self.needs {
+            if let Some(bad) = std::iter::once(id).chain(needs).find(|n| !is_step_id(n)) {
+                return Err(format!(
+                    "its needs name `{}`, not a step id",
+                    crate::terminal::clean(bad)
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Whether `id` could be a run id runner made: letters, digits, `.`, `_`, `-`.
@@ -430,7 +517,7 @@ impl RunRecord {
             duration_ms: 0,
             runner_version: env!("CARGO_PKG_VERSION").to_owned(),
             inputs: plan.inputs.clone(),
-            recorded_by: crate::run::state::seal(&run_id),
+            recorded_here: false,
             run_id,
             steps,
             needs: plan
@@ -518,16 +605,20 @@ impl RunRecord {
     }
 
     /// Writes `run.json` in the run's folder, whole (a new file renamed over it, through the
-    /// confined writer: a link there is replaced, never followed). The one place it is written:
-    /// `text` is exactly the bytes that land on disk.
+    /// confined writer: a link there is replaced, never followed), sealed with this user's key
+    /// over what it holds (`run::seal`; without a key it is written unsealed, and is nobody's).
+    /// The one place it is written: the sealed text is exactly the bytes that land on disk.
     pub fn save(&self, run_dir: &crate::out::OutDir) -> Result<(), String> {
-        let text = crate::out::Redacted::new(
+        let redacted = crate::out::Redacted::new(
             crate::terminal::to_json_pretty(self)
                 .unwrap_or_default()
                 .into_bytes(),
         );
+        let (text, _unsealed) =
+            crate::run::seal::seal(String::from_utf8_lossy(redacted.as_bytes()).into_owned());
+        // Redacting what was redacted changes nothing: the seal still covers these bytes.
         run_dir
-            .write_redacted("run.json", &text)
+            .write_redacted("run.json", &crate::out::Redacted::new(text.into_bytes()))
             .map_err(|err| err.to_string())
     }
 }

@@ -29,8 +29,25 @@ pub fn clean(args: CleanArgs, io: &mut Io<'_>) -> Exit {
         let _ = writeln!(io.err, "error: {why}");
         return Exit::Invalid;
     }
+    // The branches of worktrees left in place: git cannot delete a branch a worktree has
+    // checked out, and the work in that worktree goes on from it.
+    let mut kept_trees: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+    let keep = |leftover: &crate::run::worktree::Leftover,
+                kept_trees: &mut std::collections::BTreeSet<String>| {
+        if let LeftoverKind::Worktree(tree) = &leftover.what {
+            kept_trees.insert(format!("runner/{}/{}", tree.run, tree.step));
+        }
+    };
+    // Worktrees come first (`Repo::leftovers`), so their branches are known kept in time.
     for leftover in repo.leftovers() {
         let shown = crate::terminal::clean(&leftover.to_string()).into_owned();
+        if let LeftoverKind::Branch(branch) = &leftover.what
+            && kept_trees.contains(branch)
+        {
+            kept += 1;
+            let _ = writeln!(io.out, "kept {shown}: its worktree is kept");
+            continue;
+        }
         if let LeftoverKind::NotRunners(_) = &leftover.what {
             kept += 1;
             let why = leftover.work.as_deref().unwrap_or("not runner's");
@@ -40,6 +57,7 @@ pub fn clean(args: CleanArgs, io: &mut Io<'_>) -> Exit {
         let run_dir = state_dir.join("runs").join(&leftover.run_id);
         if crate::run::is_run_id(&leftover.run_id) && crate::run::lock::is_running(&run_dir) {
             kept += 1;
+            keep(&leftover, &mut kept_trees);
             let _ = writeln!(
                 io.out,
                 "kept {shown}: run {} is still going",
@@ -49,6 +67,7 @@ pub fn clean(args: CleanArgs, io: &mut Io<'_>) -> Exit {
         }
         if let (Some(work), false) = (&leftover.work, args.force) {
             kept += 1;
+            keep(&leftover, &mut kept_trees);
             let _ = writeln!(
                 io.out,
                 "kept {shown}: it holds {work} (`--force` removes it)"
@@ -67,6 +86,7 @@ pub fn clean(args: CleanArgs, io: &mut Io<'_>) -> Exit {
             }
             Err(err) => {
                 failed += 1;
+                keep(&leftover, &mut kept_trees);
                 let _ = writeln!(io.err, "error: cannot remove {shown}: {err}");
             }
         }

@@ -32,10 +32,7 @@ pub(crate) fn load(which: &str, state_dir: &Utf8Path) -> Result<RunRecord, Probl
             .help(p.message)
         });
     };
-    let text = crate::limits::read_text(&file, crate::limits::MAX_RUN_RECORD_BYTES)
-        .map_err(|err| Problem::error(format!("cannot read `{file}`: {err}")))?;
-    serde_json::from_str(&text)
-        .map_err(|err| Problem::error(format!("`{file}` is not a run record: {err}")))
+    crate::run::records::read_file(&file).map_err(Problem::error)
 }
 
 #[derive(Serialize)]

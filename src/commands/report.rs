@@ -5,7 +5,7 @@ use crate::cli::{Io, ReportArgs};
 use crate::error::Exit;
 
 pub fn report(args: ReportArgs, io: &mut Io<'_>) -> Exit {
-    let (state_dir, record, run_dir) = match args.dirs.recorded_run(args.run.as_deref()) {
+    let (state_dir, record, _) = match args.dirs.recorded_run(args.run.as_deref(), io.err) {
         Ok(found) => found,
         Err(message) => {
             let _ = writeln!(io.err, "error: {message}");
@@ -26,8 +26,9 @@ pub fn report(args: ReportArgs, io: &mut Io<'_>) -> Exit {
     // of the page; the step's record is still shown. Redacted before the page cuts long
     // outputs: a cut secret is one the redactor no longer knows.
     let transcript = |step: &str| {
-        let path = crate::report::transcript::TranscriptSink::path(&run_dir, step);
-        crate::limits::read_text(&path, crate::limits::MAX_RUN_RECORD_BYTES)
+        let in_run =
+            crate::report::transcript::TranscriptSink::path(camino::Utf8Path::new(""), step);
+        crate::run::records::read_run_file(&state_dir, &record.run_id, &in_run)
             .ok()
             .map(crate::secrets::redact_owned)
     };

@@ -160,6 +160,9 @@ fn previous(
     };
     match run::load_resume(state_dir, which) {
         Ok(record) => {
+            if let Some(warning) = run::records::not_yours(&record) {
+                let _ = writeln!(io.err, "warning: {warning}");
+            }
             for note in run::clean_up_after(workdir, state_dir, &record) {
                 let _ = writeln!(io.err, "note: {note}");
             }

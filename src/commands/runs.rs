@@ -9,11 +9,19 @@ use crate::error::Exit;
 pub fn runs(args: RunsArgs, io: &mut Io<'_>) -> Exit {
     let (_, state_dir) =
         crate::run::directories(args.dirs.workdir.as_deref(), args.dirs.state_dir.as_deref());
-    let runs = crate::run::list_runs(&state_dir);
+    let listing = crate::run::records::list(&state_dir);
+    let runs = &listing.runs;
+    for why in &listing.refused {
+        let _ = writeln!(
+            io.err,
+            "warning: not listed: {}",
+            crate::terminal::clean(why)
+        );
+    }
     if args.format == Format::Json {
         let list: Vec<serde_json::Value> = runs
             .iter()
-            .map(|(run, ours)| {
+            .map(|run| {
                 serde_json::json!({
                     "run_id": run.run_id,
                     "workflow": run.workflow,
@@ -21,8 +29,8 @@ pub fn runs(args: RunsArgs, io: &mut Io<'_>) -> Exit {
                     "started_at": run.started_at,
                     "duration_ms": run.duration_ms,
                     "cost_usd": run.cost_usd,
-                    "steps": run.steps.len(),
-                    "recorded_here": ours,
+                    "steps": run.steps,
+                    "recorded_here": run.ours,
                     "run_dir": state_dir.join("runs").join(&run.run_id),
                 })
             })
@@ -40,9 +48,13 @@ pub fn runs(args: RunsArgs, io: &mut Io<'_>) -> Exit {
     }
     let header = ["RUN", "WORKFLOW", "STATUS", "STARTED", "DURATION", "COST"];
     let mut rows: Vec<Vec<String>> = vec![header.map(str::to_owned).to_vec()];
-    rows.extend(runs.iter().map(|(run, ours)| {
+    rows.extend(runs.iter().map(|run| {
         vec![
-            format!("{}{}", run.run_id, if *ours { "" } else { " (not yours)" }),
+            format!(
+                "{}{}",
+                run.run_id,
+                if run.ours { "" } else { " (not yours)" }
+            ),
             crate::terminal::clean(&run.workflow).into_owned(),
             run.status.as_str().to_owned(),
             crate::terminal::clean(&run.started_at).into_owned(),
@@ -59,5 +71,14 @@ pub fn runs(args: RunsArgs, io: &mut Io<'_>) -> Exit {
         if runs.len() == 1 { "" } else { "s" },
         state_dir.join("runs")
     );
+    if listing.not_read > 0 {
+        let _ = writeln!(
+            io.out,
+            "{} older run{} not read: runner reads the newest {} (by when their run.json was written)",
+            listing.not_read,
+            if listing.not_read == 1 { "" } else { "s" },
+            crate::limits::MAX_RUNS_READ
+        );
+    }
     Exit::Success
 }

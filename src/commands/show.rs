@@ -17,7 +17,7 @@ use crate::report::turns::{Story, cut, note_line};
 const OUTPUT_SHOWN: usize = 400;
 
 pub fn show(args: ShowArgs, io: &mut Io<'_>) -> Exit {
-    let (_, record, run_dir) = match args.dirs.recorded_run(args.run.as_deref()) {
+    let (state_dir, record, run_dir) = match args.dirs.recorded_run(args.run.as_deref(), io.err) {
         Ok(found) => found,
         Err(message) => {
             let _ = writeln!(io.err, "error: {message}");
@@ -26,7 +26,7 @@ pub fn show(args: ShowArgs, io: &mut Io<'_>) -> Exit {
     };
     match &args.step {
         None => show_run(&record, &run_dir, args.format, io),
-        Some(step) => show_step(&record, &run_dir, step, args.format, io),
+        Some(step) => show_step(&record, &state_dir, step, args.format, io),
     }
 }
 
@@ -83,7 +83,7 @@ fn show_run(record: &RunRecord, run_dir: &Utf8Path, format: Format, io: &mut Io<
 
 fn show_step(
     record: &RunRecord,
-    run_dir: &Utf8Path,
+    state_dir: &Utf8Path,
     step: &str,
     format: Format,
     io: &mut Io<'_>,
@@ -107,13 +107,13 @@ fn show_step(
         );
         return Exit::Invalid;
     };
-    let path = crate::report::transcript::TranscriptSink::path(run_dir, step);
-    let text = match crate::limits::read_text(&path, crate::limits::MAX_RUN_RECORD_BYTES) {
+    let in_run = crate::report::transcript::TranscriptSink::path(Utf8Path::new(""), step);
+    let text = match crate::run::records::read_run_file(state_dir, &record.run_id, &in_run) {
         Ok(text) => text,
         Err(err) => {
             let _ = writeln!(
                 io.err,
-                "error: step `{step}` has no transcript to show (`{path}`: {err}); it may not have run"
+                "error: step `{step}` has no transcript to show ({err}); it may not have run"
             );
             return Exit::Invalid;
         }

@@ -85,6 +85,16 @@ const ALLOWED: &[(&str, &str, &str)] = &[
         "removes runner's own worktrees by descriptor (O_NOFOLLOW, cap-std's remove_dir_all): opens folders, writes nothing",
     ),
     (
+        "src/run/seal.rs",
+        "*",
+        "this user's key: made once in a 0700 folder (a new file, 0600, placed without replacing), read without following a link",
+    ),
+    (
+        "src/run/records.rs",
+        "fcntl::open",
+        "a run's files read back, opened read-only by descriptor with O_NOFOLLOW",
+    ),
+    (
         "src/run/lock.rs",
         "OpenOptions",
         "the run's lock file, opened to hold a lock and never written",

@@ -211,16 +211,16 @@ impl TranscriptSink {
 /// conversation compacted) replaces what came before. Only `agent`'s lines count (`None`: the
 /// step's own; a subagent's transcript is its own file); a subagent's ends with its final
 /// answer, as a finished subagent's conversation does.
-/// The transcript is read through the limit every file runner reads has.
+/// `text` is the transcript at `path` as `run::records::read_run_file` read it (bounded, no link
+/// followed).
 pub fn conversation(
     path: &Utf8Path,
+    text: &str,
     agent: Option<&str>,
 ) -> Result<Vec<crate::provider::message::Message>, String> {
     use crate::provider::format::{anthropic, openai};
     use crate::provider::message::{Block, Message};
     use serde_json::Value;
-    let text = crate::limits::read_text(path, crate::limits::MAX_RUN_RECORD_BYTES)
-        .map_err(|err| format!("cannot read `{path}`: {err}"))?;
     let mut outputs: BTreeMap<String, String> = BTreeMap::new();
     let mut messages: Vec<Message> = Vec::new();
     // A subagent's final answer: the reply after its last request, when it made no call.

@@ -8,8 +8,10 @@ pub mod fanout;
 pub mod keys;
 pub mod lock;
 pub mod outcome;
+pub mod records;
 pub mod resume;
 pub mod scheduler;
+pub mod seal;
 pub mod state;
 pub mod walker;
 pub mod worktree;
@@ -22,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::Problem;
 pub use crate::record::{RunRecord, RunStatus, StepRecord, StepStatus, SubagentRecord, new_run_id};
 pub use keys::provider_keys;
-pub use resume::{check_only, clean_up_after, is_run_id, list_runs, load_merged, load_resume};
+pub use resume::{check_only, clean_up_after, is_run_id, load_merged, load_resume};
 pub use scheduler::execute;
 
 pub struct RunOptions {
@@ -64,5 +66,8 @@ pub fn directories(
 ) -> (Utf8PathBuf, Utf8PathBuf) {
     let workdir = workdir.map_or_else(|| Utf8PathBuf::from("."), Utf8Path::to_owned);
     let state_dir = state_dir.map_or_else(|| default_state_dir(&workdir), Utf8Path::to_owned);
+    // Steps read the working directory and a checkout may ship files in it: runner's key is
+    // never read from or made there (docs/src/runs.md "Resume").
+    seal::distrust(&workdir);
     (workdir, state_dir)
 }

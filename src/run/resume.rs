@@ -12,10 +12,11 @@ use crate::record::{RunRecord, StepStatus};
 
 /// Loads the run to resume: a run id, or `latest`.
 ///
-/// Only run directories runner could have written are trusted: a well-formed id, a `run.json`
-/// that is a regular file within its size limit, names that same id, and started no later than
-/// now. (Tools cannot write the state directory at all; this keeps a forged or stray directory,
-/// such as `99999999T999999-ffff`, from becoming "latest".)
+/// Only run directories runner could have written are trusted (`records.rs`: a well-formed id,
+/// a `run.json` that is a regular file within its limits, names that same id, holds only ids
+/// as ids). `latest` is the newest run this user recorded (its seal is this user's) that did
+/// not start in the future: a checkout may ship runs made to be resumed. A run named by id is
+/// taken as named.
 pub fn load_resume(state_dir: &Utf8Path, which: &str) -> Result<RunRecord, Problem> {
     let runs = state_dir.join("runs");
     if which != "latest" {
@@ -24,72 +25,70 @@ pub fn load_resume(state_dir: &Utf8Path, which: &str) -> Result<RunRecord, Probl
                 "--resume {which}: not a run id (run ids look like `20260101T120000123-ab12`)"
             )));
         }
-        return read_record(&runs, which)
+        return super::records::read(state_dir, which)
             .map_err(|why| Problem::error(format!("--resume {which}: {why}")));
     }
     let now = jiff::Timestamp::now();
-    let mut not_ours = 0;
-    // Newest first: the first this user recorded that did not start in the future.
-    let best = list_runs(state_dir).into_iter().find_map(|(record, ours)| {
-        if !ours {
-            // Only a run this user recorded: a checkout may ship one made to be resumed.
-            not_ours += 1;
-            return None;
-        }
-        // A clock a little ahead elsewhere is fine; a run from the future is not.
-        let started = record.started_at.parse::<jiff::Timestamp>().ok()?;
-        (started <= now + jiff::SignedDuration::from_mins(5)).then_some(record)
+    let listing = super::records::list(state_dir);
+    let not_ours = listing.runs.iter().filter(|run| !run.ours).count();
+    // Newest first: the first this user recorded that did not start in the future (a clock a
+    // little ahead elsewhere is fine).
+    let best = listing.runs.iter().find(|run| {
+        run.ours
+            && run
+                .started_at
+                .parse::<jiff::Timestamp>()
+                .is_ok_and(|started| started <= now + jiff::SignedDuration::from_mins(5))
     });
-    best.ok_or_else(|| match not_ours {
-        0 => Problem::error(format!("--resume latest: there are no runs in `{runs}`")),
-        n => Problem::error(format!(
-            "--resume latest: there are no runs you recorded in `{runs}` ({n} there {} not recorded by you here: a checkout may ship them)",
-            if n == 1 { "was" } else { "were" }
-        ))
-        .help("name one with --resume RUN_ID to use it all the same"),
-    })
-}
-
-/// Every run recorded in `state_dir` that runner could have written (as `--resume` trusts them),
-/// newest first by start time (then id; a start that is not a time last), each with whether
-/// this user recorded it.
-pub fn list_runs(state_dir: &Utf8Path) -> Vec<(RunRecord, bool)> {
-    let runs = state_dir.join("runs");
-    let mut found: Vec<(RunRecord, bool)> = runs
-        .read_dir_utf8()
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|entry| is_run_id(entry.file_name()) && entry.file_type().is_ok_and(|t| t.is_dir()))
-        .filter_map(|entry| read_record(&runs, entry.file_name()).ok())
-        .map(|record| {
-            let ours = super::state::sealed_here(&record.run_id, record.recorded_by.as_deref());
-            (record, ours)
-        })
-        .collect();
-    // By time, not by text: `12:00:00Z` is later than `11:59:59.5Z`.
-    let key = |r: &RunRecord| {
-        (
-            r.started_at.parse::<jiff::Timestamp>().ok(),
-            r.run_id.clone(),
+    if let Some(best) = best {
+        let record = super::records::read(state_dir, &best.run_id)
+            .map_err(|why| Problem::error(format!("--resume latest: {why}")))?;
+        if !record.recorded_here {
+            return Err(Problem::error(format!(
+                "--resume latest: run {} changed as it was read",
+                best.run_id
+            )));
+        }
+        return Ok(record);
+    }
+    let among = if listing.not_read > 0 {
+        format!(
+            " among the newest {} (by when they were written; {} older not looked at)",
+            crate::limits::MAX_RUNS_READ,
+            listing.not_read
         )
+    } else {
+        String::new()
     };
-    found.sort_by_cached_key(|(record, _)| std::cmp::Reverse(key(record)));
-    found
+    let problem = match not_ours {
+        0 if listing.not_read == 0 => {
+            Problem::error(format!("--resume latest: there are no runs in `{runs}`"))
+        }
+        n => Problem::error(format!(
+            "--resume latest: there are no runs you recorded in `{runs}`{among} ({n} there {} not recorded by you here, or changed since: a checkout may ship them)",
+            if n == 1 { "was" } else { "were" }
+        )),
+    };
+    let help = match super::seal::key_problem() {
+        Some(why) => format!("runs cannot be sealed or checked here: {why}"),
+        None => "name one with --resume RUN_ID to use it all the same".into(),
+    };
+    Err(problem.help(help))
 }
 
 pub use crate::record::is_run_id;
 
 /// The run `id` as jobs on several machines left it, their state directories copied into one:
 /// its `run.json` (any job's), with each step's own `steps/<id>/record.json` taking precedence.
-/// `None` when there is no such run yet.
+/// `None` when there is no such run yet. Another machine's records carry no seal of this user's:
+/// the run is taken as `--run-id` names it.
 pub fn load_merged(state_dir: &Utf8Path, id: &str) -> Result<Option<RunRecord>, Problem> {
     let runs = state_dir.join("runs");
     if !runs.join(id).is_dir() {
         return Ok(None);
     }
-    let mut record =
-        read_record(&runs, id).map_err(|why| Problem::error(format!("--run-id {id}: {why}")))?;
+    let fail = |why: String| Problem::error(format!("--run-id {id}: {why}"));
+    let mut record = super::records::read(state_dir, id).map_err(fail)?;
     let steps = runs.join(id).join("steps");
     let mut instances: Vec<(String, crate::record::StepRecord)> = Vec::new();
     for entry in steps.read_dir_utf8().into_iter().flatten().flatten() {
@@ -98,13 +97,10 @@ pub fn load_merged(state_dir: &Utf8Path, id: &str) -> Result<Option<RunRecord>, 
         if !path.symlink_metadata().is_ok_and(|m| m.is_file()) {
             continue;
         }
-        let text = crate::limits::read_text(&path, crate::limits::MAX_RUN_RECORD_BYTES)
-            .map_err(|err| Problem::error(format!("--run-id {id}: cannot read `{path}`: {err}")))?;
-        let step_record = serde_json::from_str(&text).map_err(|err| {
-            Problem::error(format!(
-                "--run-id {id}: `{path}` is not a step record: {err}"
-            ))
-        })?;
+        let step_record =
+            super::records::read_json(state_dir, id, &["steps", &step, "record.json"])
+                .map_err(fail)?;
+        record.recorded_here = false;
         match crate::plan::verified::split_instance(&step) {
             Some((parent, _)) => instances.push((parent.to_owned(), step_record)),
             None => {
@@ -126,27 +122,10 @@ pub fn load_merged(state_dir: &Utf8Path, id: &str) -> Result<Option<RunRecord>, 
         let duration = entry.duration_ms;
         entry.settle_fan_out(list, duration);
     }
+    record
+        .check_ids()
+        .map_err(|why| fail(format!("`{steps}` holds what runner did not write: {why}")))?;
     Ok(Some(record))
-}
-
-fn read_record(runs: &Utf8Path, id: &str) -> Result<RunRecord, String> {
-    let path = runs.join(id).join("run.json");
-    match path.symlink_metadata() {
-        Ok(meta) if meta.is_file() => {}
-        Ok(_) => return Err(format!("`{path}` is not a regular file")),
-        Err(err) => return Err(format!("cannot read `{path}`: {err}")),
-    }
-    let text = crate::limits::read_text(&path, crate::limits::MAX_RUN_RECORD_BYTES)
-        .map_err(|err| format!("cannot read `{path}`: {err}"))?;
-    let record: RunRecord = serde_json::from_str(&text)
-        .map_err(|err| format!("`{path}` is not a run record: {err}"))?;
-    if record.run_id != id {
-        return Err(format!(
-            "`{path}` belongs to run `{}`, not `{id}`",
-            record.run_id
-        ));
-    }
-    Ok(record)
 }
 
 /// Removes the worktrees and empty branches a killed run left (its steps that did not succeed).
@@ -227,37 +206,4 @@ pub fn check_only(
         }
     }
     problems
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn runs_are_listed_by_time_not_by_text() {
-        let dir = tempfile::tempdir().unwrap();
-        let state = Utf8Path::from_path(dir.path()).unwrap();
-        // As text, `...:00Z` sorts after `...:00.5Z`; as times it is half a second earlier.
-        for (id, started) in [
-            ("r-whole", "2026-12-06T12:00:00Z"),
-            ("r-half", "2026-12-06T12:00:00.5Z"),
-            ("r-bad", "not a time"),
-        ] {
-            let record = serde_json::json!({
-                "run_id": id, "workflow": "w", "status": "succeeded",
-                "started_at": started, "duration_ms": 0, "steps": {},
-            });
-            std::fs::create_dir_all(state.join("runs").join(id)).unwrap();
-            std::fs::write(
-                state.join("runs").join(id).join("run.json"),
-                record.to_string(),
-            )
-            .unwrap();
-        }
-        let ids: Vec<String> = list_runs(state)
-            .into_iter()
-            .map(|(r, _)| r.run_id)
-            .collect();
-        assert_eq!(ids, ["r-half", "r-whole", "r-bad"]);
-    }
 }

@@ -1,19 +1,15 @@
 //! The state directory, checked before runner writes anything into it (docs/src/security.md: one
-//! way in), and whose runs this user recorded.
+//! way in).
 //!
 //! A checkout may ship a `.runner/` of its own: with links inside it (`run.json.tmp`, a
-//! transcript, `.gitignore`, the folder itself) runner's writes would land wherever they point,
-//! and a forged run could be picked up by `--resume latest`. So the state directory must be a
-//! real directory this user owns with no link inside (runner's own worktrees aside, which are
-//! git checkouts), or not exist yet; and each run is sealed with a key only this user's account
-//! holds (`$XDG_STATE_HOME/runner/key`, else `~/.local/state/runner/key`), so `latest` takes
-//! only runs recorded here by this user. A run named by id is taken as named.
+//! transcript, `.gitignore`, the folder itself) runner's writes would land wherever they point.
+//! So the state directory must be a real directory this user owns with no link inside
+//! (runner's own worktrees aside, which are git checkouts), or not exist yet. Which of its runs
+//! this user recorded is the seal's to say (`seal.rs`).
 
-use std::io::Write as _;
-use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+use std::os::unix::fs::MetadataExt as _;
 
-use camino::{Utf8Path, Utf8PathBuf};
-use sha2::{Digest, Sha256};
+use camino::Utf8Path;
 
 /// Entries of a state directory looked at for links, at most; a larger one is refused rather
 /// than walked forever.
@@ -68,65 +64,4 @@ fn find_link(root: &Utf8Path, dir: &Utf8Path, seen: &mut usize) -> Result<(), St
         }
     }
     Ok(())
-}
-
-/// Where this user's key lives.
-fn key_path() -> Option<Utf8PathBuf> {
-    let base = std::env::var("XDG_STATE_HOME")
-        .ok()
-        .filter(|d| d.starts_with('/'))
-        .map(Utf8PathBuf::from)
-        .or_else(|| {
-            std::env::var("HOME")
-                .ok()
-                .filter(|h| h.starts_with('/'))
-                .map(|home| Utf8PathBuf::from(home).join(".local/state"))
-        })?;
-    Some(base.join("runner").join("key"))
-}
-
-/// This user's key: read, or made the first time (readable by this user alone).
-fn user_key() -> Option<Vec<u8>> {
-    static KEY: std::sync::OnceLock<Option<Vec<u8>>> = std::sync::OnceLock::new();
-    KEY.get_or_init(|| {
-        let path = key_path()?;
-        if let Ok(key) = std::fs::read(&path)
-            && key.len() >= 32
-        {
-            return Some(key);
-        }
-        std::fs::create_dir_all(path.parent()?).ok()?;
-        let key: [u8; 32] = rand::random();
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-            .ok()?;
-        file.write_all(&key).ok()?;
-        Some(key.to_vec())
-    })
-    .clone()
-}
-
-/// The seal of run `run_id` recorded by this user, `None` when this user has no key.
-pub fn seal(run_id: &str) -> Option<String> {
-    let key = user_key()?;
-    let mut hasher = Sha256::new();
-    hasher.update(&key);
-    hasher.update(b"\0runner run\0");
-    hasher.update(run_id.as_bytes());
-    Some(
-        hasher
-            .finalize()
-            .iter()
-            .take(16)
-            .map(|b| format!("{b:02x}"))
-            .collect(),
-    )
-}
-
-/// Whether this user recorded run `run_id` (its record carries `seal`).
-pub fn sealed_here(run_id: &str, seal_of_record: Option<&str>) -> bool {
-    seal_of_record.is_some_and(|s| Some(s) == seal(run_id).as_deref())
 }

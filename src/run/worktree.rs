@@ -237,24 +237,29 @@ impl Repo {
         self.add_from(run_id, step, None)
     }
 
-    /// A worktree whose files start from `start` (a branch an earlier run's step left, for
-    /// `--continue`), its diff still taken against HEAD.
+    /// A worktree whose files start from what the same step left in run `earlier` (for
+    /// `--continue`): its branch `runner/<earlier>/<step>`, the only branch runner goes on
+    /// from, whatever a record names. Its diff is still taken against HEAD.
     pub fn add_from(
         &self,
         run_id: &str,
         step: &str,
-        start: Option<&str>,
+        earlier: Option<&str>,
     ) -> Result<Worktree, String> {
         let branch = format!("runner/{run_id}/{step}");
         let path = self.worktrees.join(run_id).join(step);
         let base = self.main(&["rev-parse", "HEAD"])?.trim().to_owned();
-        let start = match start {
-            Some(start) => self
+        let start = match earlier {
+            Some(earlier) if !crate::record::is_run_id(earlier) => {
+                return Err(format!("`{earlier}` is not a run id"));
+            }
+            // The full ref: a tag of that name (a clone brings the remote's tags) is not it.
+            Some(earlier) => self
                 .main(&[
                     "rev-parse",
                     "--verify",
                     "--end-of-options",
-                    &format!("{start}^{{commit}}"),
+                    &format!("refs/heads/runner/{earlier}/{step}^{{commit}}"),
                 ])?
                 .trim()
                 .to_owned(),

@@ -198,6 +198,11 @@ fn clean_removes_only_runners_worktrees_never_through_a_shipped_link() {
         .path()
         .join(format!("checkout/.runner/worktrees/{OWN_RUN}/own"));
     assert!(own.join("a.txt").is_file());
+    // Inside runner's own worktree, links a step left: removing the tree removes them and
+    // nothing they point at (`--force`, as the tree now holds uncommitted changes).
+    symlink(test.path().join("sibling"), own.join("to-sibling")).unwrap();
+    symlink("../../../../../userwt", own.join("to-userwt")).unwrap();
+    assert!(own.join("to-userwt/.env").is_file());
 
     for flags in [
         &["clean", "--dry-run"][..],

@@ -28,6 +28,7 @@ mod plan;
 mod proxy;
 mod race;
 mod real_tools;
+mod records;
 mod redaction;
 mod report;
 mod run;

@@ -717,10 +717,17 @@ async fn the_run_record_is_one_and_says_where_things_are() {
     let printed = json_of(&out);
     let run_id = printed["run_id"].as_str().unwrap();
     let run_dir = format!(".runner/runs/{run_id}");
-    let saved: Value = serde_json::from_str(
+    let mut saved: Value = serde_json::from_str(
         &std::fs::read_to_string(test.path().join(&run_dir).join("run.json")).unwrap(),
     )
     .unwrap();
+    // The file carries the user's seal over its content; what is printed is the record alone.
+    let seal = saved
+        .as_object_mut()
+        .unwrap()
+        .remove("recorded_by")
+        .unwrap();
+    assert!(seal.as_str().unwrap().starts_with("hmac-sha256:"), "{seal}");
     assert_eq!(saved, printed);
     assert!(printed["cost_usd"].as_f64().unwrap() > 0.0, "{printed}");
 

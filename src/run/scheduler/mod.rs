@@ -400,14 +400,20 @@ impl Scheduler<'_> {
             .resume
             .as_ref()
             .ok_or_else(|| "--continue needs --resume".to_owned())?;
-        let run_dir = self.options.state_dir.join("runs").join(&resumed.run_id);
-        let messages = conversation(&TranscriptSink::path(&run_dir, id), None)?;
+        // Read below the state directory with no link followed (`run::records`).
+        let state_dir = &self.options.state_dir;
+        let run_id = &resumed.run_id;
+        let read = |in_run: camino::Utf8PathBuf| {
+            crate::run::records::read_run_file(state_dir, run_id, &in_run)
+        };
+        let path = TranscriptSink::path(camino::Utf8Path::new(""), id);
+        let messages = conversation(&path, &read(path.clone())?, None)?;
         let subagents = earlier
             .subagents
             .iter()
             .filter_map(|s| {
-                let path = TranscriptSink::subagent_path(&run_dir, id, &s.id);
-                let messages = conversation(&path, Some(&s.id)).ok()?;
+                let path = TranscriptSink::subagent_path(camino::Utf8Path::new(""), id, &s.id);
+                let messages = conversation(&path, &read(path.clone()).ok()?, Some(&s.id)).ok()?;
                 Some(crate::session::subagent::EarlierSubagent {
                     id: s.id.clone(),
                     agent: s.agent.clone(),
@@ -448,7 +454,13 @@ impl Scheduler<'_> {
             },
             None => (Vec::new(), Vec::new()),
         };
-        let start_from = earlier.as_ref().and_then(|e| e.branch.clone());
+        // The branch that step left in the resumed run: runner's own name for it, never the
+        // text a record holds (docs/src/runs.md "Resume").
+        let start_from = earlier
+            .as_ref()
+            .filter(|e| e.branch.is_some())
+            .and(self.options.resume.as_ref())
+            .map(|resumed| resumed.run_id.clone());
         let tree = match (&self.repo, step.isolation) {
             (Some(repo), Isolation::Worktree) => {
                 match repo.add_from(&self.record.run_id, &tree_name, start_from.as_deref()) {
