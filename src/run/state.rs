@@ -70,8 +70,8 @@ fn find_link(root: &Utf8Path, dir: &Utf8Path, seen: &mut usize) -> Result<(), St
     Ok(())
 }
 
-/// Where this user's key lives.
-fn key_path() -> Option<Utf8PathBuf> {
+/// Where this user's key lives (no step's bash may read it: `run/confinement.rs`).
+pub(crate) fn key_path() -> Option<Utf8PathBuf> {
     let base = std::env::var("XDG_STATE_HOME")
         .ok()
         .filter(|d| d.starts_with('/'))

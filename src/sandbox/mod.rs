@@ -75,8 +75,12 @@ pub struct Policy {
     /// Paths that stay read-only (canonical): `.git` of the checkout and of nested
     /// repositories, the state and cassette directories, folders not scanned for repositories.
     pub protected: Vec<PathBuf>,
-    /// Of `protected`, those bash sees as an empty folder (the state directory).
+    /// Folders bash sees as empty and read-only when the call has a mount namespace (the state
+    /// directory's runs); without one they stay readable.
     pub hidden: Vec<PathBuf>,
+    /// Folders bash never reads, namespace or not (runner's key): covered like `hidden`, and
+    /// without a namespace the read grants go around them.
+    pub secret: Vec<PathBuf>,
     /// Where it may read besides the working and temporary directories ([`reads`]).
     pub read: Vec<PathBuf>,
     /// runner's pid: the supervisor exits at once if its parent is already gone.

@@ -22,6 +22,7 @@ mod newcomer;
 mod no_panic;
 mod otel;
 mod plan;
+mod protected;
 mod proxy;
 mod race;
 mod real_tools;
