@@ -3,6 +3,7 @@
 //! may never write, what it sees as an empty folder, what it may never read, and the read
 //! allowlist (docs/src/security.md). The sandbox itself (`crate::sandbox`) enforces them.
 
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Component, Path, PathBuf};
 
 use camino::{Utf8Path, Utf8PathBuf};
@@ -139,7 +140,16 @@ pub fn hidden_paths(root: &Utf8Path, state_dir: &Utf8Path, worktree: bool) -> Ve
 /// directory, the credentials in it that `named` (the step's `read_paths`) does not name.
 pub fn secret_paths(root: &Utf8Path, home: Option<&Path>, named: &[PathBuf]) -> Vec<PathBuf> {
     let mut secret: Vec<PathBuf> = crate::run::state::key_path()
-        .and_then(|key| key.parent()?.canonicalize_utf8().ok())
+        .and_then(|key| {
+            let dir = key.parent()?;
+            // Made now when missing (runner makes it for its key when it first seals a record,
+            // which may be after this step starts), so that it is covered from the start.
+            let _ = std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir);
+            dir.canonicalize_utf8().ok()
+        })
         .map(Utf8PathBuf::into_std_path_buf)
         .into_iter()
         .collect();

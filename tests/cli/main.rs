@@ -25,6 +25,7 @@ mod plan;
 mod protected;
 mod proxy;
 mod race;
+mod reads;
 mod real_tools;
 mod redaction;
 mod report;
