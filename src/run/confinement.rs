@@ -309,6 +309,63 @@ mod tests {
         assert_eq!(protected, [work.join(".runner").into_std_path_buf()]);
     }
 
+    /// What the scan did not look through is read-only for every step in the working directory,
+    /// and each bash result says so; a step in a worktree (outside that tree) gets neither.
+    #[test]
+    fn folders_not_looked_through_are_protected_and_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = Utf8PathBuf::from_path_buf(dir.path().canonicalize().unwrap()).unwrap();
+        for i in 0..20 {
+            std::fs::create_dir_all(root.join(format!("big/d{i}/e/.git"))).unwrap();
+        }
+        let tree = Tree::scan(root.as_std_path(), &[], &[], 10);
+        assert!(!tree.unscanned.is_empty());
+        let state = root.join(".runner");
+        let places = Places {
+            workdir: &root,
+            state_dir: &state,
+            cassettes: None,
+            tree: &tree,
+        };
+        let mut bash = BashEnv::new(crate::sandbox::Mode::Workdir, false);
+        places.confine(&mut bash, &root, false, &[]);
+        for unscanned in &tree.unscanned {
+            assert!(bash.protected.contains(unscanned), "{unscanned:?}");
+        }
+        assert!(
+            bash.note
+                .as_deref()
+                .is_some_and(|n| n.contains("read-only"))
+        );
+        let mut bash = BashEnv::new(crate::sandbox::Mode::Workdir, false);
+        places.confine(&mut bash, &root.join("elsewhere"), true, &[]);
+        assert!(bash.note.is_none());
+        assert!(!tree.unscanned.iter().any(|u| bash.protected.contains(u)));
+    }
+
+    /// Runner's key is never readable, whatever `read_paths` names; when the working directory
+    /// holds the home directory, its credential folders are not either unless named.
+    #[test]
+    fn the_key_and_a_homes_credentials_are_secret() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let home = root.join("home");
+        for c in [".ssh", ".aws"] {
+            std::fs::create_dir_all(home.join(c)).unwrap();
+        }
+        let work = Utf8PathBuf::from_path_buf(root.clone()).unwrap();
+        let named = [home.join(".aws")];
+        let secret = secret_paths(&work, Some(&home), &named);
+        assert!(secret.contains(&home.join(".ssh")), "{secret:?}");
+        assert!(!secret.contains(&home.join(".aws")), "{secret:?}");
+        // A working directory inside the home directory leaves the home's folders to the
+        // read allowlist, which does not hold them.
+        let inside = Utf8PathBuf::from_path_buf(home.join("project")).unwrap();
+        std::fs::create_dir_all(&inside).unwrap();
+        let secret = secret_paths(&inside, Some(&home), &[]);
+        assert!(!secret.contains(&home.join(".ssh")), "{secret:?}");
+    }
+
     /// A missing submodule folder is made, never through a link or over a file.
     #[test]
     fn a_missing_submodule_folder_is_made_inside_only() {
