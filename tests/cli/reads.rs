@@ -172,3 +172,75 @@ fn plan_shows_a_steps_read_paths() {
         json!(["~/.ssh/known_hosts", "../shared"])
     );
 }
+
+/// The state directory inside the working directory is an empty folder to bash: other steps'
+/// transcripts and records are not its to read (the file tools refuse them too), in the
+/// working directory and in a worktree, which sits inside the state directory.
+#[tokio::test(flavor = "multi_thread")]
+async fn bash_sees_the_state_directory_as_empty() {
+    const SAID: &str = "EARLIER-STEP-SAID-0d8e41";
+    let look = "ls -A .runner | wc -l; cat .runner/runs/*/steps/first/transcript.jsonl; find / -path /proc -prune -o -name transcript.jsonl -print 2>/dev/null; echo END";
+    let fake = Fake::anthropic_routed(vec![
+        ("MARK-first", vec![anthropic_text(SAID)]),
+        (
+            "MARK-here",
+            vec![
+                anthropic_tool("h1", "bash", json!({ "command": look })),
+                anthropic_text("done"),
+            ],
+        ),
+        (
+            "MARK-tree",
+            vec![
+                anthropic_tool("t1", "bash", json!({ "command": "cat ../../runs/*/steps/first/transcript.jsonl; ls ../../runs | wc -l; echo END" })),
+                anthropic_text("done"),
+            ],
+        ),
+    ])
+    .await;
+    let workflow = r#"name = "state"
+[models]
+default = "anthropic/claude-test"
+[steps.first]
+agent = "explore"
+prompt = "MARK-first"
+[steps.here]
+needs = ["first"]
+agent = "code"
+prompt = "MARK-here"
+[steps.tree]
+needs = ["first"]
+agent = "code"
+isolation = "worktree"
+prompt = "MARK-tree"
+"#;
+    let test = Test::new()
+        .file("w.toml", workflow)
+        .file("README.md", "x\n");
+    crate::support::init_repo(test.path());
+    let (out, test) = test
+        .anthropic_api(&fake.uri(), KEY)
+        .args(&["run", "w.toml", "--format", "json"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    // The transcript is there on the host, with what the first step said.
+    let runs = test.path().join(".runner/runs");
+    let run = std::fs::read_dir(&runs).unwrap().flatten().next().unwrap();
+    let transcript = run.path().join("steps/first/transcript.jsonl");
+    assert!(std::fs::read_to_string(transcript).unwrap().contains(SAID));
+    let bodies = fake.bodies().await;
+    for marker in ["MARK-here", "MARK-tree"] {
+        let last = bodies
+            .iter()
+            .rfind(|b| crate::fake::prompt_of(b).contains(marker))
+            .unwrap();
+        let result = &anthropic_results(last)[0].1;
+        assert!(result.contains("END"), "{marker}: {result}");
+        assert!(result.lines().any(|l| l == "0"), "{marker}: {result}");
+        assert!(!result.contains("transcript.jsonl\n"), "{marker}: {result}");
+        // Only the first step's own request carries what it said.
+        let text = last.to_string();
+        assert!(!text.contains(SAID), "{marker}: {text}");
+    }
+}
