@@ -244,3 +244,38 @@ prompt = "MARK-tree"
         assert!(!text.contains(SAID), "{marker}: {text}");
     }
 }
+
+/// `~/.gitconfig` (which can carry tokens: `http.extraHeader`, `url.<base>.insteadOf`) is not
+/// bash's to read: git in bash works without it, reading no global configuration, unless the
+/// step's `read_paths` names it.
+#[test]
+fn git_in_bash_reads_the_global_configuration_only_when_named() {
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path().canonicalize().unwrap();
+    std::fs::write(
+        h.join(".gitconfig"),
+        "[user]\n\tname = Gitconfig Mark\n[http]\n\textraHeader = Authorization: Bearer tok-9a7c\n",
+    )
+    .unwrap();
+    let command = "git config --global --get user.name; git config --get-all http.extraHeader; git status --short >/dev/null && echo GIT-OK";
+    let workflow = format!(
+        "name = \"g\"\n[steps.plain]\nrun = {command:?}\n[steps.named]\nrun = {command:?}\nread_paths = [\"~/.gitconfig\"]\n"
+    );
+    let test = Test::new().file("w.toml", &workflow);
+    crate::support::init_repo(test.path());
+    let out = test
+        .env("HOME", h.to_str().unwrap())
+        .env("XDG_STATE_HOME", h.join(".local/state").to_str().unwrap())
+        .args(&["run", "w.toml", "--format", "json"])
+        .run();
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let run: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let plain = run["steps"]["plain"]["summary"].as_str().unwrap();
+    assert_eq!(plain.trim(), "GIT-OK", "{}", out.transcript());
+    let named = run["steps"]["named"]["summary"].as_str().unwrap();
+    assert!(
+        named.contains("Gitconfig Mark") && named.contains("GIT-OK"),
+        "{}",
+        out.transcript()
+    );
+}
