@@ -268,6 +268,7 @@ async fn start(
                 tmp: std::env::temp_dir(),
                 protected: Vec::new(),
                 hidden: Vec::new(),
+                secret: Vec::new(),
                 read: Vec::new(),
                 parent: std::process::id() as i32,
             };

@@ -254,12 +254,15 @@ fn executor(
             let skip: Vec<&camino::Utf8Path> = std::iter::once(state_dir)
                 .chain(tape_dir.as_deref())
                 .collect();
-            crate::run::executor::scan_tree(workdir, &skip)
+            crate::run::confinement::scan_tree(workdir, &skip)
         }
         false => Default::default(),
     };
-    if let Some(note) = tree.note() {
-        let _ = writeln!(io.err, "warning: {note}");
+    let confined = plan.steps().iter().any(|s| {
+        s.sandbox != crate::sandbox::Mode::Off && (s.tools.contains("bash") || s.command.is_some())
+    });
+    for warning in crate::run::confinement::warnings(workdir, &tree, confined) {
+        let _ = writeln!(io.err, "warning: {warning}");
     }
     let registry = Arc::new(Registry::builtin());
     let catalog = Arc::new(super::agent_catalog(

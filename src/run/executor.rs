@@ -1,16 +1,16 @@
 //! What runs one step. The scheduler walks the same way whatever runs the steps: the model
 //! executor for real runs, others for tests and benchmarks.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
-use camino::{Utf8Path, Utf8PathBuf};
+use camino::Utf8PathBuf;
 use futures_util::future::BoxFuture;
 
 use crate::event::Emitter;
 use crate::plan::PlannedStep;
+use crate::run::confinement::Places;
 use crate::sandbox::Support;
-use crate::sandbox::tree::{MAX_SCAN, Tree};
+use crate::sandbox::tree::Tree;
 use crate::session::subagent::{Delegation, StepScope, Team};
 use crate::session::{self, DEFAULT_MAX_TOKENS, FailureKind, Session, StepOutcome};
 use crate::tools::bash::BashEnv;
@@ -52,115 +52,6 @@ pub struct ModelExecutor {
     pub tree: Arc<Tree>,
 }
 
-/// What a step's bash may never write, even when it may write its working directory: the state
-/// directory, the cassette directory being recorded or replayed, and the checkout's `.git` with
-/// the repositories nested in it (`tree`, scanned when the run started), unless the step works
-/// in a worktree runner made (whose `.git` file runner checks when the step ends, and whose git
-/// directory is outside anyway).
-pub fn protected_paths(
-    root: &Utf8Path,
-    state_dir: &Utf8Path,
-    cassettes: Option<&Utf8Path>,
-    worktree: bool,
-    tree: &Tree,
-) -> Vec<PathBuf> {
-    let mut protected = Vec::new();
-    for dir in std::iter::once(state_dir).chain(cassettes) {
-        // A link stands protected itself too: the sandbox then keeps the root unwritable, so
-        // the step cannot point it elsewhere before runner writes through it.
-        if dir
-            .symlink_metadata()
-            .is_ok_and(|m| m.file_type().is_symlink())
-            && let (Some(parent), Some(name)) = (dir.parent(), dir.file_name())
-        {
-            // The link itself, where the sandbox sees it: its folder's real path and its name.
-            let parent = if parent.as_str().is_empty() {
-                Utf8Path::new(".")
-            } else {
-                parent
-            };
-            if let Ok(parent) = parent.canonicalize_utf8() {
-                protected.push(parent.join(name).into_std_path_buf());
-            }
-        }
-        if let Ok(dir) = dir.canonicalize_utf8() {
-            protected.push(dir.into_std_path_buf());
-        }
-    }
-    let git = root.join(".git");
-    if !worktree && git.symlink_metadata().is_ok() {
-        protected.push(git.into_std_path_buf());
-    }
-    // Repositories nested in the tree (vendored clones, submodules' `.git` files): their hooks
-    // and config would run the next time the user's git works there.
-    if !worktree {
-        protected.extend(tree.protected.iter().cloned());
-        protected.extend(tree.unscanned.iter().cloned());
-    }
-    protected
-}
-
-/// What of the state directory bash sees as an empty folder (runs' records and transcripts are
-/// not its to read; the file tools refuse them too): all of it when it is inside `root`; its
-/// runs for a step in a worktree, which is inside the state directory itself.
-pub fn hidden_paths(root: &Utf8Path, state_dir: &Utf8Path, worktree: bool) -> Vec<PathBuf> {
-    let (Ok(root), Ok(state)) = (root.canonicalize_utf8(), state_dir.canonicalize_utf8()) else {
-        return Vec::new();
-    };
-    if worktree {
-        return state
-            .join("runs")
-            .canonicalize_utf8()
-            .ok()
-            .filter(|runs| runs.starts_with(&state))
-            .map(Utf8PathBuf::into_std_path_buf)
-            .into_iter()
-            .collect();
-    }
-    match state.starts_with(&root) && state != root {
-        true => vec![state.into_std_path_buf()],
-        false => Vec::new(),
-    }
-}
-
-/// The repositories nested in the run's working directory, looked for once before any step
-/// runs (see [`Tree`]): the state and cassette directories are not entered.
-pub fn scan_tree(workdir: &Utf8Path, skip: &[&Utf8Path]) -> Tree {
-    let Ok(root) = workdir.canonicalize_utf8() else {
-        return Tree::default();
-    };
-    let skip: Vec<PathBuf> = skip
-        .iter()
-        .filter_map(|d| d.canonicalize_utf8().ok())
-        .map(Utf8PathBuf::into_std_path_buf)
-        .collect();
-    Tree::scan(root.as_std_path(), &skip, &gitlinks(&root), MAX_SCAN)
-}
-
-/// The submodules the index of `root`'s repository registers under it (gitlinks), relative to
-/// `root`; none when it is not in a repository.
-fn gitlinks(root: &Utf8Path) -> Vec<PathBuf> {
-    let Ok(listed) = crate::run::worktree::git(root, None, &["ls-files", "--stage", "-z"]) else {
-        return Vec::new();
-    };
-    listed
-        .split('\0')
-        .filter_map(|entry| {
-            let (meta, path) = entry.split_once('\t')?;
-            meta.starts_with("160000 ").then(|| PathBuf::from(path))
-        })
-        .collect()
-}
-
-/// Where a worktree step's bash reads its repository: the main checkout's git directory, from
-/// the worktree's `.git` file as git wrote it (objects and refs live there).
-fn worktree_git_dir(root: &Utf8Path) -> Option<PathBuf> {
-    let text = std::fs::read_to_string(root.join(".git")).ok()?;
-    let admin = PathBuf::from(text.strip_prefix("gitdir:")?.trim());
-    let common = std::fs::read_to_string(admin.join("commondir")).ok()?;
-    admin.join(common.trim()).canonicalize().ok()
-}
-
 impl ModelExecutor {
     /// The tools of one step, working in `root`.
     fn tools(&self, job: &StepJob) -> Result<StepTools, String> {
@@ -174,33 +65,18 @@ impl ModelExecutor {
         let mut bash = BashEnv::new(step.sandbox, step.settings.network);
         bash.vars = crate::tools::bash::bash_vars(&step.settings.env, &job.rendered_env);
         bash.support = self.support;
-        let worktree = step.isolation == Isolation::Worktree;
-        bash.protected = protected_paths(
+        let places = Places {
+            workdir: &self.workdir,
+            state_dir: &self.state_dir,
+            cassettes: self.team.tapes.as_ref().map(|t| t.dir()),
+            tree: &self.tree,
+        };
+        places.confine(
+            &mut bash,
             workspace.root(),
-            &self.state_dir,
-            self.team.tapes.as_ref().map(|t| t.dir()),
-            worktree,
-            &self.tree,
+            step.isolation == Isolation::Worktree,
+            &step.settings.read_paths,
         );
-        bash.hidden = hidden_paths(workspace.root(), &self.state_dir, worktree);
-        let home = std::env::var_os("HOME").map(PathBuf::from);
-        let mut reads: Vec<PathBuf> = step
-            .settings
-            .read_paths
-            .iter()
-            .filter_map(|entry| {
-                crate::sandbox::reads::expand(entry, home.as_deref(), self.workdir.as_std_path())
-            })
-            .collect();
-        if worktree {
-            // The checkout it was made from (build tools look for a workspace above their
-            // project, git for its objects): a worktree sits in the state directory inside it.
-            reads.push(self.workdir.clone().into_std_path_buf());
-            reads.extend(worktree_git_dir(workspace.root()));
-        } else {
-            bash.note = self.tree.note();
-        }
-        let bash = bash.reading(&reads);
         Ok(StepTools {
             registry: self.team.registry.clone(),
             allowed: step.tools.clone(),
@@ -389,37 +265,5 @@ pub fn step_window(settings: &crate::plan::StepSettings) -> crate::session::cont
         tokens: settings.context_window,
         compact_at: settings.compact_at,
         keep_tool_results: settings.keep_tool_results,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A state directory that is a link is protected as the link too (so the root stays
-    /// unwritable and the link cannot be pointed elsewhere), and as where it leads.
-    #[test]
-    fn a_linked_state_directory_is_protected_as_a_link() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = Utf8PathBuf::from_path_buf(dir.path().canonicalize().unwrap()).unwrap();
-        std::fs::create_dir_all(root.join("elsewhere")).unwrap();
-        std::fs::create_dir_all(root.join("work")).unwrap();
-        std::os::unix::fs::symlink(root.join("elsewhere"), root.join("work/.runner")).unwrap();
-        let work = root.join("work");
-        let protected =
-            protected_paths(&work, &work.join(".runner"), None, false, &Tree::default());
-        assert_eq!(
-            protected,
-            [
-                work.join(".runner").into_std_path_buf(),
-                root.join("elsewhere").into_std_path_buf()
-            ]
-        );
-        // A plain one is protected once.
-        std::fs::remove_file(work.join(".runner")).unwrap();
-        std::fs::create_dir(work.join(".runner")).unwrap();
-        let protected =
-            protected_paths(&work, &work.join(".runner"), None, false, &Tree::default());
-        assert_eq!(protected, [work.join(".runner").into_std_path_buf()]);
     }
 }

@@ -2,6 +2,7 @@
 //! resume, and worktrees.
 
 pub mod command;
+pub mod confinement;
 pub mod decide;
 pub mod executor;
 pub mod fanout;

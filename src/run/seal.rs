@@ -45,8 +45,8 @@ pub fn distrust(workdir: &Utf8Path) {
     }
 }
 
-/// Where this user's key lives.
-fn key_path() -> Result<Utf8PathBuf, String> {
+/// Where this user's key lives (no step's bash may read its folder: `run/confinement.rs`).
+pub(crate) fn key_path() -> Result<Utf8PathBuf, String> {
     let base = std::env::var("XDG_STATE_HOME")
         .ok()
         .filter(|d| d.starts_with('/'))

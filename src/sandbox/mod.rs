@@ -13,9 +13,19 @@
 //!
 //! What a step's bash may write follows from the step's tools: without `write_file` or
 //! `edit_file` it writes nothing but its private temporary directory ([`Mode::ReadOnly`]); with
-//! them, also its working directory, its root included, minus `.git` and the state directory
-//! ([`Mode::Workdir`]), which are bound read-only in a mount namespace of the call's own.
-//! `--sandbox off` runs bash unconfined ([`Mode::Off`]), still under the supervisor.
+//! them, also its working directory, its root included, minus the protected paths
+//! ([`Mode::Workdir`]): `.git` of the checkout and of every repository nested in it ([`tree`],
+//! looked for once when the run starts), the state and cassette directories. In a mount
+//! namespace of the call's own these are bound read-only, every folder on the way to them is
+//! made a mount point (so none can be renamed away and replaced by a decoy), and every other
+//! mount that shows them is bound read-only too (`mounts.rs`, `aliases.rs`). `--sandbox off` runs
+//! bash unconfined ([`Mode::Off`]), still under the supervisor.
+//!
+//! What it may read is an allowlist in the same Landlock ruleset ([`reads`]): the system's
+//! directories, the toolchains under the home directory, its working and temporary directories
+//! and the step's `read_paths`; never runner's key, which (with the state directory's runs) is
+//! covered by an empty folder in the call's namespace. Which paths a step gets is worked out in
+//! one place for every kind of step, `crate::run::confinement`.
 
 mod aliases;
 mod filter;
@@ -75,8 +85,12 @@ pub struct Policy {
     /// Paths that stay read-only (canonical): `.git` of the checkout and of nested
     /// repositories, the state and cassette directories, folders not scanned for repositories.
     pub protected: Vec<PathBuf>,
-    /// Of `protected`, those bash sees as an empty folder (the state directory).
+    /// Folders bash sees as empty and read-only when the call has a mount namespace (the state
+    /// directory's runs); without one they stay readable.
     pub hidden: Vec<PathBuf>,
+    /// Folders bash never reads, namespace or not (runner's key): covered like `hidden`, and
+    /// without a namespace the read grants go around them.
+    pub secret: Vec<PathBuf>,
     /// Where it may read besides the working and temporary directories ([`reads`]).
     pub read: Vec<PathBuf>,
     /// runner's pid: the supervisor exits at once if its parent is already gone.

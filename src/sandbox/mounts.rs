@@ -32,18 +32,20 @@ use nix::mount::{MsFlags, mount};
 use nix::sched::{CloneFlags, unshare};
 use nix::sys::statvfs::{FsFlags, statvfs};
 
-/// Pins the folders on the way to each of `protected` and binds each read-only (`hidden` ones
-/// under an empty read-only folder) in a new mount namespace, aliases included. `Ok(false)`: no
-/// namespace could be had and nothing changed. An error after the namespace exists means some
-/// binds may be missing, so the caller must not rely on any of them.
-pub fn protect(workdir: &Path, protected: &[&Path], hidden: &[PathBuf]) -> Result<bool, String> {
-    if protected.is_empty() {
+/// In a new mount namespace: pins the folders on the way to each of `read_only` and `emptied`,
+/// binds each of `read_only` read-only and covers each of `emptied` with an empty read-only
+/// folder, at their aliases too. `Ok(false)`: no namespace could be had and nothing changed.
+/// An error after the namespace exists means some mounts may be missing, so the caller must
+/// not rely on any of them.
+pub fn protect(workdir: &Path, read_only: &[&Path], emptied: &[&Path]) -> Result<bool, String> {
+    let all: Vec<&Path> = read_only.iter().chain(emptied).copied().collect();
+    if all.is_empty() {
         return Ok(true);
     }
     // A bind follows links, and a link at the root could then be replaced by what the step
     // likes (a `.git` of its own whose hooks the user's git would run): with a protected path
     // that is a link, the root stays unwritable instead.
-    if protected.iter().any(|p| {
+    if all.iter().any(|p| {
         p.symlink_metadata()
             .map_or(true, |m| m.file_type().is_symlink())
     }) {
@@ -61,24 +63,28 @@ pub fn protect(workdir: &Path, protected: &[&Path], hidden: &[PathBuf]) -> Resul
         None::<&str>,
     )
     .map_err(|e| format!("cannot make the mounts private: {e}"))?;
-    let outermost = outermost(protected);
-    let aliases = super::aliases::find(workdir, &outermost)?;
-    for dir in on_the_way(workdir, &outermost) {
+    let outer = outermost(&all);
+    // Read before anything is mounted here, so only the mounts the call inherited count.
+    let aliases = super::aliases::find(workdir, &all)?;
+    for dir in on_the_way(workdir, &outer) {
         pin(&dir).map_err(|e| format!("cannot pin `{}`: {e}", dir.display()))?;
     }
-    let hide_or_bind = |path: &Path, stands_for: &Path| {
-        let done = if hidden.iter().any(|h| h == stands_for) {
-            hide(path)
-        } else {
-            bind_one(path)
-        };
-        done.map_err(|e| format!("cannot protect `{}`: {e}", path.display()))
-    };
-    for path in &outermost {
-        hide_or_bind(path, path)?;
+    let failed = |path: &Path, e: nix::Error| format!("cannot protect `{}`: {e}", path.display());
+    // Read-only binds first, then empty folders (one inside a read-only folder goes on top of
+    // it; a read-only path inside an emptied one is covered by it already).
+    let emptied = outermost(emptied);
+    let binds = outer.iter().filter(|p| !emptied.contains(p));
+    for path in binds {
+        bind_one(path).map_err(|e| failed(path, e))?;
+        for (alias, _) in aliases.iter().filter(|(_, p)| p == path) {
+            bind_one(alias).map_err(|e| failed(alias, e))?;
+        }
     }
-    for (alias, path) in &aliases {
-        hide_or_bind(alias, path)?;
+    for path in &emptied {
+        hide(path).map_err(|e| failed(path, e))?;
+        for (alias, _) in aliases.iter().filter(|(_, p)| p == path) {
+            hide(alias).map_err(|e| failed(alias, e))?;
+        }
     }
     Ok(true)
 }

@@ -12,8 +12,37 @@ use std::path::{Path, PathBuf};
 /// The system's directories: programs, libraries, configuration, devices and kernel views.
 /// `/tmp` and `/var/tmp` are not among them (other programs' files; each call has its own).
 pub const SYSTEM: &[&str] = &[
-    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/proc",
-    "/sys", "/dev", "/run", "/nix", "/gnu", "/snap",
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+    "/opt",
+    "/proc",
+    "/sys",
+    "/dev",
+    "/run",
+    "/nix",
+    "/gnu",
+    "/snap",
+    "/home/linuxbrew/.linuxbrew",
+];
+
+/// Folders of the home directory that hold credentials: when the working directory holds the
+/// home directory, bash still does not read them unless the step's `read_paths` names them.
+pub const CREDENTIALS: &[&str] = &[
+    ".ssh",
+    ".aws",
+    ".azure",
+    ".gnupg",
+    ".config",
+    ".docker",
+    ".kube",
+    ".password-store",
+    ".local/share/keyrings",
 ];
 
 /// Toolchain homes named by a variable, with where they are when it is unset (relative to the
@@ -41,6 +70,7 @@ const TOOLCHAINS: &[(&str, &str, Option<&[&str]>)] = &[
     ("SDKMAN_DIR", ".sdkman", None),
     ("RBENV_ROOT", ".rbenv", None),
     ("GHCUP_INSTALL_BASE_PREFIX", "", None),
+    ("HOMEBREW_PREFIX", "", None),
 ];
 
 /// Places under the home directory that hold installed tools, packages and caches only.
@@ -53,6 +83,11 @@ const HOME_TOOLS: &[&str] = &[
     ".local/share/mise",
     ".local/share/virtualenvs",
     ".virtualenvs",
+    ".conda",
+    "miniconda3",
+    "anaconda3",
+    "miniforge3",
+    ".local/share/fnm",
     ".npm",
     ".npm-global",
     ".yarn",

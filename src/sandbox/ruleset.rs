@@ -10,7 +10,7 @@
 //! directory is granted at once.
 
 use std::os::fd::OwnedFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use landlock::{
     ABI, Access, AccessFs, AccessNet, BitFlags, PathBeneath, PathFd, Ruleset, RulesetAttr,
@@ -28,10 +28,11 @@ const ABI_WANTED: ABI = ABI::V6;
 /// protected path is refused rather than half-granted).
 const MAX_GRANTS: usize = 20_000;
 
-/// Restricts the calling (single-threaded) process. `bound`: the protected paths inside the
-/// working directory are read-only mounts already ([`super::mounts`]), so the directory can be
-/// granted whole, its root included.
-pub fn restrict(policy: &Policy, bound: bool) -> Result<RulesetStatus, String> {
+/// Restricts the calling (single-threaded) process. `covered`: the mounts of
+/// [`super::mounts::protect`] are in place (the protected paths inside the working directory
+/// are read-only mounts, the hidden and secret ones empty folders), so the working directory
+/// can be granted whole, its root included.
+pub fn restrict(policy: &Policy, covered: bool) -> Result<RulesetStatus, String> {
     let all = AccessFs::from_all(ABI_WANTED);
     let read = AccessFs::from_read(ABI_WANTED);
     let file = AccessFs::from_file(ABI_WANTED);
@@ -50,26 +51,41 @@ pub fn restrict(policy: &Policy, bound: bool) -> Result<RulesetStatus, String> {
     let mut created = ruleset
         .create()
         .map_err(|e| err("cannot create the Landlock ruleset", &e))?;
-    // Reads are an allowlist too (super::reads); a place that does not exist here is skipped.
-    for path in &policy.read {
-        if let Some(fd) = open_beneath(path) {
+    // Reads are an allowlist too (super::reads). A secret is never granted: without the empty
+    // folder over it, a grant that holds it goes around it instead.
+    let mut reads = Vec::new();
+    let around: &[PathBuf] = if covered { &[] } else { &policy.secret };
+    for path in policy.read.iter().chain(std::iter::once(&policy.workdir)) {
+        if policy.secret.iter().any(|s| path.starts_with(s)) {
+            continue;
+        }
+        plan_grants(path, around, &mut reads)?;
+    }
+    for (path, _) in reads {
+        // A place that does not exist here is skipped.
+        if let Some(fd) = open_beneath(&path) {
             let access = if is_dir(&fd) { read } else { read & file };
             created = created
                 .add_rule(PathBeneath::new(fd, access))
                 .map_err(|e| err(&format!("cannot grant reading `{}`", path.display()), &e))?;
         }
     }
-    created = add(created, &policy.workdir, read)?;
     // Commands write to /dev/null all the time (`2>/dev/null`).
     created = add(created, Path::new("/dev/null"), file & !AccessFs::Execute)?;
     created = add(created, &policy.tmp, all)?;
     if policy.mode == Mode::Workdir {
         let mut grants = Vec::new();
-        let around: Vec<_> = if bound {
+        let around: Vec<PathBuf> = if covered {
             let (_, outside) = split_protected(policy);
             outside.into_iter().map(Path::to_path_buf).collect()
         } else {
-            policy.protected.clone()
+            policy
+                .protected
+                .iter()
+                .chain(&policy.hidden)
+                .chain(&policy.secret)
+                .cloned()
+                .collect()
         };
         plan_grants(&policy.workdir, &around, &mut grants)?;
         for (path, is_dir) in grants {

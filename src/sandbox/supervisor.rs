@@ -126,16 +126,20 @@ fn confine(args: Vec<OsString>) -> Result<i32, String> {
     let (policy, _, program, rest) = parse(args)?;
     if policy.mode != Mode::Off {
         // Mounts need the capabilities that are dropped next, and Landlock forbids them after.
-        // A read-only call needs no binds (it writes nowhere), only the state directory hidden.
-        let mut protected = match policy.mode {
+        // A read-only call needs no read-only binds (it writes nowhere), only its empty folders.
+        let read_only = match policy.mode {
             Mode::Workdir => ruleset::split_protected(&policy).0,
             _ => Vec::new(),
         };
-        protected.extend(policy.hidden.iter().map(|p| p.as_path()));
-        let bound = mounts::protect(&policy.workdir, &protected, &policy.hidden).unwrap_or(false)
-            && policy.mode == Mode::Workdir;
+        let emptied: Vec<&std::path::Path> = policy
+            .hidden
+            .iter()
+            .chain(&policy.secret)
+            .map(|p| p.as_path())
+            .collect();
+        let covered = mounts::protect(&policy.workdir, &read_only, &emptied).unwrap_or(false);
         drop_capabilities();
-        let status = ruleset::restrict(&policy, bound)?;
+        let status = ruleset::restrict(&policy, covered)?;
         if status == RulesetStatus::NotEnforced && policy.mode == Mode::ReadOnly {
             return Err(
                 "this kernel has no Landlock, so a read-only bash cannot be enforced".into(),

@@ -48,7 +48,8 @@ impl Tree {
                 let path = entry.path();
                 if entry.file_name() == ".git" {
                     if dir != root {
-                        tree.protected.push(path);
+                        tree.protected
+                            .push(git_to_protect(&dir, path, kind.is_symlink()));
                     }
                     continue;
                 }
@@ -66,7 +67,8 @@ impl Tree {
                     let path = entry.path();
                     if entry.file_name() == ".git" {
                         if dir != root {
-                            tree.protected.push(path);
+                            let link = entry.file_type().map_or(true, |k| k.is_symlink());
+                            tree.protected.push(git_to_protect(&dir, path, link));
                         }
                     } else if entry.file_type().is_ok_and(|k| k.is_dir()) && !skip.contains(&path) {
                         stack.push(path);
@@ -110,6 +112,12 @@ impl Tree {
             }
         ))
     }
+}
+
+/// What stands for a nested `.git` found at `path` in `dir`: itself, or when it is a link (which
+/// a read-only bind would follow, leaving the link free to be replaced) its whole folder.
+fn git_to_protect(dir: &Path, path: PathBuf, link: bool) -> PathBuf {
+    if link { dir.to_path_buf() } else { path }
 }
 
 /// At most [`MAX_UNSCANNED`] folders covering `dirs`: each folder's parent stands for its
@@ -173,6 +181,8 @@ mod tests {
             "skip/x/.git",
         ]);
         std::fs::write(root.join("populated/.git"), "gitdir: ../.git/modules/p\n").unwrap();
+        std::fs::create_dir_all(root.join("linked")).unwrap();
+        std::os::unix::fs::symlink("/elsewhere", root.join("linked/.git")).unwrap();
         let tree = Tree::scan(
             &root,
             &[root.join("skip")],
@@ -187,6 +197,7 @@ mod tests {
             tree.protected,
             [
                 root.join("a/b/c/.git"),
+                root.join("linked"),
                 root.join("populated/.git"),
                 root.join("sub")
             ]

@@ -94,10 +94,14 @@ pub struct BashEnv {
     pub exe: PathBuf,
     pub mode: Mode,
     pub network: bool,
-    /// Canonical paths bash never writes: the state directory, the checkout's `.git`.
+    /// Canonical paths bash never writes: the state and cassette directories, `.git` of the
+    /// checkout and of the repositories nested in it.
     pub protected: Vec<PathBuf>,
-    /// Of `protected`, those bash cannot read either (the state directory).
+    /// Of `protected`, those bash sees as an empty folder (the state directory's runs).
     pub hidden: Vec<PathBuf>,
+    /// What bash never reads, whatever grants it (runner's key; see
+    /// `crate::run::confinement::secret_paths`).
+    pub secret: Vec<PathBuf>,
     /// Where bash may read besides its working and temporary directories (see
     /// [`crate::sandbox::reads`]).
     pub read: Vec<PathBuf>,
@@ -120,31 +124,13 @@ impl BashEnv {
             network,
             protected: Vec::new(),
             hidden: Vec::new(),
-            read: Vec::new(),
+            secret: Vec::new(),
+            read: default_reads(&[]),
             note: None,
             vars: bash_vars(&Default::default(), &Default::default()),
             support: Support::probe(),
             tmp: Mutex::new(None),
         }
-        .reading(&[])
-    }
-
-    /// The same, reading the defaults and `extra` (a step's `read_paths`, expanded). git stops
-    /// at a `~/.gitconfig` it may not read, so unless `extra` grants it, git in bash reads no
-    /// global configuration (which can carry tokens: `url.<base>.insteadOf`, `http.extraHeader`).
-    pub fn reading(mut self, extra: &[PathBuf]) -> Self {
-        self.read = default_reads(extra);
-        let home = std::env::var_os("HOME").map(PathBuf::from);
-        let granted = home.is_some_and(|h| {
-            let config = h.join(".gitconfig");
-            self.read.iter().any(|r| config.starts_with(r))
-        });
-        let named = self.vars.iter().any(|(k, _)| k == "GIT_CONFIG_GLOBAL");
-        if self.mode != Mode::Off && !granted && !named {
-            self.vars
-                .push(("GIT_CONFIG_GLOBAL".into(), "/dev/null".into()));
-        }
-        self
     }
 
     /// The same settings in another mode (a subagent's, from its own tools), with a temporary
@@ -156,12 +142,22 @@ impl BashEnv {
             network: self.network,
             protected: self.protected.clone(),
             hidden: self.hidden.clone(),
+            secret: self.secret.clone(),
             read: self.read.clone(),
             note: self.note.clone(),
             vars: self.vars.clone(),
             support: self.support,
             tmp: Mutex::new(None),
         }
+    }
+
+    /// Whether `~/.gitconfig` is among what bash may read.
+    fn reads_gitconfig(&self) -> bool {
+        std::env::var_os("HOME").is_some_and(|home| {
+            let config = PathBuf::from(home).join(".gitconfig");
+            self.read.iter().any(|r| config.starts_with(r))
+                && !self.secret.iter().any(|s| config.starts_with(s))
+        })
     }
 
     /// The step's temporary directory, made on first use.
@@ -377,6 +373,7 @@ pub async fn run_sandboxed(
         tmp: tmp.clone(),
         protected: env.protected.clone(),
         hidden: env.hidden.clone(),
+        secret: env.secret.clone(),
         read: env.read.clone(),
         parent: std::process::id() as i32,
     };
@@ -402,6 +399,11 @@ pub async fn run_sandboxed(
     if env.mode != Mode::Off {
         // Well-behaved tools keep caches where the sandbox lets them write.
         command.env("XDG_CACHE_HOME", tmp.join("cache"));
+        // git would stop at a `~/.gitconfig` it may not read: unless the step's `read_paths`
+        // grant it (or its `env` names another), git in bash reads no global configuration.
+        if !env.vars.iter().any(|(k, _)| k == "GIT_CONFIG_GLOBAL") && !env.reads_gitconfig() {
+            command.env("GIT_CONFIG_GLOBAL", "/dev/null");
+        }
     }
     let mut child = command
         .spawn()

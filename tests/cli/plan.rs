@@ -105,6 +105,7 @@ fn check_json_shape(plan: &serde_json::Value) {
                 "price",
                 "project_memory",
                 "prompt",
+                "read_paths",
                 "run",
                 "sandbox",
                 "subagents",

@@ -16,6 +16,8 @@ pub struct Test {
     limits: Vec<(nix::sys::resource::Resource, u64)>,
     /// A file runner inherits open for writing as descriptor 7, as a shell's `7>file` does.
     fd7: Option<PathBuf>,
+    /// A program runner is started through (its path is the last argument before runner's).
+    wrapper: Vec<String>,
 }
 
 pub struct Output {
@@ -33,6 +35,7 @@ impl Test {
             env: Vec::new(),
             limits: Vec::new(),
             fd7: None,
+            wrapper: Vec::new(),
         }
     }
 
@@ -85,6 +88,13 @@ impl Test {
         self
     }
 
+    /// Starts runner through `program` (e.g. `unshare` with its options), which gets runner's
+    /// path and arguments after its own.
+    pub fn through(mut self, program: &[&str]) -> Self {
+        self.wrapper = program.iter().map(|a| a.to_string()).collect();
+        self
+    }
+
     /// Starts runner with `path` open for writing as its descriptor 7.
     pub fn inherit_fd7(mut self, path: &Path) -> Self {
         self.fd7 = Some(path.to_owned());
@@ -134,7 +144,14 @@ impl Test {
             .cwd
             .clone()
             .unwrap_or_else(|| self.dir.path().to_owned());
-        let mut command = Command::new(env!("CARGO_BIN_EXE_runner"));
+        let mut command = match self.wrapper.split_first() {
+            Some((program, args)) => {
+                let mut command = Command::new(program);
+                command.args(args).arg(env!("CARGO_BIN_EXE_runner"));
+                command
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_runner")),
+        };
         command
             .args(&self.args)
             .current_dir(cwd)
