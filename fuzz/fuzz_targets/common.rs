@@ -7,6 +7,7 @@
 use runner::agent::AgentCatalog;
 use runner::error::{Problem, Renderer};
 use runner::plan::{PlanOptions, build_plan, render};
+use runner::sandbox::Support;
 use runner::tools::Registry;
 use runner::workflow::load::load_workflow_source;
 use runner::workflow::source::{SourceFile, Syntax};
@@ -22,8 +23,11 @@ pub fn plan_text(name: &str, text: &str, syntax: Syntax) {
     let (plan, problems) = build_plan(&loaded, &catalog, &registry, &PlanOptions::default());
     show(&problems);
     if let Some(plan) = plan {
-        let _ = render::to_text(&plan);
-        let _ = render::to_json(&plan);
+        // Both ways a machine can be: with Landlock (ABI 4) and without (0).
+        for landlock_abi in [0, 4] {
+            let _ = render::to_text(&plan, Support { landlock_abi });
+            let _ = render::to_json(&plan, Support { landlock_abi });
+        }
         let _ = render::to_mermaid(&plan);
         let _ = render::to_dot(&plan);
     }
