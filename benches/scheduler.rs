@@ -259,6 +259,7 @@ fn overhead(runtime: &tokio::runtime::Runtime) {
             only: BTreeSet::new(),
             run_id: None,
             interrupt: CancellationToken::new(),
+            last_saved: Default::default(),
         };
         let started = Instant::now();
         let record = runtime

@@ -124,6 +124,10 @@ pub struct StepRecord {
     /// The run this result was taken from, when `--resume` reused it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reused_from: Option<String>,
+    /// The run whose conversation this step went on from (`--resume RUN --continue`): its
+    /// transcript holds the earlier turns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continued_from: Option<String>,
     /// Subagents the step started with `task`, in the order they finished. Their tokens are in
     /// the step's counts too.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -208,6 +212,7 @@ impl StepRecord {
             diff: None,
             fingerprint: String::new(),
             reused_from: None,
+            continued_from: None,
             subagents: Vec::new(),
             cost_usd: None,
             checks: Vec::new(),
@@ -600,6 +605,22 @@ impl RunRecord {
     }
 
     /// The record as JSON, every known secret hidden.
+    /// The record of a run that ends at once (a second Ctrl-C): interrupted, and what was still
+    /// going cancelled, as the normal end would have recorded them.
+    pub fn abandon(&mut self) {
+        self.status = RunStatus::Interrupted;
+        for step in self.steps.values_mut() {
+            for instance in &mut step.instances {
+                if !instance.status.is_finished() {
+                    instance.status = StepStatus::Cancelled;
+                }
+            }
+            if !step.status.is_finished() {
+                step.status = StepStatus::Cancelled;
+            }
+        }
+    }
+
     pub fn to_json(&self) -> String {
         crate::secrets::redact_owned(crate::terminal::to_json_pretty(self).unwrap_or_default())
     }

@@ -38,16 +38,28 @@ pub fn clean(args: CleanArgs, io: &mut Io<'_>) -> Exit {
             kept_trees.insert(format!("runner/{}/{}", tree.run, tree.step));
         }
     };
+    // Whatever worktree has a branch checked out keeps it, runner's or not, unless this clean
+    // removes that worktree first; a dry run counts what it would remove, so that it says
+    // exactly what the real run does.
+    let checked_out = repo.checked_out();
+    let mut gone: std::collections::BTreeSet<camino::Utf8PathBuf> = Default::default();
     // Worktrees come first (`Repo::leftovers`), so their branches are known kept in time.
     for leftover in repo.leftovers() {
         let shown = crate::terminal::clean(&leftover.to_string()).into_owned();
         if let LeftoverKind::Branch(branch) = &leftover.what
-            && kept_trees.contains(branch)
+            && (kept_trees.contains(branch)
+                || checked_out
+                    .get(branch)
+                    .is_some_and(|tree| !gone.contains(tree)))
         {
             kept += 1;
             let _ = writeln!(io.out, "kept {shown}: its worktree is kept");
             continue;
         }
+        let removing = match &leftover.what {
+            LeftoverKind::Worktree(tree) => Some(tree.path()),
+            _ => None,
+        };
         if let LeftoverKind::NotRunners(_) = &leftover.what {
             kept += 1;
             let why = leftover.work.as_deref().unwrap_or("not runner's");
@@ -76,12 +88,14 @@ pub fn clean(args: CleanArgs, io: &mut Io<'_>) -> Exit {
         }
         if args.dry_run {
             removed += 1;
+            gone.extend(removing);
             let _ = writeln!(io.out, "{verb} {shown}");
             continue;
         }
         match repo.remove_leftover(&leftover) {
             Ok(()) => {
                 removed += 1;
+                gone.extend(removing);
                 let _ = writeln!(io.out, "{verb} {shown}");
             }
             Err(err) => {

@@ -74,7 +74,8 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
         return Exit::Unexpected;
     };
     let interrupt = CancellationToken::new();
-    watch_signals(&runtime, interrupt.clone());
+    let last_saved = crate::report::record::LastSaved::default();
+    watch_signals(&runtime, interrupt.clone(), last_saved.clone());
     let (executor, mcp) = executor(&args, &plan, &workdir, &state_dir, tapes, &keys, io);
     let options = RunOptions {
         workdir,
@@ -85,6 +86,7 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
         only,
         run_id: Some(run_id),
         interrupt,
+        last_saved,
     };
     warn_uncommitted(&plan, &options.workdir, io);
     let mut sinks = match sinks(&args, &plan, &options.only) {
@@ -382,10 +384,20 @@ fn finish(
     }
 }
 
+/// Signals within this long of the first are the same interrupt: `timeout` (and a CI runner
+/// cancelling a job) signals runner and then its whole process group at once, and Ctrl-C in a
+/// terminal reaches the group too (docs/src/runs.md "Scheduling and failures").
+const SAME_INTERRUPT: Duration = Duration::from_secs(1);
+
 /// The first SIGINT/SIGTERM stops the run (running steps are cancelled, `run.json` says
-/// `interrupted`); a second exits at once. The handlers are installed before the run starts, so
-/// a signal cannot slip in between.
-fn watch_signals(runtime: &tokio::runtime::Runtime, interrupt: CancellationToken) {
+/// `interrupted`); signals within [`SAME_INTERRUPT`] of it count as the same one. A later one
+/// exits at once, after writing the newest `run.json` as interrupted. The handlers are
+/// installed before the run starts, so a signal cannot slip in between.
+fn watch_signals(
+    runtime: &tokio::runtime::Runtime,
+    interrupt: CancellationToken,
+    saved: crate::report::record::LastSaved,
+) {
     use tokio::signal::unix::{SignalKind, signal};
     let _entered = runtime.enter();
     let (Ok(mut int), Ok(mut term)) = (
@@ -403,21 +415,36 @@ fn watch_signals(runtime: &tokio::runtime::Runtime, interrupt: CancellationToken
         if first.is_none() {
             return;
         }
+        let first_at = tokio::time::Instant::now();
         let _ = writeln!(
             crate::out::stderr(),
             "interrupted: stopping running steps (again to exit at once)"
         );
         interrupt.cancel();
-        let second = tokio::select! {
-            got = int.recv() => got,
-            got = term.recv() => got,
-        };
-        if second.is_some() {
-            // Exiting skips the live display's cleanup: show the cursor it hid.
-            if crate::out::stderr_is_terminal() {
-                let _ = write!(crate::out::stderr(), "\x1b[?25h");
+        loop {
+            let next = tokio::select! {
+                got = int.recv() => got,
+                got = term.recv() => got,
+            };
+            if next.is_none() {
+                return;
             }
-            std::process::exit(i32::from(Exit::Interrupted.code()));
+            if first_at.elapsed() >= SAME_INTERRUPT {
+                break;
+            }
         }
+        let said = match saved.abandon() {
+            Ok(Some(dir)) => {
+                format!("interrupted again: exiting at once; {dir}/run.json says interrupted")
+            }
+            Ok(None) => "interrupted again: exiting at once".to_owned(),
+            Err(err) => format!("interrupted again: exiting at once; run.json: {err}"),
+        };
+        let _ = writeln!(crate::out::stderr(), "{said}");
+        // Exiting skips the live display's cleanup: show the cursor it hid.
+        if crate::out::stderr_is_terminal() {
+            let _ = write!(crate::out::stderr(), "\x1b[?25h");
+        }
+        std::process::exit(i32::from(Exit::Interrupted.code()));
     });
 }

@@ -18,6 +18,9 @@ pub fn runs(args: RunsArgs, io: &mut Io<'_>) -> Exit {
             crate::terminal::clean(why)
         );
     }
+    let status = |run: &crate::run::records::Summary| {
+        crate::run::lock::shown_status(&state_dir.join("runs").join(&run.run_id), run.status)
+    };
     if args.format == Format::Json {
         let list: Vec<serde_json::Value> = runs
             .iter()
@@ -25,7 +28,7 @@ pub fn runs(args: RunsArgs, io: &mut Io<'_>) -> Exit {
                 serde_json::json!({
                     "run_id": run.run_id,
                     "workflow": run.workflow,
-                    "status": run.status.as_str(),
+                    "status": status(run).as_str(),
                     "started_at": run.started_at,
                     "duration_ms": run.duration_ms,
                     "cost_usd": run.cost_usd,
@@ -56,7 +59,7 @@ pub fn runs(args: RunsArgs, io: &mut Io<'_>) -> Exit {
                 if run.ours { "" } else { " (not yours)" }
             ),
             crate::terminal::clean(&run.workflow).into_owned(),
-            run.status.as_str().to_owned(),
+            status(run).as_str().to_owned(),
             crate::terminal::clean(&run.started_at).into_owned(),
             crate::units::seconds(run.duration_ms),
             run.cost_usd

@@ -126,6 +126,7 @@ fn show_step(
             "status": entry.status.as_str(),
             "summary": entry.summary,
             "error": entry.error,
+            "continued_from": entry.continued_from,
             "turns": turns,
             "events": notes,
         });
@@ -145,6 +146,12 @@ fn show_step(
         entry.turns,
         entry.tool_calls
     );
+    if let Some(earlier) = &entry.continued_from {
+        let _ = writeln!(
+            io.out,
+            "continues the conversation of run {earlier}: its first turn here sends the earlier turns again (`runner show {earlier} {step}` shows them)"
+        );
+    }
     for turn in &turns {
         let tokens = |key: &str| turn.usage[key].as_u64().unwrap_or(0);
         let _ = writeln!(

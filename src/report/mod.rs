@@ -261,9 +261,12 @@ pub fn summary_table_within(
     }) {
         if let (Some(path), Some(branch)) = (&r.worktree, &r.branch) {
             let how = if r.status == StepStatus::Cancelled {
-                "its changes uncommitted"
+                format!(
+                    "its changes committed there as work in progress: `--resume {} --continue` goes on from them",
+                    record.run_id
+                )
             } else {
-                "its changes committed there"
+                "its changes committed there".to_owned()
             };
             let _ = writeln!(
                 out,

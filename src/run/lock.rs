@@ -47,3 +47,16 @@ pub fn is_running(run_dir: &Utf8Path) -> bool {
     }
     Flock::lock(file, FlockArg::LockSharedNonblock).is_err()
 }
+
+/// The status a run shows: one whose record still says `running` while no runner holds its lock
+/// ended without saying so (killed, or a power cut), and shows as `interrupted`.
+pub fn shown_status(
+    run_dir: &Utf8Path,
+    recorded: crate::record::RunStatus,
+) -> crate::record::RunStatus {
+    use crate::record::RunStatus;
+    match recorded {
+        RunStatus::Running if !is_running(run_dir) => RunStatus::Interrupted,
+        status => status,
+    }
+}

@@ -43,6 +43,9 @@ pub struct RunOptions {
     pub run_id: Option<String>,
     /// Cancelled on SIGINT/SIGTERM.
     pub interrupt: CancellationToken,
+    /// The newest `run.json`, for a run that ends at once (a second Ctrl-C) to write as
+    /// interrupted.
+    pub last_saved: crate::report::record::LastSaved,
 }
 
 /// Why a run could not start.

@@ -101,8 +101,10 @@ pub enum Keep {
     /// It failed or timed out: its changes are committed on its branch, and the worktree stays
     /// where it is, to look into or go on from.
     Tree,
-    /// It was interrupted: the worktree stays as it was, uncommitted.
-    Uncommitted,
+    /// It was interrupted: its changes are committed on its branch as work in progress, so that
+    /// `--resume RUN --continue` starts from the files the conversation describes, and the
+    /// worktree stays where it is.
+    InProgress,
 }
 
 /// Runs git with the safe configuration. `repo` is `(git dir, work tree)`; `None` lets git find
@@ -329,20 +331,16 @@ impl Repo {
         let changed = !in_tree(&["status", "--porcelain", "--ignore-submodules=all"])?
             .trim()
             .is_empty();
-        if changed && keep == Keep::Uncommitted {
-            return Ok(Finished {
-                branch: Some(tree.branch.clone()),
-                diff: String::new(),
-                kept: Some(tree.path.clone()),
-            });
-        }
         let mut finished = Finished {
             branch: None,
             diff: String::new(),
             kept: None,
         };
         if changed {
-            let message = format!("runner: {step}");
+            let message = match keep {
+                Keep::InProgress => format!("runner: {step} (work in progress: interrupted)"),
+                _ => format!("runner: {step}"),
+            };
             in_tree(&["commit", "--quiet", "--no-verify", "-m", &message])?;
         }
         // A tree that started from an earlier run's branch (`--continue`) holds that work as
@@ -358,7 +356,7 @@ impl Repo {
                 "HEAD",
             ])?;
             finished.branch = Some(tree.branch.clone());
-            if keep == Keep::Tree {
+            if keep != Keep::Nothing {
                 finished.kept = Some(tree.path.clone());
                 return Ok(finished);
             }

@@ -1,5 +1,5 @@
 //! Nothing a user made is thrown away (docs/src/runs.md "Worktrees"): a worktree step that fails keeps its
-//! worktree (its changes committed on its branch) and Ctrl-C keeps it uncommitted, each said
+//! worktree (its changes committed on its branch) and Ctrl-C commits them there as work in progress, each said
 //! with its path and branch; `--resume` leaves such a worktree alone; `runner clean` lists and
 //! removes what finished runs left, and what holds work only with `--force`.
 
@@ -113,7 +113,7 @@ async fn a_failed_worktree_step_keeps_its_worktree_and_clean_removes_it_in_steps
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn ctrl_c_keeps_the_work_and_resume_leaves_it() {
+async fn ctrl_c_keeps_the_work_on_the_branch_and_resume_keeps_it() {
     let fake = Fake::anthropic(vec![
         anthropic_tool(
             "t1",
@@ -171,21 +171,33 @@ async fn ctrl_c_keeps_the_work_and_resume_leaves_it() {
         .unwrap_or_else(|| panic!("{stderr}"))
         .to_owned();
     assert!(
-        kept.ends_with("(its changes uncommitted); `runner clean` removes it when you are done"),
+        kept.contains("(its changes committed there as work in progress: `--resume ")
+            && kept.ends_with(
+                " --continue` goes on from them); `runner clean` removes it when you are done"
+            ),
         "{kept}"
     );
-    let tree = kept
+    let (tree, branch) = kept
         .trim_start_matches("kept: s: its worktree at ")
-        .split(" on branch ")
-        .next()
-        .unwrap()
-        .to_owned();
+        .split_once(" on branch ")
+        .map(|(tree, rest)| {
+            (
+                tree.to_owned(),
+                rest.split(' ').next().unwrap_or_default().to_owned(),
+            )
+        })
+        .unwrap();
     assert!(
         std::path::Path::new(&tree).join("half.txt").is_file(),
         "{tree}"
     );
+    assert_eq!(
+        git(test.path(), &["show", &format!("{branch}:half.txt")]),
+        "half\n"
+    );
 
-    // Resuming reruns the step in a worktree of its own and leaves this one, saying so.
+    // Resuming reruns the step in a worktree of its own; the old tree holds nothing its branch
+    // does not, so it goes, and the branch with the work stays.
     let fake = Fake::anthropic(vec![anthropic_text("done")]).await;
     let (out, test) = test
         .anthropic_api(&fake.uri(), KEY)
@@ -194,22 +206,25 @@ async fn ctrl_c_keeps_the_work_and_resume_leaves_it() {
         .await;
     assert_eq!(out.status, 0, "{}", out.transcript());
     assert!(
-        out.stderr.contains(&format!(
-            "note: left the worktree of step `s` at {tree} as it is: it holds 1 uncommitted change"
-        )),
+        out.stderr
+            .contains("note: removed the worktree of step `s` (left by run "),
         "{}",
         out.stderr
     );
-    assert!(std::path::Path::new(&tree).join("half.txt").is_file());
+    assert!(!std::path::Path::new(&tree).exists());
+    assert_eq!(
+        git(test.path(), &["show", &format!("{branch}:half.txt")]),
+        "half\n"
+    );
     let (out, test) = clean(test, &[]);
     assert!(
         out.stdout.contains(&format!(
-            "kept worktree {tree}: it holds 1 uncommitted change"
+            "kept branch {branch}: it holds 1 commit not pushed anywhere"
         )),
         "{}",
         out.stdout
     );
-    let (out, _test) = clean(test, &["--force"]);
+    let (out, test) = clean(test, &["--force"]);
     assert_eq!(out.status, 0, "{}", out.transcript());
-    assert!(!std::path::Path::new(&tree).exists());
+    assert_eq!(branches(&test).trim(), "");
 }

@@ -31,6 +31,7 @@ mod race;
 mod reads;
 mod real_tools;
 mod records;
+mod recovery;
 mod redaction;
 mod report;
 mod run;

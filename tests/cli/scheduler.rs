@@ -164,6 +164,7 @@ fn start_with(
         only: BTreeSet::new(),
         run_id: None,
         interrupt,
+        last_saved: Default::default(),
     };
     let executor: Arc<dyn Executor> = Arc::new(channels.clone());
     let run = tokio::spawn(async move {
@@ -422,6 +423,7 @@ async fn a_step_that_panics_fails_alone() {
         only: BTreeSet::new(),
         run_id: None,
         interrupt: CancellationToken::new(),
+        last_saved: Default::default(),
     };
     let record = run::execute(&plan, Arc::new(Panics), &options, &mut Sinks::default())
         .await

@@ -135,6 +135,7 @@ async fn a_tool_and_a_model_api_plug_in_by_registration() {
         only: BTreeSet::new(),
         run_id: None,
         interrupt: CancellationToken::new(),
+        last_saved: Default::default(),
     };
     let record = run::execute(&plan, executor, &options, &mut Sinks::default())
         .await

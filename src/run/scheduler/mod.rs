@@ -135,6 +135,7 @@ pub async fn execute(
     sinks.add(RecordSink::new(
         run_out.try_clone().map_err(storage)?,
         record.clone(),
+        options.last_saved.clone(),
     ));
     sinks.add(TranscriptSink::new(run_out));
     let pump = Pump::start(std::mem::take(sinks));
@@ -461,6 +462,22 @@ impl Scheduler<'_> {
             .filter(|e| e.branch.is_some())
             .and(self.options.resume.as_ref())
             .map(|resumed| resumed.run_id.clone());
+        // Work the earlier run could not commit (it was killed, or exited at a second Ctrl-C)
+        // is not on the branch: going on without it, the conversation and the files disagree.
+        if let (Some(repo), Some(resumed), Some(_), Isolation::Worktree) = (
+            &self.repo,
+            self.options.resume.as_ref(),
+            &earlier,
+            step.isolation,
+        ) && let Some((path, work)) = repo.uncommitted_work(&resumed.run_id, &tree_name)
+        {
+            let why = format!(
+                "cannot continue: its worktree from run {} at {path} holds {work} that its branch does not (the run ended before runner could commit them); commit them there (`git -C {path} add -A && git -C {path} commit -m wip`) and continue again, or resume without `--continue` to start the step afresh",
+                resumed.run_id
+            );
+            self.finish_unstarted(unit, Outcome::failed(FailureKind::Worktree, why));
+            return None;
+        }
         let tree = match (&self.repo, step.isolation) {
             (Some(repo), Isolation::Worktree) => {
                 match repo.add_from(&self.record.run_id, &tree_name, start_from.as_deref()) {
@@ -477,10 +494,15 @@ impl Scheduler<'_> {
             .as_ref()
             .map_or_else(|| workdir.to_owned(), |t| t.workdir.clone());
         let queued = self.ready_at.remove(&unit).map(|at| at.elapsed());
+        let start_from_run = earlier
+            .as_ref()
+            .and(self.options.resume.as_ref())
+            .map(|resumed| resumed.run_id.clone());
         let entry = self.entry(unit);
         entry.status = StepStatus::Running;
         entry.started_at = Some(jiff::Timestamp::now().to_string());
         entry.queue_ms = queued.map(|wait| wait.as_millis() as u64);
+        entry.continued_from = start_from_run;
         self.emit(EventKind::StepStarted {
             step: id.clone(),
             agent: step.agent.clone(),
@@ -562,7 +584,7 @@ impl Scheduler<'_> {
             // Work is never thrown away: a step that did not succeed keeps a worktree that
             // holds changes, and the table says where (docs/src/runs.md "Worktrees").
             let keep = match entry.status {
-                _ if cancelled => Keep::Uncommitted,
+                _ if cancelled => Keep::InProgress,
                 StepStatus::Succeeded => Keep::Nothing,
                 _ => Keep::Tree,
             };

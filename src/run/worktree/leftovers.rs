@@ -41,6 +41,37 @@ impl Repo {
         }
     }
 
+    /// The work that run `run_id` left uncommitted in the worktree of `tree` (a step, or an
+    /// instance's `X.0`), with where it is: what `--continue` cannot go on from, since it
+    /// starts from that step's branch (docs/src/runs.md "Resume").
+    pub fn uncommitted_work(&self, run_id: &str, tree: &str) -> Option<(Utf8PathBuf, String)> {
+        self.owned_trees()
+            .trees
+            .into_iter()
+            .find(|t| t.run == run_id && t.step == tree)
+            .and_then(|t| self.tree_work(&t.path()).map(|work| (t.path(), work)))
+    }
+
+    /// The branches git has checked out in a worktree, each with where: git refuses to delete
+    /// one, and the work in that worktree goes on from it.
+    pub fn checked_out(&self) -> std::collections::BTreeMap<String, Utf8PathBuf> {
+        let listed = self
+            .main(&["worktree", "list", "--porcelain"])
+            .unwrap_or_default();
+        let mut found = std::collections::BTreeMap::new();
+        let mut path = None;
+        for line in listed.lines() {
+            if let Some(tree) = line.strip_prefix("worktree ") {
+                path = Some(Utf8PathBuf::from(tree));
+            } else if let (Some(branch), Some(tree)) =
+                (line.strip_prefix("branch refs/heads/"), &path)
+            {
+                found.insert(branch.to_owned(), tree.clone());
+            }
+        }
+        found
+    }
+
     /// What a branch holds that would be lost with it: commits that neither the checkout's HEAD
     /// nor any remote-tracking branch has.
     fn branch_work(&self, branch: &str) -> Option<String> {
