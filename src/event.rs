@@ -109,8 +109,9 @@ pub enum EventKind {
         duration_ms: u64,
         output: String,
     },
-    /// The step reached its last allowed turn: that request offers no tools and asks for the
-    /// final answer.
+    /// The step reached its last allowed turn: that request allows no tool call (the tools stay
+    /// offered, with `tool_choice: none`, so the cached prefix holds) and asks for the final
+    /// answer.
     OutOfTurns { step: String, turn: u32 },
     /// Old tool results were replaced by one-line stubs to keep the conversation inside its
     /// window (docs/src/runs.md, "Context that lasts"). The next `turn_started` carries the

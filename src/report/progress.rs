@@ -123,7 +123,7 @@ fn note_line(label: &str, event: &Event) -> String {
             terminal::clean(error)
         ),
         EventKind::OutOfTurns { turn, .. } => format!(
-            "warning: out of turns: turn {turn} is its last (max_turns), so it offers no tools and asks for the final answer"
+            "warning: out of turns: turn {turn} is its last (max_turns), so it allows no tool call (the tools stay offered, with `tool_choice: none`) and asks for the final answer"
         ),
         EventKind::ContextCleared {
             turn,

@@ -219,7 +219,7 @@ pub fn conversation(
     agent: Option<&str>,
 ) -> Result<Vec<crate::provider::message::Message>, String> {
     use crate::provider::format::{anthropic, openai};
-    use crate::provider::message::{Block, Message};
+    use crate::provider::message::{Block, Message, Role};
     use serde_json::Value;
     let mut outputs: BTreeMap<String, String> = BTreeMap::new();
     let mut messages: Vec<Message> = Vec::new();
@@ -271,8 +271,20 @@ pub fn conversation(
                         .map_err(|err| format!("`{path}`: a message cannot be read: {err}"))?;
                     added.push(message);
                 }
-                // The whole conversation again: it starts with the same first message.
-                if !messages.is_empty() && added.first() == messages.first() {
+                // The whole conversation again (after a clearing, a compaction, or a summary
+                // request): a request that adds to the last one adds from its reply on, so it
+                // starts with the assistant; a whole one starts with the task. Its first
+                // message need not equal the first so far (compaction appends the summary to
+                // it), but it begins with the same block.
+                let task = |m: Option<&Message>| {
+                    m.filter(|m| m.role == Role::User)
+                        .and_then(|m| m.content.first())
+                        .cloned()
+                };
+                if !messages.is_empty()
+                    && task(added.first())
+                        .is_some_and(|first| Some(first) == task(messages.first()))
+                {
                     messages.clear();
                 }
                 messages.extend(added);

@@ -186,7 +186,7 @@ impl Executor for ModelExecutor {
                     true => session::prompt::first_message(&workdir, &job.prompt),
                     false => String::new(),
                 },
-                history: job.history,
+                history: session::prompt::continued(job.history, step.settings.max_turns),
                 shared_until: None,
                 max_turns: step.settings.max_turns,
                 max_tokens: step.settings.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),

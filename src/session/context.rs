@@ -215,13 +215,22 @@ fn what_it_named(input: &Value) -> String {
 /// The instruction that asks the step's model for its summary.
 pub const SUMMARY_REQUEST: &str = "Your context window is nearly full, so this conversation will be compacted. Write a summary for yourself to carry on from, in place of everything so far: the task as you were given it, what you found, the decisions you made and why, every file you changed and how, what you tried that failed, and what remains to do, in order. Be specific: name files, functions and commands. Answer with the summary only; make no tool calls.";
 
+/// How the summary a compaction leaves in the first message begins.
+const COMPACTED_NOTE: &str =
+    "[The conversation so far was compacted to fit the context window. Your summary of it:]";
+
 /// The conversation after compaction: the first message with the summary after it, then the
 /// newest turn (the last reply and what answered it), so the work goes on where it was.
 pub fn compacted(messages: &[Message], summary: &str) -> Vec<Message> {
     let mut out: Vec<Message> = messages.first().cloned().into_iter().collect();
-    let text = format!(
-        "[The conversation so far was compacted to fit the context window. Your summary of it:]\n\n{summary}"
-    );
+    // A new summary is of everything so far, the earlier summary included: it takes that one's
+    // place rather than following it.
+    if let Some(first) = out.first_mut() {
+        first.content.retain(
+            |block| !matches!(block, Block::Text { text } if text.starts_with(COMPACTED_NOTE)),
+        );
+    }
+    let text = format!("{COMPACTED_NOTE}\n\n{summary}");
     super::push_user_text(&mut out, text);
     // The newest turn: from the last assistant message on, when it is not the first message.
     if let Some(at) = messages.iter().rposition(|m| m.role == Role::Assistant)
@@ -299,6 +308,10 @@ mod tests {
         assert_eq!(out[0].role, Role::User);
         assert!(matches!(&out[0].content[1], Block::Text { text } if text.ends_with("did things")));
         assert_eq!(out[1..], messages[5..]);
+        // Compacted again: the new summary takes the old one's place.
+        let again = compacted(&out, "did more");
+        assert_eq!(again[0].content.len(), 2, "{:?}", again[0]);
+        assert!(matches!(&again[0].content[1], Block::Text { text } if text.ends_with("did more")));
     }
 
     #[test]

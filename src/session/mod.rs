@@ -432,10 +432,7 @@ impl Turns<'_, '_> {
         });
         push_user_text(
             &mut request.messages,
-            format!(
-                "This is your last turn (max_turns = {}): no more tool calls. Give your final answer now with what you have found, and say plainly what is left undone.",
-                self.session.max_turns
-            ),
+            prompt::last_turn_note(self.session.max_turns),
         );
     }
 

@@ -7,6 +7,7 @@ use std::io::Read as _;
 
 use serde_json::Value;
 
+use crate::provider::message::{Block, Message, Role};
 use crate::tools::confine::Workspace;
 
 /// The project memory files agents get, in the order looked for: Claude Code's, then the one
@@ -72,6 +73,38 @@ pub fn system_prompt(agent_prompt: &str, output_schema: Option<&Value>) -> Strin
         ));
     }
     text
+}
+
+/// How the note of a step's last allowed turn begins (see [`last_turn_note`]).
+const LAST_TURN_NOTE: &str = "This is your last turn (max_turns = ";
+
+/// The note the last allowed turn adds: no more calls, answer now.
+pub fn last_turn_note(max_turns: u32) -> String {
+    format!(
+        "{LAST_TURN_NOTE}{max_turns}): no more tool calls. Give your final answer now with what you have found, and say plainly what is left undone."
+    )
+}
+
+/// A step's conversation read back to go on from (`--resume RUN --continue`). The earlier run's
+/// last-turn note no longer holds (tools may be called again, and `max_turns` counts the turns
+/// of this continuation: docs/src/runs.md "Resume"); a model told "no more tool calls" obeys and
+/// stops, so the note goes, and a word that the step goes on takes its place.
+pub fn continued(mut history: Vec<Message>, max_turns: u32) -> Vec<Message> {
+    let Some(last) = history.last_mut().filter(|m| m.role == Role::User) else {
+        return history;
+    };
+    let before = last.content.len();
+    last.content
+        .retain(|block| !matches!(block, Block::Text { text } if text.starts_with(LAST_TURN_NOTE)));
+    if last.content.len() < before {
+        last.content.push(Block::Text {
+            text: format!(
+                "The step goes on from here with {max_turns} more turn{} (max_turns), and tool calls are allowed again: carry on with the task where you left off.",
+                if max_turns == 1 { "" } else { "s" }
+            ),
+        });
+    }
+    history
 }
 
 /// The step's first message: where it runs, then its rendered prompt.

@@ -391,3 +391,121 @@ async fn clean_keeps_the_branch_a_kept_worktree_has_checked_out() {
     );
     assert!(Path::new(&tree).join("late.txt").is_file());
 }
+
+/// A model that reads `data/f0.txt`, `data/f1.txt`, ... one a turn, summarises when runner asks
+/// it to compact, and answers on a turn that allows no tool call. Its usage reports a request's
+/// tokens as its JSON's bytes over four.
+fn reader(body: &Value) -> wiremock::ResponseTemplate {
+    let tokens = body.to_string().len() / 4;
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let last = messages.last().map(Value::to_string).unwrap_or_default();
+    let read = body.to_string().matches("MARK-f").count();
+    let (content, stop) = if last.contains("will be compacted") {
+        (
+            json!([{"type": "text", "text": "SUMMARY: read the first files; go on with the next."}]),
+            "end_turn",
+        )
+    } else if body["tool_choice"]["type"] == "none" {
+        (json!([{"type": "text", "text": "PARTIAL"}]), "end_turn")
+    } else {
+        let n = last
+            .rfind("MARK-f")
+            .and_then(|at| last[at + 6..].split('\\').next()?.parse::<usize>().ok())
+            .map_or(read, |n| n + 1);
+        (
+            json!([{"type": "tool_use", "id": format!("t{n}"), "name": "read_file",
+                "input": {"path": format!("data/f{n}.txt")}}]),
+            "tool_use",
+        )
+    };
+    wiremock::ResponseTemplate::new(200).set_body_json(json!({
+        "type": "message", "role": "assistant", "content": content, "stop_reason": stop,
+        "usage": {"input_tokens": tokens, "output_tokens": 20}
+    }))
+}
+
+/// Roles alternate, starting with the user's.
+fn alternates(messages: &[Value]) -> bool {
+    messages
+        .iter()
+        .enumerate()
+        .all(|(i, m)| m["role"] == if i % 2 == 0 { "user" } else { "assistant" })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn continue_after_a_compaction_sends_the_compacted_conversation_without_a_stale_last_turn() {
+    let workflow = |max_turns: u32| {
+        format!(
+            "{HEAD}[steps.read]\nagent = \"explore\"\nmax_turns = {max_turns}\ncontext_window = 12000\nkeep_tool_results = 1000\nchecks = [\"test -f ok.txt\"]\ncheck_retries = 0\nprompt = \"TASK-READ the data files, one a turn.\"\n"
+        )
+    };
+    let mut test = Test::new().file("w.toml", &workflow(8));
+    for n in 0..20 {
+        let mut text = format!("MARK-f{n}\n");
+        while text.len() < 8000 {
+            text.push_str("lorem ipsum dolor sit amet consectetur adipiscing elit\n");
+        }
+        test = test.file(&format!("data/f{n}.txt"), &text);
+    }
+    let fake = Fake::anthropic_fn(reader).await;
+    let (out, test) = test
+        .anthropic_api(&fake.uri(), KEY)
+        .args(&["run", "w.toml", "--format", "json"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 1, "{}", out.transcript());
+    let first: Value = serde_json::from_str(&out.stdout).unwrap();
+    let step = &first["steps"]["read"];
+    assert!(step["compactions"].as_u64().unwrap_or(0) >= 1, "{step}");
+    assert_eq!(step["ran_out_of_turns"], true, "{step}");
+    let first = first["run_id"].as_str().unwrap().to_owned();
+
+    // Going on with a raised limit: two turns of its own.
+    let fake = Fake::anthropic_fn(reader).await;
+    let test = test
+        .file("w.toml", &workflow(2))
+        .file("ok.txt", "ok\n")
+        .clear_args();
+    let (out, _test) = test
+        .anthropic_api(&fake.uri(), KEY)
+        .args(&["run", "w.toml", "--resume", &first, "--continue"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let bodies = fake.bodies().await;
+    assert_eq!(
+        bodies.len(),
+        2,
+        "max_turns counts this continuation's turns"
+    );
+    let sent = &bodies[0];
+    let messages = sent["messages"].as_array().unwrap();
+    let text = sent["messages"].to_string();
+    assert!(alternates(messages), "roles do not alternate: {text}");
+    // From the compacted conversation: the task once, the summary once, nothing before it.
+    assert_eq!(text.matches("TASK-READ").count(), 1, "{text}");
+    assert_eq!(
+        text.matches("The conversation so far was compacted")
+            .count(),
+        1,
+        "{text}"
+    );
+    assert!(
+        !text.contains("MARK-f0\\n"),
+        "a result from before the compaction: {text}"
+    );
+    // No stale last turn: tools may be called, and the model is told so.
+    assert!(sent.get("tool_choice").is_none(), "{sent}");
+    assert!(!text.contains("This is your last turn"), "{text}");
+    assert!(
+        text.contains("The step goes on from here with 2 more turns (max_turns), and tool calls are allowed again"),
+        "{text}"
+    );
+    // Its own last turn is the second.
+    assert_eq!(bodies[1]["tool_choice"]["type"], "none");
+    assert!(
+        bodies[1]["messages"]
+            .to_string()
+            .contains("This is your last turn (max_turns = 2)")
+    );
+}

@@ -390,11 +390,15 @@ async fn the_last_turn_asks_for_the_answer_with_no_tools() {
             .to_string()
             .contains("This is your last turn (max_turns = 3)")
     );
+    // The warning says what the request does: the tools stay, no call is allowed.
     assert!(
-        out.stderr.contains("warning: out of turns"),
+        out.stderr.contains(
+            "warning: out of turns: turn 3 is its last (max_turns), so it allows no tool call (the tools stay offered, with `tool_choice: none`) and asks for the final answer"
+        ),
         "{}",
         out.stderr
     );
+    assert!(!out.stderr.contains("offers no tools"), "{}", out.stderr);
 }
 
 /// The ways OpenAI-compatible servers bend the stream, each taken where its meaning is clear:
