@@ -92,6 +92,10 @@ pub enum EventKind {
         cost_usd: Option<f64>,
         /// The reply as the API sent it.
         body: crate::provider::Raw,
+        /// The reply was cut off (the step's `timeout`, an interrupt) while it streamed: `usage`
+        /// is estimated from what had streamed, and `body` is empty.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        cut_off: bool,
     },
     ToolStarted {
         step: String,
@@ -348,24 +352,102 @@ pub struct Tally {
     pub ran_out_of_turns: bool,
     /// Times the step's own conversation was compacted.
     pub compactions: u32,
+    /// Some of `usage` is estimated: a reply cut off while it streamed.
+    pub tokens_estimated: bool,
+    /// Subagents started and not yet finished, as counted so far, with when they started.
+    running: std::collections::BTreeMap<String, (SubagentRecord, std::time::Instant)>,
+    /// Replies streaming now, by who asks (`None`: the step itself), with their tokens as
+    /// estimated so far: what a reply cut off by the step's end had used.
+    streaming: std::collections::BTreeMap<Option<String>, Usage>,
 }
 
 impl Tally {
+    /// Records the subagents still running when their step ended (its `timeout`, an
+    /// interrupt) as `cancelled`, with the tokens they had used, so that the listed subagents
+    /// add up to the step.
+    pub fn cancel_running(&mut self, why: &str) {
+        // Replies cut off mid-stream: their requests do not end with a reply that counts them.
+        // A subagent's task winds down after its step ends, so they are counted here, as the
+        // stream had them (docs/src/runs.md "Scheduling and failures").
+        for (agent, usage) in std::mem::take(&mut self.streaming) {
+            self.usage.add(&usage);
+            self.tokens_estimated = true;
+            if let Some((record, _)) = agent.and_then(|id| self.running.get_mut(&id)) {
+                record.input_tokens += usage.input_tokens;
+                record.output_tokens += usage.output_tokens;
+            }
+        }
+        for (_, (mut record, started)) in std::mem::take(&mut self.running) {
+            record.status = crate::record::StepStatus::Cancelled;
+            record.duration_ms = started.elapsed().as_millis() as u64;
+            record.error = Some(why.to_owned());
+            self.subagents.push(record);
+        }
+    }
+
+    /// A running subagent's counts, from its own events.
+    fn count_subagent(&mut self, event: &Event) {
+        let Some(running) = event.agent.as_ref().and_then(|id| self.running.get_mut(id)) else {
+            return;
+        };
+        let record = &mut running.0;
+        match &event.kind {
+            EventKind::TurnStarted { .. } => record.turns += 1,
+            EventKind::ToolStarted { .. } => record.tool_calls += 1,
+            EventKind::TurnFinished { usage, .. } => {
+                record.input_tokens += usage.input_tokens;
+                record.output_tokens += usage.output_tokens;
+                record.cache_creation_input_tokens += usage.cache_creation_input_tokens;
+                record.cache_read_input_tokens += usage.cache_read_input_tokens;
+            }
+            _ => {}
+        }
+    }
+
     fn count(&mut self, event: &Event) {
         // Turns and tool calls are the step's own; a subagent's show in its record.
         let own = event.agent.is_none();
+        if let EventKind::TurnFinished { .. } = event.kind {
+            self.streaming.remove(&event.agent);
+        }
+        self.count_subagent(event);
         match &event.kind {
+            EventKind::SubagentStarted {
+                id, agent, model, ..
+            } => {
+                let record = SubagentRecord {
+                    id: id.clone(),
+                    agent: agent.clone(),
+                    model: model.clone(),
+                    status: crate::record::StepStatus::Running,
+                    turns: 0,
+                    tool_calls: 0,
+                    input_tokens: 0,
+                    output_tokens: 0,
+                    cache_creation_input_tokens: 0,
+                    cache_read_input_tokens: 0,
+                    duration_ms: 0,
+                    error: None,
+                };
+                self.running
+                    .insert(id.clone(), (record, std::time::Instant::now()));
+            }
             EventKind::TurnStarted { .. } if own => self.turns += 1,
             EventKind::ToolStarted { .. } if own => self.tool_calls += 1,
             EventKind::TurnFinished {
-                usage, cost_usd, ..
+                usage,
+                cost_usd,
+                cut_off,
+                ..
             } => {
                 self.usage.add(usage);
+                self.tokens_estimated |= *cut_off;
                 if let Some(cost) = cost_usd {
                     *self.cost_usd.get_or_insert(0.0) += cost;
                 }
             }
             EventKind::SubagentFinished { record, .. } => {
+                self.running.remove(&record.id);
                 self.subagents.push((**record).clone());
             }
             EventKind::CheckFinished { record, .. } if own => {
@@ -439,6 +521,18 @@ impl Emitter {
 
     pub fn step(&self) -> &str {
         &self.step
+    }
+
+    /// A reply is streaming: its tokens so far, as estimated, until its `TurnFinished` counts
+    /// it (see [`Tally::cancel_running`]).
+    pub fn streaming(&self, usage: Usage) {
+        if let Some(tally) = &self.tally {
+            tally
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .streaming
+                .insert(self.agent.as_deref().map(str::to_owned), usage);
+        }
     }
 
     pub fn emit(&self, kind: EventKind) {

@@ -128,6 +128,10 @@ pub struct StepRecord {
     /// transcript holds the earlier turns.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub continued_from: Option<String>,
+    /// Some of its tokens are estimated: a reply cut off while it streamed (by `timeout` or an
+    /// interrupt) is counted from what had streamed (docs/src/runs.md "Scheduling and failures").
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tokens_estimated: bool,
     /// Subagents the step started with `task`, in the order they finished. Their tokens are in
     /// the step's counts too.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -213,6 +217,7 @@ impl StepRecord {
             fingerprint: String::new(),
             reused_from: None,
             continued_from: None,
+            tokens_estimated: false,
             subagents: Vec::new(),
             cost_usd: None,
             checks: Vec::new(),

@@ -164,6 +164,7 @@ mod tests {
                 },
                 cost_usd: Some(0.25),
                 body: json!({"content": [], "stop_reason": "end_turn"}).into(),
+                cut_off: false,
             },
             EventKind::TurnFinished {
                 step: "s".into(),
@@ -172,6 +173,7 @@ mod tests {
                 usage: Usage::default(),
                 cost_usd: None,
                 body: json!(null).into(),
+                cut_off: true,
             },
             EventKind::ToolStarted {
                 step: "s".into(),

@@ -403,6 +403,52 @@ struct Turns<'s, 'a> {
     given: text_call::Given,
 }
 
+/// A reply in flight. Dropped while armed (its future dropped by the step's `timeout` or an
+/// interrupt), it records the reply's tokens as estimated: the request's from the conversation's
+/// size, the reply's from the text streamed so far (4 characters a token), since the provider
+/// reports usage only with the reply's end (OpenAI-compatible servers in the last chunk). They
+/// are charged to the budgets and counted in the step's record, marked `tokens_estimated`.
+struct CutOff<'s, 'a> {
+    session: &'s Session<'a>,
+    step: &'s str,
+    turn: u32,
+    input_tokens: u64,
+    streamed: &'s std::sync::atomic::AtomicUsize,
+    /// Whether the reply began to stream: a request cut off before that has no reply to count.
+    began: std::sync::atomic::AtomicBool,
+    started: Instant,
+    armed: bool,
+}
+
+impl CutOff<'_, '_> {
+    fn usage(&self, chars: usize) -> Usage {
+        Usage {
+            input_tokens: self.input_tokens,
+            output_tokens: chars.div_ceil(4) as u64,
+            ..Usage::default()
+        }
+    }
+}
+
+impl Drop for CutOff<'_, '_> {
+    fn drop(&mut self) {
+        if !self.armed || !self.began.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        let usage = self.usage(self.streamed.load(std::sync::atomic::Ordering::Relaxed));
+        let cost_usd = self.session.meter.charge(&usage);
+        self.session.events.emit(EventKind::TurnFinished {
+            step: self.step.to_owned(),
+            turn: self.turn,
+            duration_ms: self.started.elapsed().as_millis() as u64,
+            usage,
+            cost_usd,
+            body: Value::Null.into(),
+            cut_off: true,
+        });
+    }
+}
+
 /// A model request that failed for good.
 fn model_failed(failure: &retry::ModelFailure) -> StepOutcome {
     StepOutcome::failed(
@@ -462,7 +508,23 @@ impl Turns<'_, '_> {
         let started = Instant::now();
         // Streamed replies show as they arrive, about every 25 tokens (4 characters a token).
         let shown = std::sync::atomic::AtomicU64::new(0);
+        let streamed = std::sync::atomic::AtomicUsize::new(0);
+        // Dropped with this future when the step times out or is interrupted mid-reply: what
+        // had streamed is charged and counted then (docs/src/runs.md "Scheduling and failures").
+        let mut cut = CutOff {
+            session,
+            step,
+            turn,
+            input_tokens: self.estimate.tokens(request),
+            streamed: &streamed,
+            began: std::sync::atomic::AtomicBool::new(false),
+            started,
+            armed: true,
+        };
         let arriving = |chars: usize| {
+            streamed.store(chars, std::sync::atomic::Ordering::Relaxed);
+            cut.began.store(true, std::sync::atomic::Ordering::Relaxed);
+            session.events.streaming(cut.usage(chars));
             // The reply has begun: the provider holds the prefix now.
             if let Some(opener) = &opener {
                 opener.open();
@@ -496,6 +558,7 @@ impl Turns<'_, '_> {
             &arriving,
         )
         .await;
+        cut.armed = false;
         drop(body);
         drop(opener);
         let exchange = sent?;
@@ -512,6 +575,7 @@ impl Turns<'_, '_> {
             usage: exchange.response.usage,
             cost_usd,
             body: exchange.raw,
+            cut_off: false,
         });
         Ok(exchange.response)
     }

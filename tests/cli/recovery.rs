@@ -509,3 +509,177 @@ async fn continue_after_a_compaction_sends_the_compacted_conversation_without_a_
             .contains("This is your last turn (max_turns = 2)")
     );
 }
+
+/// A model server on 127.0.0.1 for the Anthropic API that answers each request by its body:
+/// one that holds `hang` gets a stream that sends `text` in one delta and then nothing more
+/// (the connection held until runner lets go of it); any other gets `whole`, unstreamed.
+/// Returns its base URL.
+fn hanging_server(hang: &'static str, text: String, whole: Value) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let (text, whole) = (text.clone(), whole.clone());
+            std::thread::spawn(move || {
+                // The whole request: its head, then as many bytes as it says.
+                let mut request = Vec::new();
+                let mut buf = [0u8; 65536];
+                let body_at = loop {
+                    let Ok(n) = stream.read(&mut buf) else { return };
+                    if n == 0 {
+                        return;
+                    }
+                    request.extend_from_slice(&buf[..n]);
+                    if let Some(at) = request.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break at + 4;
+                    }
+                };
+                let head = String::from_utf8_lossy(&request[..body_at]).to_lowercase();
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|n| n.trim().parse().ok())
+                    .unwrap_or(0);
+                while request.len() < body_at + length {
+                    match stream.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let body = String::from_utf8_lossy(&request[body_at..]).into_owned();
+                if !body.contains(hang) {
+                    let reply = whole.to_string();
+                    let _ = write!(
+                        stream,
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{reply}",
+                        reply.len()
+                    );
+                    return;
+                }
+                let events = [
+                    json!({"type": "message_start", "message": {"id": "m", "type": "message", "role": "assistant", "model": "m", "content": [], "stop_reason": null, "usage": {"input_tokens": 500, "output_tokens": 1}}}),
+                    json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+                    json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
+                ];
+                let opening: String = events
+                    .iter()
+                    .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
+                    .collect();
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{opening}\r\n",
+                    opening.len()
+                );
+                let _ = stream.flush();
+                // Never more: wait for runner to close the connection.
+                while matches!(stream.read(&mut buf), Ok(n) if n > 0) {}
+            });
+        }
+    });
+    url
+}
+
+fn run_json(test: &Test, url: &str, workflow: &str) -> (crate::support::Output, Value) {
+    let test_dir = test.path().to_owned();
+    std::fs::write(test_dir.join("w.toml"), workflow).unwrap();
+    let out = Test::new()
+        .anthropic_api(url, KEY)
+        .args(&[
+            "run",
+            test_dir.join("w.toml").to_str().unwrap(),
+            "--workdir",
+            test_dir.to_str().unwrap(),
+            "--format",
+            "json",
+        ])
+        .run();
+    let record = serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("run.json on stdout ({e}):\n{}", out.transcript()));
+    (out, record)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reply_cut_off_by_the_timeout_counts_the_tokens_it_streamed() {
+    let url = hanging_server("MARK-slow", "x".repeat(400), json!({}));
+    let test = Test::new();
+    let (out, record) = run_json(
+        &test,
+        &url,
+        &format!(
+            "{HEAD}[steps.s]\nagent = \"explore\"\nprompt = \"MARK-slow look\"\ntimeout = \"2s\"\n"
+        ),
+    );
+    assert_eq!(out.status, 1, "{}", out.transcript());
+    let step = &record["steps"]["s"];
+    assert_eq!(step["error"], "timed out after 2s", "{step}");
+    // 400 characters streamed: 100 tokens, estimated; the request's from its size.
+    assert_eq!(step["output_tokens"], 100, "{step}");
+    assert!(step["input_tokens"].as_u64().unwrap() > 100, "{step}");
+    assert_eq!(step["tokens_estimated"], true, "{step}");
+    // The transcript has the cut-off turn with the same counts.
+    let id = record["run_id"].as_str().unwrap();
+    let transcript = std::fs::read_to_string(
+        test.path()
+            .join(format!(".runner/runs/{id}/steps/s/transcript.jsonl")),
+    )
+    .unwrap();
+    let turn: Value = transcript
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|e| e["event"] == "turn_finished")
+        .unwrap_or_else(|| panic!("{transcript}"));
+    assert_eq!(turn["cut_off"], true, "{turn}");
+    assert_eq!(turn["usage"]["output_tokens"], 100, "{turn}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subagent_still_running_at_the_timeout_is_recorded_as_cancelled_with_its_tokens() {
+    let lead = json!({
+        "id": "msg", "type": "message", "role": "assistant", "model": "m",
+        "content": [{"type": "tool_use", "id": "t1", "name": "task", "input": {
+            "description": "scan", "prompt": "MARK-sub list files", "subagent_type": "explore"}}],
+        "stop_reason": "tool_use",
+        "usage": {"input_tokens": 100, "output_tokens": 20}
+    });
+    let url = hanging_server("MARK-sub", "y".repeat(80), lead);
+    let test = Test::new();
+    let (out, record) = run_json(
+        &test,
+        &url,
+        &format!(
+            "{HEAD}[steps.lead]\nagent = \"explore\"\ntools = [\"read_file\", \"task\"]\nprompt = \"MARK-lead look\"\ntimeout = \"2s\"\n"
+        ),
+    );
+    assert_eq!(out.status, 1, "{}", out.transcript());
+    let step = &record["steps"]["lead"];
+    assert_eq!(step["error"], "timed out after 2s", "{step}");
+    let subagents = step["subagents"].as_array().unwrap();
+    assert_eq!(subagents.len(), 1, "{step}");
+    let sub = &subagents[0];
+    assert_eq!(sub["id"], "explore#1", "{sub}");
+    assert_eq!(sub["status"], "cancelled", "{sub}");
+    assert_eq!(
+        sub["error"], "still running when its step timed out after 2s",
+        "{sub}"
+    );
+    assert_eq!(sub["turns"], 1, "{sub}");
+    assert_eq!(sub["output_tokens"], 20, "80 characters streamed: {sub}");
+    // The listed subagents add up to the step: its own 100 + 20, and the subagent's.
+    let sum = |key: &str| {
+        100 * u64::from(key == "input_tokens")
+            + 20 * u64::from(key == "output_tokens")
+            + sub[key].as_u64().unwrap()
+    };
+    assert_eq!(
+        step["input_tokens"].as_u64().unwrap(),
+        sum("input_tokens"),
+        "{step}"
+    );
+    assert_eq!(
+        step["output_tokens"].as_u64().unwrap(),
+        sum("output_tokens"),
+        "{step}"
+    );
+}

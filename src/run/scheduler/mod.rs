@@ -553,7 +553,16 @@ impl Scheduler<'_> {
         };
         let id = self.unit_id(unit);
         let repo = self.repo.take();
-        let tally = std::mem::take(&mut *run.tally.lock().unwrap_or_else(PoisonError::into_inner));
+        let mut tally =
+            std::mem::take(&mut *run.tally.lock().unwrap_or_else(PoisonError::into_inner));
+        tally.cancel_running(&match &ended {
+            Ended::TimedOut(after) => format!(
+                "still running when its step timed out after {}",
+                crate::workflow::duration::format_duration(*after)
+            ),
+            Ended::Cancelled => "still running when its step was cancelled".to_owned(),
+            Ended::Done(_) => "still running when its step ended".to_owned(),
+        });
         let entry = self.entry(unit);
         entry.turns = tally.turns;
         entry.tool_calls = tally.tool_calls;
@@ -566,6 +575,7 @@ impl Scheduler<'_> {
         entry.checks = tally.checks;
         entry.ran_out_of_turns = tally.ran_out_of_turns;
         entry.compactions = tally.compactions;
+        entry.tokens_estimated = tally.tokens_estimated;
         entry.duration_ms = run.started.elapsed().as_millis() as u64;
         let cancelled = matches!(ended, Ended::Cancelled);
         let outcome = match ended {
