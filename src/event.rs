@@ -347,6 +347,8 @@ pub struct Tally {
     pub ran_out_of_turns: bool,
     /// Times the step's own conversation was compacted.
     pub compactions: u32,
+    /// Replayed requests that differed from their recording, its subagents' included.
+    pub replay_drift: u32,
 }
 
 impl Tally {
@@ -372,6 +374,7 @@ impl Tally {
             }
             EventKind::OutOfTurns { .. } if own => self.ran_out_of_turns = true,
             EventKind::ContextCompacted { .. } if own => self.compactions += 1,
+            EventKind::ReplayDrift { .. } => self.replay_drift += 1,
             _ => {}
         }
     }

@@ -36,7 +36,7 @@ pub fn finish_line(agent: &str, id: &str, record: &StepRecord) -> String {
             };
             // A fan-out says how its instances went instead of counting tools.
             let what = if record.instances.is_empty() {
-                format!("{} tools", record.tool_calls)
+                crate::units::count(record.tool_calls.into(), "tool", "tools")
             } else {
                 record.summary.clone()
             };
@@ -48,8 +48,18 @@ pub fn finish_line(agent: &str, id: &str, record: &StepRecord) -> String {
             if status != StepStatus::Succeeded
                 && let Some(error) = &record.error
             {
-                // Server and model text: no escape sequences reach the terminal.
-                line.push_str(&format!(": {}", terminal::clean(error)));
+                // Server and model text: no escape sequences reach the terminal. Only the
+                // reason's first line: the rest (a check's output) is under the table, once.
+                let clean = terminal::clean(error);
+                let mut lines = clean.trim_end().lines();
+                let first = lines.next().unwrap_or_default();
+                match lines.next() {
+                    Some(_) => line.push_str(&format!(
+                        ": {} (its output is under the table)",
+                        first.trim_end_matches(':')
+                    )),
+                    None => line.push_str(&format!(": {first}")),
+                }
             }
             line
         }
@@ -63,9 +73,9 @@ pub fn subagent_finish_line(label: &str, record: &SubagentRecord) -> String {
         status => status.as_str(),
     };
     let mut line = format!(
-        "{label} › {} {word} ({} tools, {}, {} tokens)",
+        "{label} › {} {word} ({}, {}, {} tokens)",
         record.id,
-        record.tool_calls,
+        crate::units::count(record.tool_calls.into(), "tool", "tools"),
         seconds(record.duration_ms),
         tokens(record.total_tokens())
     );
@@ -152,21 +162,85 @@ fn note_line(label: &str, event: &Event) -> String {
     format!("{label}{who}: {what}")
 }
 
-/// Plain lines, for logs and CI.
+/// How often a running step says it is alive in plain output (docs/src/runs.md "Progress").
+pub const HEARTBEAT: Duration = Duration::from_secs(30);
+
+/// Plain lines, for logs and CI; a step that runs long prints a line every [`HEARTBEAT`] so a
+/// log never goes quiet while a slow model thinks.
 pub struct PlainProgress {
     agents: BTreeMap<String, String>,
+    every: Duration,
+    /// Running steps, by id: what their heartbeat says.
+    running: BTreeMap<String, Beat>,
+}
+
+/// What a running step has done, for its heartbeat line.
+struct Beat {
+    started: std::time::Instant,
+    next: std::time::Instant,
+    turn: u32,
+    tools: u32,
+    tokens: u64,
 }
 
 impl PlainProgress {
     pub fn new(plan: &Plan) -> Self {
         Self {
             agents: agents(plan),
+            every: HEARTBEAT,
+            running: BTreeMap::new(),
+        }
+    }
+
+    /// A heartbeat every `every` instead of [`HEARTBEAT`] (tests set a short one).
+    pub fn every(mut self, every: Duration) -> Self {
+        self.every = every.max(Duration::from_millis(100));
+        self
+    }
+
+    /// Keeps a running step's heartbeat up to date with `event`.
+    fn count(&mut self, event: &Event) {
+        let own = event.agent.is_none();
+        match &event.kind {
+            EventKind::StepStarted { step, .. } => {
+                let now = std::time::Instant::now();
+                let beat = Beat {
+                    started: now,
+                    next: now + self.every,
+                    turn: 0,
+                    tools: 0,
+                    tokens: 0,
+                };
+                self.running.insert(step.clone(), beat);
+            }
+            EventKind::StepFinished { step, .. } => {
+                self.running.remove(step);
+            }
+            kind => {
+                let Some(beat) = kind.step().and_then(|s| self.running.get_mut(s)) else {
+                    return;
+                };
+                match kind {
+                    EventKind::TurnStarted { turn, .. } if own => beat.turn = *turn,
+                    EventKind::ToolFinished { .. } if own => beat.tools += 1,
+                    // The step's tokens count its subagents', as its record does.
+                    EventKind::TurnFinished { usage, .. } => {
+                        beat.tokens = crate::units::sum([
+                            beat.tokens,
+                            usage.total_input(),
+                            usage.output_tokens,
+                        ]);
+                    }
+                    _ => {}
+                }
+            }
         }
     }
 }
 
 impl Sink for PlainProgress {
     fn handle(&mut self, event: &Event) -> Result<(), String> {
+        self.count(event);
         let agent = |id: &str| self.agents.get(step_of(id)).map_or("?", String::as_str);
         let line = match &event.kind {
             EventKind::StepStarted { step, agent, .. } => format!("[{agent}] {step} started"),
@@ -200,6 +274,59 @@ impl Sink for PlainProgress {
         let _ = writeln!(crate::out::stderr(), "{line}");
         Ok(())
     }
+
+    fn deadline(&self) -> Option<std::time::Instant> {
+        self.running.values().map(|b| b.next).min()
+    }
+
+    /// The heartbeat of each step that has been quiet for its interval.
+    fn tick(&mut self) -> Result<(), String> {
+        let now = std::time::Instant::now();
+        let mut out = crate::out::stderr();
+        for (step, beat) in &mut self.running {
+            if beat.next > now {
+                continue;
+            }
+            // One line however late the tick: the next is an interval from now.
+            beat.next = now + self.every;
+            let agent = self.agents.get(step_of(step)).map_or("?", String::as_str);
+            let _ = writeln!(
+                out,
+                "[{agent}] {step} running: turn {}, {}, {} tokens, {}",
+                beat.turn,
+                crate::units::count(beat.tools.into(), "tool", "tools"),
+                tokens(beat.tokens),
+                seconds(now.duration_since(beat.started).as_millis() as u64)
+            );
+        }
+        Ok(())
+    }
+}
+
+/// With `--no-progress`: only what warns (a replay's drift, docs/src/ci.md "Record and
+/// replay"), which CI logs need most and progress lines would otherwise carry.
+pub struct Warnings {
+    agents: BTreeMap<String, String>,
+}
+
+impl Warnings {
+    pub fn new(plan: &Plan) -> Self {
+        Self {
+            agents: agents(plan),
+        }
+    }
+}
+
+impl Sink for Warnings {
+    fn handle(&mut self, event: &Event) -> Result<(), String> {
+        if let EventKind::ReplayDrift { step, .. } = &event.kind {
+            let agent = self.agents.get(step_of(step)).map_or("?", String::as_str);
+            let line = note_line(&format!("[{agent}] {step}"), event);
+            // Best effort, like progress.
+            let _ = writeln!(crate::out::stderr(), "{line}");
+        }
+        Ok(())
+    }
 }
 
 /// A running step's live line and what it shows.
@@ -218,7 +345,7 @@ impl Live {
         if let Some(doing) = &self.doing {
             parts.push(terminal::clean(doing).into_owned());
         }
-        parts.push(format!("{} tools", self.tools));
+        parts.push(crate::units::count(self.tools.into(), "tool", "tools"));
         if self.tokens + self.arriving > 0 {
             parts.push(format!("{} tok", tokens(self.tokens + self.arriving)));
         }

@@ -544,6 +544,7 @@ impl Scheduler<'_> {
         entry.checks = tally.checks;
         entry.ran_out_of_turns = tally.ran_out_of_turns;
         entry.compactions = tally.compactions;
+        entry.replay_drift = tally.replay_drift;
         entry.duration_ms = run.started.elapsed().as_millis() as u64;
         let cancelled = matches!(ended, Ended::Cancelled);
         let outcome = match ended {
