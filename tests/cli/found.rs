@@ -81,7 +81,7 @@ async fn the_run_says_what_it_found_and_show_keeps_plan_order() {
     assert_eq!(quiet.status, 0, "{}", quiet.transcript());
     assert_eq!(quiet.stdout, "", "{}", quiet.transcript());
 
-    let (shown, _test) = test.clear_args().args(&["show", "again"]).run_async().await;
+    let (shown, test) = test.clear_args().args(&["show", "again"]).run_async().await;
     assert_eq!(shown.status, 0, "{}", shown.transcript());
     let rows: Vec<&str> = shown
         .stdout
@@ -105,6 +105,25 @@ async fn the_run_says_what_it_found_and_show_keeps_plan_order() {
         shown.stdout
     );
     assert!(shown.stdout.ends_with(answers), "{}", shown.stdout);
+    // The report: plan order in its steps and its timeline.
+    let (wrote, test) = test
+        .clear_args()
+        .args(&["report", "again", "-o", "r.html"])
+        .run_async()
+        .await;
+    assert_eq!(wrote.status, 0, "{}", wrote.transcript());
+    let html = std::fs::read_to_string(test.path().join("r.html")).unwrap();
+    let order = |opening: &str| -> Vec<String> {
+        html.split(opening)
+            .skip(1)
+            .filter_map(|rest| rest.split("data-step=\"").nth(1))
+            .map(|rest| rest.split('"').next().unwrap_or_default().to_owned())
+            .collect()
+    };
+    let plan = ["m_verdict", "z_look", "a_report", "s_skip"];
+    assert_eq!(order("<g class=\"row"), plan, "timeline");
+    assert_eq!(order("<article class=\"step"), plan, "step by step");
+    assert_eq!(order("<tr class=\"step-row"), plan, "steps table");
     // Times read to the second: the start has no fraction of a second.
     let header = shown.stdout.lines().next().unwrap();
     let started = header.split("started ").nth(1).unwrap();
@@ -144,10 +163,12 @@ async fn plain_output_says_a_slow_step_is_alive() {
         .file("w.toml", workflow)
         .anthropic_api(&server.uri(), KEY)
         .env("RUNNER_HEARTBEAT_SECS", "0.2")
-        .args(&["run", "w.toml"]);
-    let (status, stdout, stderr) = tokio::task::spawn_blocking(move || {
+        .args(&["run", "w.toml", "--run-id", "held"]);
+    let (status, stdout, stderr, shown) = tokio::task::spawn_blocking(move || {
         let mut child = test.spawn_piped();
+        let show = test.clear_args().args(&["show", "held"]);
         let mut lines = Vec::new();
+        let mut shown = String::new();
         let err = child.stderr.take().unwrap();
         for line in BufReader::new(err).lines() {
             let line = line.unwrap();
@@ -156,6 +177,15 @@ async fn plain_output_says_a_slow_step_is_alive() {
                     .iter()
                     .any(|l: &String| l.starts_with("[explore] s running:"))
             {
+                // While it runs, `show` says for how long so far (run.json is written soon
+                // after the step starts: a bounded poll for it).
+                for _ in 0..500 {
+                    let out = show.run_keeping();
+                    if out.status == 0 {
+                        shown = out.stdout;
+                        break;
+                    }
+                }
                 let _ = release.send(());
             }
             lines.push(line);
@@ -168,7 +198,7 @@ async fn plain_output_says_a_slow_step_is_alive() {
             .read_to_string(&mut stdout)
             .unwrap();
         let status = child.wait().unwrap();
-        (status.code(), stdout, lines)
+        (status.code(), stdout, lines, shown)
     })
     .await
     .unwrap();
@@ -193,6 +223,11 @@ async fn plain_output_says_a_slow_step_is_alive() {
         "{text}"
     );
     assert_eq!(stdout, "the slow answer\n");
+    let header = shown.lines().next().unwrap_or_default();
+    assert!(
+        header.starts_with("run held  slow  running  started ") && header.ends_with(" so far"),
+        "{shown}"
+    );
 }
 
 /// A changed prompt replayed with `--no-progress` (the usual CI flag) is still warned of on

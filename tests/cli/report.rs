@@ -358,6 +358,16 @@ async fn the_report_starts_with_the_answer_and_keeps_text_inside_its_tiles() {
         "{seen}"
     );
     assert_eq!(seen["overflowing"], json!([]), "{seen}");
+    // Times of day to the second: no fraction after the seconds anywhere on the page.
+    let text = seen["body_text"].as_str().unwrap();
+    let fraction = text.as_bytes().windows(5).any(|w| {
+        w[0] == b':'
+            && w[1].is_ascii_digit()
+            && w[2].is_ascii_digit()
+            && w[3] == b'.'
+            && w[4].is_ascii_digit()
+    });
+    assert!(!fraction && text.contains("· started 20"), "{text}");
     // The tile that holds the long branch is there, wrapped inside it.
     assert!(
         seen["body_text"]
