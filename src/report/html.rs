@@ -574,11 +574,11 @@ fn facts_of(id: &str, step: &StepRecord, sources: &Sources<'_>) -> Value {
                 .filter(|(i, _)| !placed.contains(i))
                 .map(|(_, note)| crate::report::turns::note_line(note))
                 .collect();
-            json!({"turns": turns, "notes": notes})
+            json!({"turns": turns, "notes": notes, "events": story.notes.len()})
         })
         .filter(|t| {
             t["turns"].as_array().is_some_and(|a| !a.is_empty())
-                || t["notes"].as_array().is_some_and(|a| !a.is_empty())
+                || t["events"].as_u64().is_some_and(|n| n > 0)
         });
     let diff = step.diff.as_deref().map(|diff| {
         let mut lines: Vec<Value> = diff
