@@ -339,7 +339,11 @@ fn sinks(
         sinks.add(Warnings::new(plan));
     }
     if github {
-        sinks.add(GithubSink::new(plan, !args.no_progress && !terminal).only(only));
+        sinks.add(
+            GithubSink::new(plan, !args.no_progress && !terminal)
+                .only(only)
+                .every(heartbeat()),
+        );
     }
     if args.format == RunFormat::Jsonl {
         sinks.add(JsonlSink::stdout());
@@ -357,7 +361,7 @@ fn heartbeat() -> Duration {
         .ok()
         .and_then(|s| s.parse::<f64>().ok())
         .filter(|s| *s > 0.0 && *s < 86_400.0)
-        .map_or(crate::report::progress::HEARTBEAT, Duration::from_secs_f64)
+        .map_or(crate::report::heartbeat::HEARTBEAT, Duration::from_secs_f64)
 }
 
 /// The table under the run, `run.json` on stdout with `--format json`, and the exit code.

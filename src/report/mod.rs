@@ -3,6 +3,7 @@
 
 pub mod answers;
 pub mod github;
+pub mod heartbeat;
 pub mod html;
 pub mod jsonl;
 pub mod junit;

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressState, ProgressStyle};
 
+use super::heartbeat::{HEARTBEAT, Heartbeats};
 use super::{seconds, tokens, total_tokens};
 use crate::event::{Event, EventKind, Sink};
 use crate::plan::Plan;
@@ -162,85 +163,30 @@ fn note_line(label: &str, event: &Event) -> String {
     format!("{label}{who}: {what}")
 }
 
-/// How often a running step says it is alive in plain output (docs/src/runs.md "Progress").
-pub const HEARTBEAT: Duration = Duration::from_secs(30);
-
-/// Plain lines, for logs and CI; a step that runs long prints a line every [`HEARTBEAT`] so a
-/// log never goes quiet while a slow model thinks.
+/// Plain lines, for logs and CI, with a heartbeat for a step that runs long.
 pub struct PlainProgress {
     agents: BTreeMap<String, String>,
-    every: Duration,
-    /// Running steps, by id: what their heartbeat says.
-    running: BTreeMap<String, Beat>,
-}
-
-/// What a running step has done, for its heartbeat line.
-struct Beat {
-    started: std::time::Instant,
-    next: std::time::Instant,
-    turn: u32,
-    tools: u32,
-    tokens: u64,
+    beats: Heartbeats,
 }
 
 impl PlainProgress {
     pub fn new(plan: &Plan) -> Self {
         Self {
             agents: agents(plan),
-            every: HEARTBEAT,
-            running: BTreeMap::new(),
+            beats: Heartbeats::new(HEARTBEAT),
         }
     }
 
     /// A heartbeat every `every` instead of [`HEARTBEAT`] (tests set a short one).
     pub fn every(mut self, every: Duration) -> Self {
-        self.every = every.max(Duration::from_millis(100));
+        self.beats = Heartbeats::new(every);
         self
-    }
-
-    /// Keeps a running step's heartbeat up to date with `event`.
-    fn count(&mut self, event: &Event) {
-        let own = event.agent.is_none();
-        match &event.kind {
-            EventKind::StepStarted { step, .. } => {
-                let now = std::time::Instant::now();
-                let beat = Beat {
-                    started: now,
-                    next: now + self.every,
-                    turn: 0,
-                    tools: 0,
-                    tokens: 0,
-                };
-                self.running.insert(step.clone(), beat);
-            }
-            EventKind::StepFinished { step, .. } => {
-                self.running.remove(step);
-            }
-            kind => {
-                let Some(beat) = kind.step().and_then(|s| self.running.get_mut(s)) else {
-                    return;
-                };
-                match kind {
-                    EventKind::TurnStarted { turn, .. } if own => beat.turn = *turn,
-                    EventKind::ToolFinished { .. } if own => beat.tools += 1,
-                    // The step's tokens count its subagents', as its record does.
-                    EventKind::TurnFinished { usage, .. } => {
-                        beat.tokens = crate::units::sum([
-                            beat.tokens,
-                            usage.total_input(),
-                            usage.output_tokens,
-                        ]);
-                    }
-                    _ => {}
-                }
-            }
-        }
     }
 }
 
 impl Sink for PlainProgress {
     fn handle(&mut self, event: &Event) -> Result<(), String> {
-        self.count(event);
+        self.beats.count(event);
         let agent = |id: &str| self.agents.get(step_of(id)).map_or("?", String::as_str);
         let line = match &event.kind {
             EventKind::StepStarted { step, agent, .. } => format!("[{agent}] {step} started"),
@@ -276,28 +222,15 @@ impl Sink for PlainProgress {
     }
 
     fn deadline(&self) -> Option<std::time::Instant> {
-        self.running.values().map(|b| b.next).min()
+        self.beats.deadline()
     }
 
     /// The heartbeat of each step that has been quiet for its interval.
     fn tick(&mut self) -> Result<(), String> {
-        let now = std::time::Instant::now();
         let mut out = crate::out::stderr();
-        for (step, beat) in &mut self.running {
-            if beat.next > now {
-                continue;
-            }
-            // One line however late the tick: the next is an interval from now.
-            beat.next = now + self.every;
-            let agent = self.agents.get(step_of(step)).map_or("?", String::as_str);
-            let _ = writeln!(
-                out,
-                "[{agent}] {step} running: turn {}, {}, {} tokens, {}",
-                beat.turn,
-                crate::units::count(beat.tools.into(), "tool", "tools"),
-                tokens(beat.tokens),
-                seconds(now.duration_since(beat.started).as_millis() as u64)
-            );
+        for (step, line) in self.beats.due() {
+            let agent = self.agents.get(step_of(&step)).map_or("?", String::as_str);
+            let _ = writeln!(out, "[{agent}] {step} {line}");
         }
         Ok(())
     }

@@ -145,11 +145,10 @@ impl Respond for Held {
     }
 }
 
-/// Without a terminal, a step waiting on its model says it is alive (turn, tools, tokens, time)
-/// every heartbeat (30 s; `RUNNER_HEARTBEAT_SECS` here); the model answers once the test has
-/// seen the line.
-#[tokio::test(flavor = "multi_thread")]
-async fn plain_output_says_a_slow_step_is_alive() {
+/// A run of one step whose model answers only once its heartbeat was seen (and, by then,
+/// `runner show` of the running run was taken): its status, stdout, stderr lines, and what
+/// `show` said.
+async fn held_run(env: &[(&str, &str)]) -> (Option<i32>, String, Vec<String>, String) {
     let (release, held) = std::sync::mpsc::channel();
     let server = MockServer::start().await;
     Mock::given(method("POST"))
@@ -159,12 +158,15 @@ async fn plain_output_says_a_slow_step_is_alive() {
         .await;
     // A step that got no heartbeat fails at its timeout rather than hanging the test.
     let workflow = "name = \"slow\"\n[models]\ndefault = \"anthropic/m\"\n[steps.s]\nagent = \"explore\"\ntimeout = \"120s\"\nprompt = \"Think hard\"\n";
-    let test = Test::new()
+    let mut test = Test::new()
         .file("w.toml", workflow)
         .anthropic_api(&server.uri(), KEY)
         .env("RUNNER_HEARTBEAT_SECS", "0.2")
         .args(&["run", "w.toml", "--run-id", "held"]);
-    let (status, stdout, stderr, shown) = tokio::task::spawn_blocking(move || {
+    for (key, value) in env {
+        test = test.env(key, value);
+    }
+    tokio::task::spawn_blocking(move || {
         let mut child = test.spawn_piped();
         let show = test.clear_args().args(&["show", "held"]);
         let mut lines = Vec::new();
@@ -201,7 +203,15 @@ async fn plain_output_says_a_slow_step_is_alive() {
         (status.code(), stdout, lines, shown)
     })
     .await
-    .unwrap();
+    .unwrap()
+}
+
+/// Without a terminal, a step waiting on its model says it is alive (turn, tools, tokens, time)
+/// every heartbeat (30 s; `RUNNER_HEARTBEAT_SECS` here), between its start and its end; `show`
+/// of the running run says how long it has run so far.
+#[tokio::test(flavor = "multi_thread")]
+async fn plain_output_says_a_slow_step_is_alive() {
+    let (status, stdout, stderr, shown) = held_run(&[]).await;
     let text = stderr.join("\n");
     assert_eq!(status, Some(0), "{text}");
     let beat = stderr
@@ -212,7 +222,6 @@ async fn plain_output_says_a_slow_step_is_alive() {
         beat.starts_with("[explore] s running: turn 1, 0 tools, 0 tokens, "),
         "{beat}"
     );
-    // It came between the start and the finish.
     let at = |prefix: &str| stderr.iter().position(|l| l.starts_with(prefix)).unwrap();
     assert!(
         at("[explore] s started") < at("[explore] s running:"),
@@ -227,6 +236,26 @@ async fn plain_output_says_a_slow_step_is_alive() {
     assert!(
         header.starts_with("run held  slow  running  started ") && header.ends_with(" so far"),
         "{shown}"
+    );
+}
+
+/// In a GitHub Actions job the heartbeat is printed as it comes, before the step's group
+/// (which is printed when the step ends).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_github_job_log_says_a_slow_step_is_alive() {
+    let (status, _stdout, stderr, _shown) =
+        held_run(&[("GITHUB_ACTIONS", "true"), ("GITHUB_STEP_SUMMARY", "")]).await;
+    let text = stderr.join("\n");
+    assert_eq!(status, Some(0), "{text}");
+    let at = |prefix: &str| {
+        stderr
+            .iter()
+            .position(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no `{prefix}`:\n{text}"))
+    };
+    assert!(
+        at("[explore] s running: turn 1, 0 tools, 0 tokens, ") < at("::group::[explore] s done"),
+        "{text}"
     );
 }
 
