@@ -167,9 +167,12 @@ pub(crate) struct RunArgs {
     /// is answered and reported as drift)
     #[arg(long, requires = "replay")]
     pub(crate) replay_strict: bool,
-    /// No live progress on stderr
+    /// No live progress on stderr (warnings, such as a replay's drift, are still printed)
     #[arg(long)]
     pub(crate) no_progress: bool,
+    /// Do not print the answers of the steps no other step needs after the table
+    #[arg(long, short = 'q')]
+    pub(crate) quiet: bool,
     /// Stop starting steps after the first failure and cancel running ones
     #[arg(long, conflicts_with = "keep_going")]
     pub(crate) fail_fast: bool,

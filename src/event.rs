@@ -359,6 +359,8 @@ pub struct Tally {
     /// Replies streaming now, by who asks (`None`: the step itself), with their tokens as
     /// estimated so far: what a reply cut off by the step's end had used.
     streaming: std::collections::BTreeMap<Option<String>, Usage>,
+    /// Replayed requests that differed from their recording, its subagents' included.
+    pub replay_drift: u32,
 }
 
 impl Tally {
@@ -455,6 +457,7 @@ impl Tally {
             }
             EventKind::OutOfTurns { .. } if own => self.ran_out_of_turns = true,
             EventKind::ContextCompacted { .. } if own => self.compactions += 1,
+            EventKind::ReplayDrift { .. } => self.replay_drift += 1,
             _ => {}
         }
     }

@@ -150,6 +150,10 @@ pub struct StepRecord {
     /// "Context that lasts").
     #[serde(default, skip_serializing_if = "is_zero")]
     pub compactions: u32,
+    /// Replayed requests of the step (its subagents' included) that differed from their
+    /// recording and were answered all the same (docs/src/ci.md "Record and replay").
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub replay_drift: u32,
     /// When it started (UTC), and how long it waited for a slot (`max_parallel`) once every
     /// step it needs was done.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -223,6 +227,7 @@ impl StepRecord {
             checks: Vec::new(),
             ran_out_of_turns: false,
             compactions: 0,
+            replay_drift: 0,
             started_at: None,
             queue_ms: None,
             instance: None,
@@ -290,6 +295,7 @@ impl StepRecord {
             .collect();
         self.turns = here.iter().map(|r| r.turns).sum();
         self.tool_calls = here.iter().map(|r| r.tool_calls).sum();
+        self.replay_drift = here.iter().map(|r| r.replay_drift).sum();
         let sum = |f: fn(&StepRecord) -> u64| crate::units::sum(here.iter().map(|r| f(r)));
         self.input_tokens = sum(|r| r.input_tokens);
         self.output_tokens = sum(|r| r.output_tokens);
@@ -387,6 +393,9 @@ pub struct RunRecord {
     /// USD across the steps that have a cost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_usd: Option<f64>,
+    /// Replayed requests that differed from their recording, across the steps this run did.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub replay_drift: u32,
     /// Whether this user's seal is on the record as it was read (`run::records`): only such a
     /// run is `latest`. Never in the file: the seal is.
     #[serde(skip)]
@@ -537,6 +546,7 @@ impl RunRecord {
                 .map(|s| (s.id.clone(), s.needs.clone()))
                 .collect(),
             cost_usd: None,
+            replay_drift: 0,
             storage_error: None,
         }
     }
@@ -548,6 +558,50 @@ impl RunRecord {
         self.steps
             .get_mut(id)
             .expect("every planned step has a record")
+    }
+
+    /// Its steps in plan order, the order `runner plan` shows them: by wave (one past the latest
+    /// wave of the steps a step needs), then by id, as the plan is sealed. Computed from `needs`,
+    /// so a record from any version reads in the same order.
+    pub fn in_plan_order(&self) -> Vec<(&String, &StepRecord)> {
+        let mut wave: BTreeMap<&str, usize> = self.steps.keys().map(|k| (k.as_str(), 0)).collect();
+        // A record runner wrote is acyclic (its plan was); one edited by hand into a cycle
+        // stops after as many passes as it has steps.
+        for _ in 0..self.steps.len() {
+            let mut changed = false;
+            for id in self.steps.keys() {
+                let want = self
+                    .needs
+                    .get(id)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|n| wave.get(n.as_str()).map(|w| w + 1))
+                    .max()
+                    .unwrap_or(0)
+                    .min(self.steps.len());
+                if wave.get(id.as_str()) != Some(&want) {
+                    wave.insert(id, want);
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        let mut steps: Vec<(&String, &StepRecord)> = self.steps.iter().collect();
+        steps.sort_by_key(|(id, _)| (wave.get(id.as_str()).copied().unwrap_or(0), id.as_str()));
+        steps
+    }
+
+    /// The steps no other step needs, in plan order: what the run found (docs/src/runs.md
+    /// "The answer").
+    pub fn leaves(&self) -> Vec<(&String, &StepRecord)> {
+        let needed: std::collections::BTreeSet<&str> =
+            self.needs.values().flatten().map(String::as_str).collect();
+        self.in_plan_order()
+            .into_iter()
+            .filter(|(id, _)| !needed.contains(id.as_str()))
+            .collect()
     }
 
     /// The steps this run did itself (not reused from an earlier run): what its totals count.
@@ -580,6 +634,7 @@ impl RunRecord {
             .done_here()
             .filter_map(|s| s.cost_usd)
             .reduce(|a, b| a + b);
+        self.replay_drift = self.done_here().map(|s| s.replay_drift).sum();
         for step in self.steps.values_mut() {
             if !step.status.is_finished() {
                 step.status = StepStatus::Cancelled;

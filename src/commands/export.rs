@@ -82,7 +82,11 @@ pub fn export(args: ExportArgs, io: &mut Io<'_>) -> Exit {
                 let _ = writeln!(io.err, "error: {err}");
                 return Exit::Unexpected;
             }
-            let _ = writeln!(io.err, "wrote {path}: {} steps", plan.steps().len());
+            let _ = writeln!(
+                io.err,
+                "wrote {path}: {}",
+                crate::units::count(plan.steps().len() as u64, "step", "steps")
+            );
         }
         None => {
             let _ = write!(io.out, "{text}");

@@ -47,7 +47,11 @@ pub fn list(args: McpListArgs, io: &mut Io<'_>) -> Exit {
     for (name, tools) in listed {
         match tools {
             Ok((tools, dropped)) => {
-                let _ = writeln!(io.out, "{name} ({} tools)", tools.len());
+                let _ = writeln!(
+                    io.out,
+                    "{name} ({})",
+                    crate::units::count(tools.len() as u64, "tool", "tools")
+                );
                 if dropped > 0 {
                     let _ = writeln!(
                         io.err,

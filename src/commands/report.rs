@@ -51,11 +51,11 @@ pub fn report(args: ReportArgs, io: &mut Io<'_>) -> Exit {
     }
     let _ = writeln!(
         io.out,
-        "wrote {} (run {}, {}, {} steps)",
+        "wrote {} (run {}, {}, {})",
         args.output,
         record.run_id,
         record.status.as_str(),
-        record.steps.len()
+        crate::units::count(record.steps.len() as u64, "step", "steps")
     );
     Exit::Success
 }

@@ -17,7 +17,7 @@ use crate::provider::{ModelApi, connect};
 use crate::report::github::GithubSink;
 use crate::report::jsonl::JsonlSink;
 use crate::report::junit::JunitSink;
-use crate::report::progress::{LiveProgress, PlainProgress};
+use crate::report::progress::{LiveProgress, PlainProgress, Warnings};
 use crate::report::summary_table_within;
 use crate::run::executor::ModelExecutor;
 use crate::run::{self, RunOptions, RunStatus};
@@ -76,6 +76,7 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
     let interrupt = CancellationToken::new();
     let last_saved = crate::report::record::LastSaved::default();
     watch_signals(&runtime, interrupt.clone(), last_saved.clone());
+    let recording = tapes.clone().filter(|t| !t.replaying());
     let (executor, mcp) = executor(&args, &plan, &workdir, &state_dir, tapes, &keys, io);
     let options = RunOptions {
         workdir,
@@ -114,7 +115,7 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
     drop(sinks);
     // Steps still winding down (a cancelled HTTP request, a killed process) are not waited for.
     runtime.shutdown_timeout(Duration::from_millis(500));
-    finish(&args, &plan, &options, result, io)
+    finish(&args, &plan, &options, result, recording, io)
 }
 
 /// `--dry-run`: the plan, as `runner plan` prints it.
@@ -333,11 +334,18 @@ fn sinks(
         if terminal {
             sinks.add(LiveProgress::new(plan));
         } else if !github {
-            sinks.add(PlainProgress::new(plan));
+            sinks.add(PlainProgress::new(plan).every(heartbeat()));
         }
+    } else {
+        // Drift is a warning, not progress: CI, which passes `--no-progress`, hears of it.
+        sinks.add(Warnings::new(plan));
     }
     if github {
-        sinks.add(GithubSink::new(plan, !args.no_progress && !terminal).only(only));
+        sinks.add(
+            GithubSink::new(plan, !args.no_progress && !terminal)
+                .only(only)
+                .every(heartbeat()),
+        );
     }
     if args.format == RunFormat::Jsonl {
         sinks.add(JsonlSink::stdout());
@@ -348,12 +356,23 @@ fn sinks(
     Ok(sinks)
 }
 
+/// How often plain progress says a running step is alive: 30 s, or `RUNNER_HEARTBEAT_SECS`
+/// (not documented for users: the tests' way to see a heartbeat without waiting 30 s).
+fn heartbeat() -> Duration {
+    std::env::var("RUNNER_HEARTBEAT_SECS")
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .filter(|s| *s > 0.0 && *s < 86_400.0)
+        .map_or(crate::report::heartbeat::HEARTBEAT, Duration::from_secs_f64)
+}
+
 /// The table under the run, `run.json` on stdout with `--format json`, and the exit code.
 fn finish(
     args: &RunArgs,
     plan: &crate::plan::Plan,
     options: &RunOptions,
     result: Result<crate::record::RunRecord, run::RunError>,
+    recording: Option<Arc<Tapes>>,
     io: &mut Io<'_>,
 ) -> Exit {
     let record = match result {
@@ -373,8 +392,26 @@ fn finish(
         "{}",
         summary_table_within(plan, &record, &run_dir, crate::terminal::stderr_width())
     );
+    if let (Some(tapes), Some(dir)) = (recording, &args.record) {
+        let (cassettes, requests, steps) = tapes.written();
+        let count = |n: usize, one, many| crate::units::count(n as u64, one, many);
+        let _ = writeln!(
+            io.err,
+            "recorded: {} ({} of {}) in {}; replay them with `--replay {}`",
+            count(cassettes, "cassette", "cassettes"),
+            count(requests, "request", "requests"),
+            count(steps, "step", "steps"),
+            crate::terminal::clean(dir.as_str()),
+            crate::terminal::clean(dir.as_str()),
+        );
+    }
     if args.format == RunFormat::Json {
         let _ = writeln!(io.out, "{}", record.to_json());
+    }
+    // What the run found, on stdout after the table (docs/src/runs.md "The answer"): with
+    // `--format json` or `jsonl` stdout is data, which holds it already.
+    if args.format == RunFormat::Text && !args.quiet {
+        let _ = write!(io.out, "{}", crate::report::answers::answers(&record));
     }
     match record.status {
         RunStatus::Succeeded => Exit::Success,

@@ -42,15 +42,16 @@ fn show_run(record: &RunRecord, run_dir: &Utf8Path, format: Format, io: &mut Io<
         record.run_id,
         clean(&record.workflow),
         record.status.as_str(),
-        clean(&record.started_at),
-        crate::units::seconds(record.duration_ms),
+        clean(&crate::units::when(&record.started_at)),
+        duration(record),
         record
             .cost_usd
             .map_or_else(String::new, |c| format!("  {}", crate::units::usd(c)))
     );
     let header = ["STEP", "STATUS", "TURNS", "TOOLS", "TOKENS", "COST", "TIME"];
     let mut rows: Vec<Vec<String>> = vec![header.map(str::to_owned).to_vec()];
-    rows.extend(record.steps.iter().map(|(id, step)| {
+    let steps = record.in_plan_order();
+    rows.extend(steps.iter().map(|(id, step)| {
         vec![
             clean(id),
             step.status.as_str().to_owned(),
@@ -63,10 +64,18 @@ fn show_run(record: &RunRecord, run_dir: &Utf8Path, format: Format, io: &mut Io<
         ]
     }));
     let _ = write!(io.out, "{}", crate::report::table(&rows));
-    for (id, step) in &record.steps {
-        if let Some(error) = &step.error {
-            let _ = writeln!(io.out, "failed: {}: {}", clean(id), clean(error));
-        }
+    // Why each step that did not succeed did not, under its own heading: a skipped step did
+    // not fail.
+    for (id, step) in &steps {
+        let Some(error) = &step.error else { continue };
+        let heading = match step.status {
+            crate::record::StepStatus::Skipped => "skipped",
+            crate::record::StepStatus::Cancelled => "cancelled",
+            _ => "failed",
+        };
+        let _ = writeln!(io.out, "{heading}: {}: {}", clean(id), clean(error));
+    }
+    for (id, step) in &steps {
         if let Some(branch) = &step.branch {
             let _ = writeln!(io.out, "branch: {}: {}", clean(id), clean(branch));
         }
@@ -78,7 +87,29 @@ fn show_run(record: &RunRecord, run_dir: &Utf8Path, format: Format, io: &mut Io<
         run_dir,
         record.run_id
     );
+    let answers = crate::report::answers::answers(record);
+    if !answers.is_empty() {
+        let _ = write!(io.out, "\n{answers}");
+    }
     Exit::Success
+}
+
+/// How long the run took; for one still running, how long it has been going.
+fn duration(record: &RunRecord) -> String {
+    if record.status != crate::record::RunStatus::Running {
+        return crate::units::seconds(record.duration_ms);
+    }
+    let started = record.started_at.parse::<jiff::Timestamp>().ok();
+    match started.and_then(|at| jiff::Timestamp::now().duration_since(at).try_into().ok()) {
+        Some(elapsed) => {
+            let elapsed: std::time::Duration = elapsed;
+            format!(
+                "{} so far",
+                crate::units::seconds(elapsed.as_millis() as u64)
+            )
+        }
+        None => "still running".to_owned(),
+    }
 }
 
 fn show_step(
@@ -140,11 +171,11 @@ fn show_step(
     let clean = |text: &str| crate::terminal::clean(text).into_owned();
     let _ = writeln!(
         io.out,
-        "step {step} of run {}: {}, {} turns, {} tool calls",
+        "step {step} of run {}: {}, {}, {}",
         record.run_id,
         entry.status.as_str(),
-        entry.turns,
-        entry.tool_calls
+        crate::units::count(entry.turns.into(), "turn", "turns"),
+        crate::units::count(entry.tool_calls.into(), "tool call", "tool calls")
     );
     if let Some(earlier) = &entry.continued_from {
         let _ = writeln!(
@@ -152,12 +183,25 @@ fn show_step(
             "continues the conversation of run {earlier}: its first turn here sends the earlier turns again (`runner show {earlier} {step}` shows them)"
         );
     }
+    // Notes before the first turn, then each turn with what happened after it.
+    let placed: std::collections::BTreeSet<usize> =
+        turns.iter().flat_map(|t| t.notes.iter().copied()).collect();
+    for (i, note) in notes.iter().enumerate() {
+        if !placed.contains(&i) {
+            let _ = writeln!(io.out, "\n{}", clean(&note_line(note)));
+        }
+    }
     for turn in &turns {
         let tokens = |key: &str| turn.usage[key].as_u64().unwrap_or(0);
         let _ = writeln!(
             io.out,
-            "\nturn {}  in {} (cache read {}, written {}), out {}{}",
+            "\nturn {}{}  in {} (cache read {}, written {}), out {}{}",
             turn.turn,
+            if turn.compaction {
+                " · compaction"
+            } else {
+                ""
+            },
             crate::units::tokens(tokens("input_tokens")),
             crate::units::tokens(tokens("cache_read_input_tokens")),
             crate::units::tokens(tokens("cache_creation_input_tokens")),
@@ -186,9 +230,9 @@ fn show_step(
                 let _ = writeln!(io.out, "    {line}");
             }
         }
-    }
-    for note in &notes {
-        let _ = writeln!(io.out, "\n{}", clean(&note_line(note)));
+        for note in turn.notes.iter().filter_map(|i| notes.get(*i)) {
+            let _ = writeln!(io.out, "\n{}", clean(&note_line(note)));
+        }
     }
     if let Some(error) = &entry.error {
         let _ = writeln!(io.out, "\nfailed: {}", clean(error));

@@ -523,6 +523,31 @@ mod tests {
 
     const HEAD: &str = "name = \"w\"\n[models]\ndefault = \"anthropic/m\"\n";
 
+    /// A run's record lists its steps in the plan's order (what `show`, the report and its
+    /// timeline follow), from its `needs` alone.
+    #[test]
+    fn a_record_reads_in_plan_order() {
+        let (plan, problems) = plan(&format!(
+            "{HEAD}[steps.z]\nagent = \"explore\"\nprompt = \"z\"\n[steps.b]\nagent = \"plan\"\nneeds = [\"z\"]\nprompt = \"b\"\n[steps.a]\nagent = \"explore\"\nneeds = [\"b\"]\nprompt = \"a\"\n[steps.c]\nagent = \"explore\"\nprompt = \"c\"\n[steps.d]\nagent = \"explore\"\nneeds = [\"z\", \"a\"]\nprompt = \"d\"\n"
+        ));
+        let plan = plan.unwrap_or_else(|| panic!("{problems:?}"));
+        let record = crate::record::RunRecord::new(&plan, Some("r"));
+        let planned: Vec<&str> = plan.steps().iter().map(|s| s.id.as_str()).collect();
+        let recorded: Vec<&str> = record
+            .in_plan_order()
+            .into_iter()
+            .map(|(id, _)| id.as_str())
+            .collect();
+        assert_eq!(planned, ["c", "z", "b", "a", "d"]);
+        assert_eq!(recorded, planned);
+        let leaves: Vec<&str> = record
+            .leaves()
+            .into_iter()
+            .map(|(id, _)| id.as_str())
+            .collect();
+        assert_eq!(leaves, ["c", "d"]);
+    }
+
     #[test]
     fn the_sealed_plan_keeps_the_graph_by_index() {
         let (plan, problems) = plan(&format!(

@@ -162,6 +162,17 @@ impl Tapes {
         })
     }
 
+    /// What `--record` wrote so far: cassettes, the requests they answer, and the steps they
+    /// are of (all zero when replaying).
+    pub fn written(&self) -> (usize, usize, usize) {
+        if self.mode != Mode::Record {
+            return (0, 0, 0);
+        }
+        let state = self.lock();
+        let requests = state.open.values().map(|(c, _)| c.replies.len()).sum();
+        (state.open.len(), requests, state.indexes.len())
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }

@@ -72,6 +72,9 @@ pub struct GithubSink {
     lines: BTreeMap<String, Vec<String>>,
     /// Steps this run left to other jobs (`--only`): no annotation, no summary row.
     unselected: std::collections::BTreeSet<String>,
+    /// With groups: a running step's heartbeat, printed as it comes (its group waits for its
+    /// end), so the job's log does not go quiet.
+    beats: Option<super::heartbeat::Heartbeats>,
 }
 
 impl GithubSink {
@@ -110,7 +113,16 @@ impl GithubSink {
                 .map(Utf8PathBuf::from),
             lines: BTreeMap::new(),
             unselected: Default::default(),
+            beats: groups.then(|| super::heartbeat::Heartbeats::new(super::heartbeat::HEARTBEAT)),
         }
+    }
+
+    /// The heartbeat every `every` instead of 30 s (tests set a short one).
+    pub fn every(mut self, every: std::time::Duration) -> Self {
+        if self.beats.is_some() {
+            self.beats = Some(super::heartbeat::Heartbeats::new(every));
+        }
+        self
     }
 
     fn agent(&self, step: &str) -> &str {
@@ -330,6 +342,9 @@ fn escape_property(text: &str) -> String {
 impl Sink for GithubSink {
     // Over 80 lines: one arm per event kind this sink shows.
     fn handle(&mut self, event: &Event) -> Result<(), String> {
+        if let Some(beats) = &mut self.beats {
+            beats.count(event);
+        }
         let who = |event: &Event| {
             event
                 .agent
@@ -432,6 +447,27 @@ impl Sink for GithubSink {
                     })?;
             }
             _ => {}
+        }
+        Ok(())
+    }
+
+    fn deadline(&self) -> Option<std::time::Instant> {
+        self.beats
+            .as_ref()
+            .and_then(super::heartbeat::Heartbeats::deadline)
+    }
+
+    /// Each due heartbeat, outside any group: the step's group is printed when it ends.
+    fn tick(&mut self) -> Result<(), String> {
+        let due = self.beats.as_mut().map(super::heartbeat::Heartbeats::due);
+        for (step, line) in due.unwrap_or_default() {
+            let line = format!("[{}] {step} {line}", self.agent(&step));
+            // Data, never a workflow command; best effort, like progress.
+            let _ = writeln!(
+                crate::out::stderr(),
+                "{}",
+                escape_data(&terminal::clean(&line))
+            );
         }
         Ok(())
     }

@@ -58,7 +58,8 @@ pub fn render(record: &RunRecord, sources: &Sources<'_>) -> Result<String, Strin
         "run": run_facts(record),
         "dag": dag(record, &critical, &anchors),
         "timeline": timeline(record, &times, &critical, &anchors),
-        "steps": record.steps.iter().map(|(id, step)| {
+        "answers": answers(record),
+        "steps": record.in_plan_order().into_iter().map(|(id, step)| {
             step_facts(id, step, &anchors[id.as_str()], critical.contains(id.as_str()), sources)
         }).collect::<Vec<_>>(),
         "critical": chain,
@@ -73,6 +74,37 @@ pub fn render(record: &RunRecord, sources: &Sources<'_>) -> Result<String, Strin
         .map_err(|err| format!("cannot draw the report: {err}"))
 }
 
+/// What the run found: the answer of each step no other step needs (docs/src/runs.md "The
+/// answer"), at the top of the page.
+fn answers(record: &RunRecord) -> Vec<Value> {
+    let mut found = Vec::new();
+    for (id, step) in record.leaves() {
+        let parts: Vec<(&str, &StepRecord)> = if step.instances.is_empty() {
+            vec![(id.as_str(), step)]
+        } else {
+            step.instances
+                .iter()
+                .map(|i| (i.instance.as_deref().unwrap_or(id), i))
+                .collect()
+        };
+        for (id, step) in parts {
+            if step.status != StepStatus::Succeeded {
+                continue;
+            }
+            let text = if step.output.is_null() {
+                step.summary.trim_end().to_owned()
+            } else {
+                serde_json::to_string_pretty(&step.output).unwrap_or_default()
+            };
+            if !text.is_empty() {
+                found
+                    .push(json!({"id": id, "text": crate::report::turns::cut(&text, REPLY_SHOWN)}));
+            }
+        }
+    }
+    found
+}
+
 /// The run's header and totals.
 fn run_facts(record: &RunRecord) -> Value {
     let here: Vec<&StepRecord> = record.done_here().collect();
@@ -81,7 +113,7 @@ fn run_facts(record: &RunRecord) -> Value {
         "id": record.run_id,
         "workflow": record.workflow,
         "status": record.status.as_str(),
-        "started_at": record.started_at,
+        "started_at": crate::units::when(&record.started_at),
         "duration": seconds(record.duration_ms),
         "cost": record.cost_usd.map(usd),
         "runner_version": record.runner_version,
@@ -311,7 +343,7 @@ fn node_line(step: &StepRecord) -> String {
     }
     let mut parts = vec![step.status.as_str().to_owned()];
     if step.turns > 0 {
-        parts.push(format!("{} turns", step.turns));
+        parts.push(crate::units::count(step.turns.into(), "turn", "turns"));
     }
     if let Some(cost) = step.cost_usd {
         parts.push(usd(cost));
@@ -339,12 +371,9 @@ fn timeline(
 ) -> Value {
     let total = times.end();
     let x = |ms: i64| LABEL_W + (ms.max(0) as f64) * AXIS_W / total as f64;
-    // Steps in the order they started (reused and unstarted ones last), each followed by its
-    // instances.
-    let mut order: Vec<(&String, &StepRecord)> = record.steps.iter().collect();
-    order.sort_by_key(|(id, _)| times.spans.get(id.as_str()).map_or(i64::MAX, |s| s.start));
+    // Steps in plan order, as everywhere else, each followed by its instances.
     let mut rows = Vec::new();
-    for (id, step) in order {
+    for (id, step) in record.in_plan_order() {
         let anchor = &anchors[id.as_str()];
         rows.push(bar(
             id,
@@ -519,6 +548,10 @@ fn facts_of(id: &str, step: &StepRecord, sources: &Sources<'_>) -> Value {
                             tokens(n("input_tokens")), tokens(n("cache_read_input_tokens")),
                             tokens(n("cache_creation_input_tokens")), tokens(n("output_tokens"))),
                         "cost": turn.cost_usd.map(usd),
+                        "compaction": turn.compaction,
+                        // Checks and context events where they happened.
+                        "notes": turn.notes.iter().filter_map(|i| story.notes.get(*i))
+                            .map(crate::report::turns::note_line).collect::<Vec<_>>(),
                         "calls": turn.tool_calls.iter().map(|call| json!({
                             "name": call["name"],
                             "input": crate::report::turns::cut(&call["input"].to_string(), 300),
@@ -528,16 +561,24 @@ fn facts_of(id: &str, step: &StepRecord, sources: &Sources<'_>) -> Value {
                     })
                 })
                 .collect();
+            // What happened before the first turn; the rest are under their turns.
+            let placed: BTreeSet<usize> = story
+                .turns
+                .iter()
+                .flat_map(|t| t.notes.iter().copied())
+                .collect();
             let notes: Vec<String> = story
                 .notes
                 .iter()
-                .map(crate::report::turns::note_line)
+                .enumerate()
+                .filter(|(i, _)| !placed.contains(i))
+                .map(|(_, note)| crate::report::turns::note_line(note))
                 .collect();
-            json!({"turns": turns, "notes": notes})
+            json!({"turns": turns, "notes": notes, "events": story.notes.len()})
         })
         .filter(|t| {
             t["turns"].as_array().is_some_and(|a| !a.is_empty())
-                || t["notes"].as_array().is_some_and(|a| !a.is_empty())
+                || t["events"].as_u64().is_some_and(|n| n > 0)
         });
     let diff = step.diff.as_deref().map(|diff| {
         let mut lines: Vec<Value> = diff
@@ -582,7 +623,7 @@ fn facts_of(id: &str, step: &StepRecord, sources: &Sources<'_>) -> Value {
         "duration": seconds(step.duration_ms),
         // A wait shorter than the precision shown is no wait.
         "queue": step.queue_ms.filter(|q| *q >= 50).map(seconds),
-        "started_at": step.started_at,
+        "started_at": step.started_at.as_deref().map(crate::units::when),
         "branch": step.branch,
         "worktree": step.worktree,
         "reused_from": step.reused_from,

@@ -1,7 +1,9 @@
 //! The sinks of a run's events (live progress or plain lines on stderr, `run.json`, transcripts,
 //! JUnit) and the final table. Only this layer knows how things look.
 
+pub mod answers;
 pub mod github;
+pub mod heartbeat;
 pub mod html;
 pub mod jsonl;
 pub mod junit;
@@ -276,6 +278,7 @@ pub fn summary_table_within(
             );
         }
     }
+    drift_note(record, &mut out);
     if let Some(error) = &record.storage_error {
         let _ = writeln!(
             out,
@@ -302,6 +305,29 @@ pub fn summary_table_within(
         terminal::clean(run_dir.as_ref())
     );
     out
+}
+
+/// Replayed requests that differed from their recording, by step: answered all the same, so
+/// the run can pass on a recording that no longer says what the workflow asks.
+fn drift_note(record: &RunRecord, out: &mut String) {
+    if record.replay_drift == 0 {
+        return;
+    }
+    let by_step: Vec<String> = record
+        .steps
+        .iter()
+        .filter(|(_, r)| r.replay_drift > 0 && r.reused_from.is_none())
+        .map(|(id, r)| format!("{id}: {}", r.replay_drift))
+        .collect();
+    let n = record.replay_drift;
+    let _ = writeln!(
+        out,
+        "warning: {n} {} drifted from {} recording ({}) and {} answered from the cassettes all the same; if the change is meant, record again with `--record DIR`; `--replay-strict` fails a step that drifts",
+        crate::units::plural(u64::from(n), "request", "requests"),
+        if n == 1 { "its" } else { "their" },
+        by_step.join(", "),
+        if n == 1 { "was" } else { "were" },
+    );
 }
 
 #[cfg(test)]

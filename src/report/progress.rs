@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressState, ProgressStyle};
 
+use super::heartbeat::{HEARTBEAT, Heartbeats};
 use super::{seconds, tokens, total_tokens};
 use crate::event::{Event, EventKind, Sink};
 use crate::plan::Plan;
@@ -36,7 +37,7 @@ pub fn finish_line(agent: &str, id: &str, record: &StepRecord) -> String {
             };
             // A fan-out says how its instances went instead of counting tools.
             let what = if record.instances.is_empty() {
-                format!("{} tools", record.tool_calls)
+                crate::units::count(record.tool_calls.into(), "tool", "tools")
             } else {
                 record.summary.clone()
             };
@@ -48,8 +49,18 @@ pub fn finish_line(agent: &str, id: &str, record: &StepRecord) -> String {
             if status != StepStatus::Succeeded
                 && let Some(error) = &record.error
             {
-                // Server and model text: no escape sequences reach the terminal.
-                line.push_str(&format!(": {}", terminal::clean(error)));
+                // Server and model text: no escape sequences reach the terminal. Only the
+                // reason's first line: the rest (a check's output) is under the table, once.
+                let clean = terminal::clean(error);
+                let mut lines = clean.trim_end().lines();
+                let first = lines.next().unwrap_or_default();
+                match lines.next() {
+                    Some(_) => line.push_str(&format!(
+                        ": {} (its output is under the table)",
+                        first.trim_end_matches(':')
+                    )),
+                    None => line.push_str(&format!(": {first}")),
+                }
             }
             line
         }
@@ -63,9 +74,9 @@ pub fn subagent_finish_line(label: &str, record: &SubagentRecord) -> String {
         status => status.as_str(),
     };
     let mut line = format!(
-        "{label} › {} {word} ({} tools, {}, {} tokens)",
+        "{label} › {} {word} ({}, {}, {} tokens)",
         record.id,
-        record.tool_calls,
+        crate::units::count(record.tool_calls.into(), "tool", "tools"),
         seconds(record.duration_ms),
         tokens(record.total_tokens())
     );
@@ -152,21 +163,30 @@ fn note_line(label: &str, event: &Event) -> String {
     format!("{label}{who}: {what}")
 }
 
-/// Plain lines, for logs and CI.
+/// Plain lines, for logs and CI, with a heartbeat for a step that runs long.
 pub struct PlainProgress {
     agents: BTreeMap<String, String>,
+    beats: Heartbeats,
 }
 
 impl PlainProgress {
     pub fn new(plan: &Plan) -> Self {
         Self {
             agents: agents(plan),
+            beats: Heartbeats::new(HEARTBEAT),
         }
+    }
+
+    /// A heartbeat every `every` instead of [`HEARTBEAT`] (tests set a short one).
+    pub fn every(mut self, every: Duration) -> Self {
+        self.beats = Heartbeats::new(every);
+        self
     }
 }
 
 impl Sink for PlainProgress {
     fn handle(&mut self, event: &Event) -> Result<(), String> {
+        self.beats.count(event);
         let agent = |id: &str| self.agents.get(step_of(id)).map_or("?", String::as_str);
         let line = match &event.kind {
             EventKind::StepStarted { step, agent, .. } => format!("[{agent}] {step} started"),
@@ -200,6 +220,46 @@ impl Sink for PlainProgress {
         let _ = writeln!(crate::out::stderr(), "{line}");
         Ok(())
     }
+
+    fn deadline(&self) -> Option<std::time::Instant> {
+        self.beats.deadline()
+    }
+
+    /// The heartbeat of each step that has been quiet for its interval.
+    fn tick(&mut self) -> Result<(), String> {
+        let mut out = crate::out::stderr();
+        for (step, line) in self.beats.due() {
+            let agent = self.agents.get(step_of(&step)).map_or("?", String::as_str);
+            let _ = writeln!(out, "[{agent}] {step} {line}");
+        }
+        Ok(())
+    }
+}
+
+/// With `--no-progress`: only what warns (a replay's drift, docs/src/ci.md "Record and
+/// replay"), which CI logs need most and progress lines would otherwise carry.
+pub struct Warnings {
+    agents: BTreeMap<String, String>,
+}
+
+impl Warnings {
+    pub fn new(plan: &Plan) -> Self {
+        Self {
+            agents: agents(plan),
+        }
+    }
+}
+
+impl Sink for Warnings {
+    fn handle(&mut self, event: &Event) -> Result<(), String> {
+        if let EventKind::ReplayDrift { step, .. } = &event.kind {
+            let agent = self.agents.get(step_of(step)).map_or("?", String::as_str);
+            let line = note_line(&format!("[{agent}] {step}"), event);
+            // Best effort, like progress.
+            let _ = writeln!(crate::out::stderr(), "{line}");
+        }
+        Ok(())
+    }
 }
 
 /// A running step's live line and what it shows.
@@ -218,7 +278,7 @@ impl Live {
         if let Some(doing) = &self.doing {
             parts.push(terminal::clean(doing).into_owned());
         }
-        parts.push(format!("{} tools", self.tools));
+        parts.push(crate::units::count(self.tools.into(), "tool", "tools"));
         if self.tokens + self.arriving > 0 {
             parts.push(format!("{} tok", tokens(self.tokens + self.arriving)));
         }

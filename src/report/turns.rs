@@ -14,6 +14,14 @@ pub struct Turn {
     pub tool_calls: Vec<Value>,
     pub usage: Value,
     pub cost_usd: Option<f64>,
+    /// The request that asked the model to summarise the work for a compaction, not a turn of
+    /// the work: it bears the number of the turn it came before.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub compaction: bool,
+    /// Which of the story's notes happened after this turn and before the next, so that checks
+    /// and context events are shown where they happened.
+    #[serde(skip)]
+    pub notes: Vec<usize>,
 }
 
 /// A transcript: its turns, and the events noted beside them (checks, subagents, context
@@ -72,6 +80,15 @@ pub fn read(text: &str, shown: usize) -> Story {
             }
             "check_finished" | "subagent_started" | "subagent_finished" | "context_cleared"
             | "context_compacted" | "out_of_turns" | "output_invalid" | "step_error" => {
+                if let Some(turn) = turns.last_mut() {
+                    // The summary request is the turn just before its compaction.
+                    if kind == "context_compacted"
+                        && turn.turn == event["turn"].as_u64().unwrap_or(0)
+                    {
+                        turn.compaction = true;
+                    }
+                    turn.notes.push(story.notes.len());
+                }
                 story.notes.push(event)
             }
             _ => {}
@@ -137,8 +154,14 @@ pub fn note_line(event: &Value) -> String {
             event["record"]["status"].as_str().unwrap_or_default()
         ),
         "context_cleared" => format!(
-            "turn {turn}: cleared {} old tool results ({} to {} tokens)",
-            event["cleared"], event["tokens_before"], event["tokens_after"]
+            "turn {turn}: cleared {} ({} to {} tokens)",
+            crate::units::count(
+                event["cleared"].as_u64().unwrap_or(0),
+                "old tool result",
+                "old tool results"
+            ),
+            event["tokens_before"],
+            event["tokens_after"]
         ),
         "context_compacted" => format!(
             "turn {turn}: compacted the conversation ({} to {} tokens)",

@@ -254,6 +254,15 @@ mod tests {
     }
 
     #[test]
+    fn an_unknown_tool_is_suggested_in_the_form_it_was_written() {
+        let registry = Registry::builtin();
+        assert_eq!(registry.unknown_help("grepp"), "did you mean `grep`?");
+        assert_eq!(registry.unknown_help("Grepp"), "did you mean `Grep`?");
+        // A closer name in the other form still wins.
+        assert_eq!(registry.unknown_help("read"), "did you mean `Read`?");
+    }
+
+    #[test]
     fn aliases_and_names_parse() {
         let registry = Registry::builtin();
         assert_eq!(registry.entry("Read"), ToolEntry::Tool("read_file".into()));

@@ -96,21 +96,40 @@ impl Registry {
         ToolEntry::Unknown(spelled.to_owned())
     }
 
-    /// The hint for an unknown tool name: the closest spelling, or the list of tools.
+    /// The hint for an unknown tool name: the closest spelling, in the form the user writes
+    /// (`grepp` is runner's `grep`, `Gerp` Claude Code's `Grep`), or the list of tools.
     pub fn unknown_help(&self, name: &str) -> String {
-        let spellings = self
+        let spellings: Vec<&str> = self
             .tools
             .values()
-            .flat_map(|t| std::iter::once(t.name()).chain(t.aliases().iter().copied()));
-        crate::error::did_you_mean(name, spellings).unwrap_or_else(|| {
-            format!(
-                "tools are {}",
-                self.names()
-                    .map(|t| format!("`{t}`"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
-        })
+            .flat_map(|t| std::iter::once(t.name()).chain(t.aliases().iter().copied()))
+            .collect();
+        let capital = |s: &str| s.starts_with(|c: char| c.is_uppercase());
+        let distance =
+            |c: &str| strsim::damerau_levenshtein(&name.to_lowercase(), &c.to_lowercase());
+        let same_form = crate::error::closest(
+            name,
+            spellings
+                .iter()
+                .copied()
+                .filter(|s| capital(s) == capital(name)),
+        );
+        let any = crate::error::closest(name, spellings.iter().copied());
+        let pick = match (same_form, any) {
+            (Some(same), Some(other)) if distance(same) > distance(other) => Some(other),
+            (Some(same), _) => Some(same),
+            (None, other) => other,
+        };
+        pick.map(|c| format!("did you mean `{c}`?"))
+            .unwrap_or_else(|| {
+                format!(
+                    "tools are {}",
+                    self.names()
+                        .map(|t| format!("`{t}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            })
     }
 }
 

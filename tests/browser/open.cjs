@@ -84,6 +84,14 @@ const [file, screenshot, unfold] = process.argv.slice(2);
     run_status: document.getElementById("run-status")?.textContent,
     baseline: [...document.querySelectorAll("tr.baseline-row")].map((r) => ({ step: r.dataset.step, change: r.dataset.change })),
     body_text: document.body.innerText,
+    // Fact tiles whose text spills out of them (a long branch name, a time).
+    overflowing: [...document.querySelectorAll("dl.facts > div")]
+      .filter((d) => d.scrollWidth > d.clientWidth + 1
+        || d.getBoundingClientRect().right > d.parentElement.getBoundingClientRect().right + 1)
+      .map((d) => d.innerText),
+    answers: [...document.querySelectorAll("#answer pre.answer")].map((p) => ({ step: p.dataset.step, text: p.innerText })),
+    first_section: document.querySelector("main section")?.id,
+    errors_shown: [...document.querySelectorAll("pre.error")].map((p) => p.innerText),
   }));
   if (screenshot) await page.screenshot({ path: screenshot, fullPage: true });
   await browser.close();

@@ -278,6 +278,25 @@ async fn a_long_step_is_compacted_by_its_own_model() {
         "{}",
         shown.stdout
     );
+    // Each compaction's summary request is labelled, and its note follows it, before the next
+    // turn: events are shown where they happened, not after all the turns.
+    let lines: Vec<&str> = shown.stdout.lines().collect();
+    let labelled: Vec<usize> = (0..lines.len())
+        .filter(|&i| lines[i].starts_with("turn ") && lines[i].contains(" · compaction  in "))
+        .collect();
+    assert_eq!(labelled.len(), summaries, "{}", shown.stdout);
+    for at in labelled {
+        let next_turn = (at + 1..lines.len())
+            .find(|&i| lines[i].starts_with("turn ") && lines[i].contains("  in "))
+            .unwrap_or(lines.len());
+        assert!(
+            lines[at + 1..next_turn]
+                .iter()
+                .any(|l| l.contains(": compacted the conversation (")),
+            "{}",
+            lines[at..next_turn].join("\n")
+        );
+    }
 }
 
 /// With no window declared (runner assumes 200k for a Claude model, 128k for an unknown one),

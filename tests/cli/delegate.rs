@@ -218,7 +218,7 @@ async fn a_subagent_sees_only_its_prompt_and_is_recorded() {
     );
     assert!(
         out.stderr
-            .contains("[code] lead › explore#1 done (1 tools, "),
+            .contains("[code] lead › explore#1 done (1 tool, "),
         "{}",
         out.stderr
     );

@@ -302,3 +302,78 @@ async fn a_baseline_shows_what_changed() {
     assert_eq!(missing.status, 2, "{}", missing.transcript());
     assert!(missing.stderr.contains("`nope`"), "{}", missing.stderr);
 }
+
+/// In Chromium: the page starts with the run's answer, a failed check's output keeps its line
+/// breaks, and no fact tile is wider than itself (a long branch name wraps inside it).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_report_starts_with_the_answer_and_keeps_text_inside_its_tiles() {
+    let fake = Fake::anthropic_fn(|body| {
+        let first = body["messages"][0].to_string();
+        let count = body["messages"].as_array().map_or(0, Vec::len);
+        if first.contains("MARK-long") && count == 1 {
+            return anthropic_tool(
+                "w1",
+                "write_file",
+                json!({"path": "made.txt", "content": "new work\n"}),
+            );
+        }
+        anthropic_text(if first.contains("MARK-long") {
+            "The migration is done:\nevery token is a JWT"
+        } else {
+            "checked"
+        })
+    })
+    .await;
+    let long = "implement_the_migration_of_every_session_token_to_jwt_in_one_go";
+    let workflow = format!(
+        "name = \"tiles\"\n[models]\ndefault = \"anthropic/claude-test\"\n[steps.{long}]\nagent = \"code\"\nisolation = \"worktree\"\nprompt = \"MARK-long\"\n[steps.verify]\nagent = \"explore\"\nprompt = \"MARK-verify\"\nchecks = [\"printf 'FIRST-LINE of the output\\\\nSECOND-LINE of the output\\\\n'; exit 1\"]\ncheck_retries = 0\n"
+    );
+    let test = Test::new()
+        .file("w.toml", &workflow)
+        .file(".gitignore", ".runner/\n*.html\n*.png\n");
+    init_repo(test.path());
+    let (ran, test) = test
+        .env("ANTHROPIC_API_KEY", "sk-test")
+        .env("ANTHROPIC_BASE_URL", &fake.uri())
+        .args(&["run", "w.toml", "--format", "json"])
+        .run_async()
+        .await;
+    assert_eq!(ran.status, 1, "{}", ran.transcript());
+    let (wrote, test) = again(test, &["report", "-o", "report.html"]).await;
+    assert_eq!(wrote.status, 0, "{}", wrote.transcript());
+    let html_path = test.path().join("report.html");
+    let seen = browse(&html_path, &test.path().join("report.png"), "");
+    assert_eq!(seen["first_section"], "answer", "{seen}");
+    assert_eq!(
+        seen["answers"],
+        json!([{"step": long, "text": "The migration is done:\nevery token is a JWT"}]),
+        "{seen}"
+    );
+    let errors = seen["errors_shown"].as_array().unwrap();
+    assert!(
+        errors.iter().any(|e| e
+            .as_str()
+            .unwrap()
+            .contains("FIRST-LINE of the output\nSECOND-LINE of the output")),
+        "{seen}"
+    );
+    assert_eq!(seen["overflowing"], json!([]), "{seen}");
+    // Times of day to the second: no fraction after the seconds anywhere on the page.
+    let text = seen["body_text"].as_str().unwrap();
+    let fraction = text.as_bytes().windows(5).any(|w| {
+        w[0] == b':'
+            && w[1].is_ascii_digit()
+            && w[2].is_ascii_digit()
+            && w[3] == b'.'
+            && w[4].is_ascii_digit()
+    });
+    assert!(!fraction && text.contains("· started 20"), "{text}");
+    // The tile that holds the long branch is there, wrapped inside it.
+    assert!(
+        seen["body_text"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("/{long}")),
+        "{seen}"
+    );
+}

@@ -184,7 +184,7 @@ async fn anthropic_multi_turn_with_a_tool() {
     assert!(!log.contains(KEY), "the API key leaked into the transcript");
     assert!(!out.stdout.contains(KEY) && !out.stderr.contains(KEY));
     assert!(
-        out.stderr.contains("[explore] s done (1 tools,"),
+        out.stderr.contains("[explore] s done (1 tool,"),
         "{}",
         out.stderr
     );

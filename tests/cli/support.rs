@@ -110,6 +110,16 @@ impl Test {
         command.spawn().expect("start runner")
     }
 
+    /// Starts the binary without waiting, its stdout and stderr piped (for tests that read its
+    /// lines as they come).
+    pub fn spawn_piped(&self) -> std::process::Child {
+        let mut command = self.command();
+        command
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        command.spawn().expect("start runner")
+    }
+
     /// Runs the binary off the async workers, so a fake server in this process keeps serving.
     pub async fn run_async(self) -> (Output, Self) {
         tokio::task::spawn_blocking(move || {

@@ -576,6 +576,7 @@ impl Scheduler<'_> {
         entry.ran_out_of_turns = tally.ran_out_of_turns;
         entry.compactions = tally.compactions;
         entry.tokens_estimated = tally.tokens_estimated;
+        entry.replay_drift = tally.replay_drift;
         entry.duration_ms = run.started.elapsed().as_millis() as u64;
         let cancelled = matches!(ended, Ended::Cancelled);
         let outcome = match ended {
