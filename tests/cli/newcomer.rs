@@ -533,6 +533,41 @@ fn a_worktree_step_from_a_dirty_checkout_warns() {
     );
 }
 
+/// A job of an exported pipeline brings the runner binary (`.runner/bin/`, where the GitLab
+/// export keeps it) and the state of earlier jobs (`.runner/runs/`) into its checkout, with no
+/// `.gitignore` for them: runner's state directory is not an uncommitted change.
+#[test]
+fn ci_artifacts_in_the_state_directory_are_no_uncommitted_change() {
+    let test = Test::new().file(
+        "w.yaml",
+        &format!("name: w\n{MODELS}steps:\n  impl:\n    agent: code\n    isolation: worktree\n    retries: 0\n    prompt: x\n"),
+    );
+    crate::support::init_repo(test.path());
+    std::fs::create_dir_all(test.path().join(".runner/bin")).unwrap();
+    std::fs::write(test.path().join(".runner/bin/runner"), "a binary\n").unwrap();
+    std::fs::create_dir_all(test.path().join(".runner/runs/77/steps/a")).unwrap();
+    std::fs::write(
+        test.path().join(".runner/runs/77/steps/a/record.json"),
+        "{}",
+    )
+    .unwrap();
+    let test = test
+        .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+        .env("ANTHROPIC_API_KEY", "sk-unused")
+        .args(&["run", "w.yaml", "--no-progress", "--state-dir", ".runner"]);
+    let out = test.run_keeping();
+    assert!(!out.stderr.contains("uncommitted"), "{}", out.stderr);
+    // What is the user's still counts.
+    std::fs::write(test.path().join("notes.txt"), "not committed\n").unwrap();
+    let out = test.run();
+    assert!(
+        out.stderr
+            .contains("warning: the checkout has 1 uncommitted change (`git status`)"),
+        "{}",
+        out.stderr
+    );
+}
+
 /// `tools = []` is a step that only answers (a verdict, a formatting pass): valid, and it runs
 /// with no tools offered.
 #[tokio::test(flavor = "multi_thread")]
