@@ -36,6 +36,9 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
     else {
         return Exit::Invalid;
     };
+    if !super::endpoints_ok(&plan, io) {
+        return Exit::Invalid;
+    }
     let (workdir, state_dir) =
         run::directories(args.resolve.workdir.as_deref(), args.state_dir.as_deref());
     let resume = match previous(&args, &workdir, &state_dir, io) {

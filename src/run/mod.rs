@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::Problem;
 pub use crate::record::{RunRecord, RunStatus, StepRecord, StepStatus, SubagentRecord, new_run_id};
-pub use keys::provider_keys;
+pub use keys::{endpoint_problems, provider_keys};
 pub use resume::{check_only, clean_up_after, is_run_id, load_merged, load_resume};
 pub use scheduler::execute;
 

@@ -693,3 +693,97 @@ fn only_an_instance_that_does_not_exist_fails() {
         "--only each[7]: step `each` has no such instance; it has each[0], each[1]"
     );
 }
+
+const OPENAI_STEP: &str = "name: w\nmodels:\n  default: openai/local-model\nsteps:\n  s:\n    agent: plan\n    prompt: hello\n";
+
+/// A llama.cpp or vLLM server at `OPENAI_BASE_URL` needs no dummy `OPENAI_API_KEY`: with no
+/// key, requests go without an `Authorization` header. At OpenAI's own URL a missing key is
+/// still an error before anything is sent.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_local_openai_compatible_server_needs_no_key() {
+    let fake = crate::fake::Fake::openai(vec![crate::fake::openai_text("hi from llama")]).await;
+    let (out, _test) = Test::new()
+        .file("w.yaml", OPENAI_STEP)
+        .env("OPENAI_BASE_URL", &format!("{}/v1", fake.uri()))
+        .args(&["run", "w.yaml", "--format", "json"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let run: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(run["steps"]["s"]["summary"], "hi from llama");
+    let requests = fake.requests().await;
+    assert_eq!(requests.len(), 1);
+    assert!(
+        !requests[0].headers.contains_key("authorization"),
+        "{:?}",
+        requests[0].headers
+    );
+    let default = Test::new()
+        .file("w.yaml", OPENAI_STEP)
+        .args(&["run", "w.yaml"])
+        .run();
+    assert_eq!(default.status, 2, "{}", default.transcript());
+    assert!(
+        default.stderr.contains("OPENAI_API_KEY is not set"),
+        "{}",
+        default.stderr
+    );
+}
+
+/// A base URL without its scheme (`127.0.0.1:8080/v1`) is an error before the run, naming the
+/// variable and the value with the URL meant, from `validate`, `plan` and `run` alike; no
+/// request is sent.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_base_url_without_a_scheme_is_an_error_before_the_run() {
+    let fake = crate::fake::Fake::openai(vec![crate::fake::openai_text("never")]).await;
+    let schemeless = format!("{}/v1", fake.uri().trim_start_matches("http://"));
+    for command in [
+        vec!["validate", "w.yaml"],
+        vec!["plan", "w.yaml"],
+        vec!["run", "w.yaml"],
+    ] {
+        let out = Test::new()
+            .file("w.yaml", OPENAI_STEP)
+            .env("OPENAI_BASE_URL", &schemeless)
+            .args(&command)
+            .run();
+        assert_eq!(out.status, 2, "{command:?}: {}", out.transcript());
+        assert!(
+            out.stderr.contains(&format!(
+                "OPENAI_BASE_URL={schemeless} is not a URL: a base URL starts with http:// or https://"
+            )),
+            "{command:?}: {}",
+            out.stderr
+        );
+        assert!(
+            out.stderr.contains(&format!(
+                "did you mean OPENAI_BASE_URL=http://{schemeless}?"
+            )),
+            "{command:?}: {}",
+            out.stderr
+        );
+        assert!(!out.stderr.contains("relative URL"), "{}", out.stderr);
+    }
+    assert!(fake.requests().await.is_empty());
+    // `[providers.*]` says it at the key, with the same hint.
+    let out = Test::new()
+        .file(
+            "w.toml",
+            "name = \"w\"\n[providers.local]\nkind = \"openai\"\nbase_url = \"localhost:11434\"\n[models]\ndefault = \"local/m\"\n[steps.s]\nagent = \"plan\"\nprompt = \"x\"\n",
+        )
+        .args(&["validate", "w.toml"])
+        .run();
+    assert_eq!(out.status, 2, "{}", out.transcript());
+    assert!(
+        out.stderr
+            .contains("`providers.local.base_url` must be an http:// or https:// URL"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr
+            .contains("did you mean `http://localhost:11434`?"),
+        "{}",
+        out.stderr
+    );
+}
