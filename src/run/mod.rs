@@ -59,6 +59,19 @@ pub fn default_state_dir(workdir: &Utf8Path) -> Utf8PathBuf {
     workdir.join(".runner")
 }
 
+/// Where runs are, when none were found where they were looked for.
+pub const ELSEWHERE_HINT: &str = "runs are kept in the state directory of the working directory they ran in (`<workdir>/.runner`): pass the run's `--workdir DIR`, or `--state-dir DIR`";
+
+/// `path` made absolute for a message that says where runner looked (`./.runner/runs` says
+/// little in a CI log or after a `cd`).
+pub fn shown_path(path: &Utf8Path) -> String {
+    std::path::absolute(path)
+        .ok()
+        .and_then(|p| Utf8PathBuf::from_path_buf(p).ok())
+        .unwrap_or_else(|| path.to_owned())
+        .to_string()
+}
+
 /// The working and state directories from `--workdir` and `--state-dir`: the current directory
 /// and `<workdir>/.runner` unless given.
 pub fn directories(

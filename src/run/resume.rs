@@ -62,7 +62,11 @@ pub fn load_resume(state_dir: &Utf8Path, which: &str) -> Result<RunRecord, Probl
     };
     let problem = match not_ours {
         0 if listing.not_read == 0 => {
-            Problem::error(format!("--resume latest: there are no runs in `{runs}`"))
+            return Err(Problem::error(format!(
+                "--resume latest: there are no runs in `{}`",
+                super::shown_path(&runs)
+            ))
+            .help(super::ELSEWHERE_HINT));
         }
         n => Problem::error(format!(
             "--resume latest: there are no runs you recorded in `{runs}`{among} ({n} there {} not recorded by you here, or changed since: a checkout may ship them)",
