@@ -109,12 +109,14 @@ impl ProviderSpec {
         }
     }
 
-    /// Whether a missing key is no mistake: the base URL is not the provider's own (its
-    /// variable points elsewhere: a llama.cpp or vLLM server, a proxy), so requests go without
-    /// a key rather than not at all. A `[providers.*]` entry says itself whether it has a key.
+    /// Whether a missing key is no mistake: an OpenAI-compatible base URL that is not the
+    /// provider's own (its variable points elsewhere: a llama.cpp or vLLM server), so requests
+    /// go without a key rather than not at all. Anthropic's API always wants one, at a proxy
+    /// too; a `[providers.*]` entry says itself whether it has a key.
     pub fn key_optional(&self) -> bool {
-        matches!(&self.base_url, BaseUrl::Env { var, default, .. }
-            if env_value(var).is_some_and(|value| value != *default))
+        self.kind == ProviderKind::Openai
+            && matches!(&self.base_url, BaseUrl::Env { var, default, .. }
+                if env_value(var).is_some_and(|value| value != *default))
     }
 
     /// The variable and its value when the base URL comes from the environment and is not a
