@@ -5,7 +5,11 @@
 # (demo/script.py), so it needs no key and no network.
 set -eu
 cd "$(dirname "$0")/.."
-cargo build
+# The test build, not plain `cargo build`: the tests' dev-dependencies turn on more features of
+# shared crates (hyper, clap, tokio-rustls, slab, ...), so a plain build's dependencies would
+# all be built again by the README's second command, `cargo test`. This builds them once, with
+# target/debug/runner among them, and `cargo test` then compiles nothing.
+cargo build --tests
 demo=target/demo
 rm -rf "$demo"
 mkdir -p "$demo"

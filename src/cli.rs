@@ -334,8 +334,16 @@ impl RunDirs {
     ) -> Result<(Utf8PathBuf, crate::record::RunRecord, Utf8PathBuf), String> {
         let (_, state_dir) =
             crate::run::directories(self.workdir.as_deref(), self.state_dir.as_deref());
-        let record = crate::run::load_resume(&state_dir, which.unwrap_or("latest"))
-            .map_err(|problem| problem.message.replacen("--resume ", "", 1))?;
+        let record =
+            crate::run::load_resume(&state_dir, which.unwrap_or("latest")).map_err(|problem| {
+                let message = problem.message.replacen("--resume ", "", 1);
+                match &problem.help {
+                    Some(help) => {
+                        format!("{message}\n  help: {}", help.replacen("--resume ", "", 1))
+                    }
+                    None => message,
+                }
+            })?;
         if let Some(warning) = crate::run::records::not_yours(&record) {
             let _ = writeln!(warn, "warning: {warning}");
         }

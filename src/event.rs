@@ -35,7 +35,8 @@ pub enum EventKind {
     RunStarted {
         run_id: String,
         workflow: String,
-        /// Each step of the plan with its `provider/model`, in plan order.
+        /// Each step of the plan with its `provider/model`, in plan order (with `--only`, those
+        /// this run records: not the steps it leaves to other jobs).
         steps: Vec<(String, String)>,
     },
     StepStarted {

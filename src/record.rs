@@ -246,9 +246,9 @@ impl StepRecord {
     }
 
     /// Settles a fan-out step from its instances: succeeded when every one did (an empty list
-    /// included), failed when one failed, cancelled when one was; skipped when some were left to
-    /// other jobs (`--only`). Counts are what this run did; `reused_from` is set when every
-    /// instance was reused.
+    /// included), failed when one failed, cancelled when one was; skipped when one was (the
+    /// instances `--only` leaves to other jobs are not in the list). Counts are what this run
+    /// did; `reused_from` is set when every instance was reused.
     pub fn settle_fan_out(&mut self, instances: Vec<StepRecord>, duration_ms: u64) {
         let count = |status: StepStatus| instances.iter().filter(|r| r.status == status).count();
         let (failed, cancelled, skipped) = (
@@ -554,7 +554,8 @@ impl RunRecord {
     /// The record of a step of the plan.
     pub fn step_mut(&mut self, id: &str) -> &mut StepRecord {
         // Invariant: `new` made an entry for every step of the plan, and callers only pass ids
-        // from that plan.
+        // from that plan (the scheduler removes the steps `--only` leaves out, and never asks
+        // for them).
         self.steps
             .get_mut(id)
             .expect("every planned step has a record")

@@ -312,6 +312,14 @@ pub(crate) fn load_plan_with(
     plan
 }
 
+/// Whether the base URLs the plan's models go to are URLs (a schemeless `OPENAI_BASE_URL` is
+/// refused before the run); reports the ones that are not.
+pub(crate) fn endpoints_ok(plan: &Plan, io: &mut Io<'_>) -> bool {
+    let problems = crate::run::endpoint_problems(plan);
+    report(io, &problems);
+    problems.is_empty()
+}
+
 /// The agents a command sees: the lookup folders, with the working directory's own agent files
 /// trusted only as `trust` says.
 pub(crate) fn agent_catalog(

@@ -18,6 +18,9 @@ pub fn plan(
     let Some(plan) = load_plan(workflow, args, limits, true, io) else {
         return Exit::Invalid;
     };
+    if !super::endpoints_ok(&plan, io) {
+        return Exit::Invalid;
+    }
     let text = match format {
         // The plan quotes the workflow (prompts, names): none of its control characters reach
         // a terminal. JSON escapes them itself.

@@ -36,6 +36,9 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
     else {
         return Exit::Invalid;
     };
+    if !super::endpoints_ok(&plan, io) {
+        return Exit::Invalid;
+    }
     let (workdir, state_dir) =
         run::directories(args.resolve.workdir.as_deref(), args.state_dir.as_deref());
     let resume = match previous(&args, &workdir, &state_dir, io) {
@@ -89,7 +92,7 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
         interrupt,
         last_saved,
     };
-    warn_uncommitted(&plan, &options.workdir, io);
+    warn_uncommitted(&plan, &options.workdir, &options.state_dir, io);
     let mut sinks = match sinks(&args, &plan, &options.only) {
         Ok(sinks) => sinks,
         Err(err) => {
@@ -292,8 +295,15 @@ fn executor(
     (executor, mcp)
 }
 
-/// A worktree starts from HEAD: what the checkout has not committed does not reach it.
-fn warn_uncommitted(plan: &crate::plan::Plan, workdir: &camino::Utf8Path, io: &mut Io<'_>) {
+/// A worktree starts from HEAD: what the checkout has not committed does not reach it. The state
+/// directory is runner's, not a change (in an exported pipeline's job it holds the runner binary
+/// and the state of earlier jobs).
+fn warn_uncommitted(
+    plan: &crate::plan::Plan,
+    workdir: &camino::Utf8Path,
+    state_dir: &camino::Utf8Path,
+    io: &mut Io<'_>,
+) {
     let worktree_steps: Vec<&str> = plan
         .steps()
         .iter()
@@ -306,7 +316,7 @@ fn warn_uncommitted(plan: &crate::plan::Plan, workdir: &camino::Utf8Path, io: &m
     let Some(repo) = crate::run::worktree::Repo::discover(workdir) else {
         return;
     };
-    let changed = repo.uncommitted();
+    let changed = repo.uncommitted_outside(state_dir);
     if changed > 0 {
         let _ = writeln!(
             io.err,

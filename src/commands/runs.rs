@@ -46,7 +46,12 @@ pub fn runs(args: RunsArgs, io: &mut Io<'_>) -> Exit {
         return Exit::Success;
     }
     if runs.is_empty() {
-        let _ = writeln!(io.out, "no runs in `{}`", state_dir.join("runs"));
+        let _ = writeln!(
+            io.out,
+            "no runs in `{}`\n{}",
+            crate::run::shown_path(&state_dir.join("runs")),
+            crate::run::ELSEWHERE_HINT
+        );
         return Exit::Success;
     }
     let header = ["RUN", "WORKFLOW", "STATUS", "STARTED", "DURATION", "COST"];

@@ -15,6 +15,7 @@ pub fn validate(args: ValidateArgs, io: &mut Io<'_>) -> Exit {
             require_inputs,
             io,
         ) {
+            Some(plan) if !super::endpoints_ok(&plan, io) => failed = true,
             Some(plan) => {
                 let (steps, waves) = (plan.steps().len(), plan.waves().len());
                 let _ = writeln!(

@@ -136,22 +136,24 @@ pub fn gitlab_ci(plan: &Plan, options: &Options<'_>) -> String {
     out
 }
 
-/// Installs runner once; its binary is the artifact every step job runs.
+/// Installs runner once; its binary is the artifact every step job runs. It is kept in the
+/// state directory (`.runner/bin/`), which runner never counts as an uncommitted change of the
+/// checkout.
 fn build_job(out: &mut String, options: &Options<'_>) {
     let _ = writeln!(out, "{BUILD_JOB}:");
     let _ = writeln!(out, "  stage: {BUILD_JOB}");
     image(out, options);
     let _ = writeln!(out, "  script:");
     let _ = writeln!(out, "    - sh -c \"$RUNNER_INSTALL\"");
-    let _ = writeln!(out, "    - mkdir -p runner-bin");
+    let _ = writeln!(out, "    - mkdir -p .runner/bin");
     // The install may leave the binary here itself, or on the PATH.
     let _ = writeln!(
         out,
-        "    - test -x runner-bin/runner || cp \"$(command -v runner)\" runner-bin/runner"
+        "    - test -x .runner/bin/runner || cp \"$(command -v runner)\" .runner/bin/runner"
     );
     let _ = writeln!(out, "  artifacts:");
     let _ = writeln!(out, "    paths:");
-    let _ = writeln!(out, "      - runner-bin/");
+    let _ = writeln!(out, "      - .runner/bin/");
     let _ = writeln!(out, "    expire_in: 1 day");
 }
 
@@ -189,7 +191,7 @@ fn step_job(out: &mut String, job: &Job<'_>, options: &Options<'_>) {
     let _ = writeln!(out, "  script:");
     let _ = writeln!(
         out,
-        "    - chmod +x runner-bin/runner && export PATH=\"$CI_PROJECT_DIR/runner-bin:$PATH\""
+        "    - chmod +x .runner/bin/runner && export PATH=\"$CI_PROJECT_DIR/.runner/bin:$PATH\""
     );
     let only = match job.matrix {
         Some(_) => "\"$RUNNER_INSTANCE\"".to_owned(),
@@ -215,6 +217,18 @@ fn apply_job(out: &mut String, jobs: &[Job<'_>], options: &Options<'_>) {
     // Succeeded steps' branches are pushed even when another step failed.
     let _ = writeln!(out, "  when: always");
     let _ = writeln!(out, "  script:");
+    // No token off a GitLab server (gitlab-ci-local) means no remote to push to: the job says
+    // so and passes. On GitLab a missing token is a mistake to fix, and fails the job.
+    let _ = writeln!(out, "    - |");
+    for line in [
+        "if [ -z \"${RUNNER_PUSH_TOKEN:-}\" ]; then",
+        "  if [ \"${GITLAB_CI:-}\" = true ]; then echo \"runner-apply: RUNNER_PUSH_TOKEN is not set: add a project access token with write_repository as a masked CI/CD variable to push the worktree steps' branches\" >&2; exit 1; fi",
+        "  echo \"runner-apply: skipped: no remote to push to (RUNNER_PUSH_TOKEN is not set and this is not a GitLab server); each step's diff is in .runner/runs/$CI_PIPELINE_ID/steps/*/record.json\"",
+        "  exit 0",
+        "fi",
+    ] {
+        let _ = writeln!(out, "      {line}");
+    }
     let env = PushEnv {
         run_id: "$CI_PIPELINE_ID",
         sha: "$CI_COMMIT_SHA",

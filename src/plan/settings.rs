@@ -104,13 +104,16 @@ impl Builder<'_> {
                 );
             }
             let url = def.base_url.trim();
-            if !(url.starts_with("http://") || url.starts_with("https://")) {
+            if !crate::provider::has_scheme(url) {
                 let span = self.span(&path!["providers", name.as_str(), "base_url"]);
+                // `127.0.0.1:8080/v1` is a local server's address without its scheme.
+                let hint = (!url.is_empty() && !url.contains("://"))
+                    .then(|| format!("did you mean `http://{url}`?"));
                 self.error(
                     format!("`providers.{name}.base_url` must be an http:// or https:// URL"),
                     span,
                     "not a URL",
-                    None,
+                    hint,
                 );
             }
             if let Some(var) = &def.api_key_env

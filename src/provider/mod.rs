@@ -24,6 +24,7 @@ pub use error::ProviderError;
 pub use format::body::{Body, Wire};
 pub use http::{hide_url_credentials, install_tls};
 pub use registry::{
-    BaseUrl, ModelRef, ProviderSpec, builtin_providers, connect, http_client, providers_for,
+    BaseUrl, ModelRef, ProviderSpec, builtin_providers, connect, has_scheme, http_client,
+    providers_for,
 };
 pub use secret::Secret;

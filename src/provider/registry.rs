@@ -57,6 +57,9 @@ pub enum BaseUrl {
         default: &'static str,
         /// Appended to the variable's value (Ollama's host gets `/v1`).
         suffix: &'static str,
+        /// The variable names a host, which may come without a scheme (`OLLAMA_HOST=0.0.0.0:11434`,
+        /// as Ollama reads it): `http://` is then meant. Otherwise a scheme is required.
+        host: bool,
     },
     Fixed(String),
 }
@@ -97,14 +100,56 @@ impl ProviderSpec {
                 var,
                 default,
                 suffix,
-            } => match std::env::var(var) {
-                Ok(value) if !value.trim().is_empty() => {
-                    format!("{}{suffix}", value.trim().trim_end_matches('/'))
-                }
-                _ => format!("{default}{suffix}"),
+                host,
+            } => match env_value(var) {
+                Some(value) if *host && !has_scheme(&value) => format!("http://{value}{suffix}"),
+                Some(value) => format!("{value}{suffix}"),
+                None => format!("{default}{suffix}"),
             },
         }
     }
+
+    /// Whether a missing key is no mistake: an OpenAI-compatible base URL that is not the
+    /// provider's own (its variable points elsewhere: a llama.cpp or vLLM server), so requests
+    /// go without a key rather than not at all. Anthropic's API always wants one, at a proxy
+    /// too; a `[providers.*]` entry says itself whether it has a key.
+    pub fn key_optional(&self) -> bool {
+        self.kind == ProviderKind::Openai
+            && matches!(&self.base_url, BaseUrl::Env { var, default, .. }
+                if env_value(var).is_some_and(|value| value != *default))
+    }
+
+    /// The variable and its value when the base URL comes from the environment and is not a
+    /// URL (`OPENAI_BASE_URL=127.0.0.1:8080/v1`): said before the run, not as a relative URL
+    /// when the first request is sent.
+    pub fn schemeless(&self) -> Option<(&'static str, String)> {
+        match &self.base_url {
+            BaseUrl::Env {
+                var, host: false, ..
+            } => env_value(var)
+                .filter(|value| !has_scheme(value))
+                .map(|value| {
+                    // Credentials in it (`user:pass@host`) are hidden in the message too.
+                    http::hide_url_credentials(&format!("http://{value}"));
+                    (*var, value)
+                }),
+            _ => None,
+        }
+    }
+}
+
+/// A base URL variable's value, trimmed and without a trailing `/`; `None` when unset or empty.
+fn env_value(var: &str) -> Option<String> {
+    std::env::var(var)
+        .ok()
+        .map(|value| value.trim().trim_end_matches('/').to_owned())
+        .filter(|value| !value.is_empty())
+}
+
+/// Whether `url` starts with the scheme runner speaks (`http://`, `https://`, any case).
+pub fn has_scheme(url: &str) -> bool {
+    let lower = url.to_ascii_lowercase();
+    lower.starts_with("http://") || lower.starts_with("https://")
 }
 
 pub fn builtin_providers() -> Vec<ProviderSpec> {
@@ -116,6 +161,7 @@ pub fn builtin_providers() -> Vec<ProviderSpec> {
                 var: "ANTHROPIC_BASE_URL",
                 default: "https://api.anthropic.com",
                 suffix: "",
+                host: false,
             },
             api_key_env: Some("ANTHROPIC_API_KEY".into()),
         },
@@ -126,6 +172,7 @@ pub fn builtin_providers() -> Vec<ProviderSpec> {
                 var: "OPENAI_BASE_URL",
                 default: "https://api.openai.com/v1",
                 suffix: "",
+                host: false,
             },
             api_key_env: Some("OPENAI_API_KEY".into()),
         },
@@ -136,6 +183,7 @@ pub fn builtin_providers() -> Vec<ProviderSpec> {
                 var: "OLLAMA_HOST",
                 default: "http://localhost:11434",
                 suffix: "/v1",
+                host: true,
             },
             api_key_env: None,
         },

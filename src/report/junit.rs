@@ -10,7 +10,7 @@ use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 
 use crate::event::{Event, EventKind, Sink};
 use crate::plan::Plan;
-use crate::record::{StepRecord, StepStatus};
+use crate::record::{RunRecord, StepRecord, StepStatus};
 
 /// `text` with every character XML 1.0 cannot hold (C0 controls but tab, newline and carriage
 /// return; U+FFFE, U+FFFF) replaced by U+FFFD: a summary is the model's text, and one such
@@ -58,14 +58,19 @@ impl JunitSink {
         })
     }
 
-    fn report(&self, duration_ms: u64) -> Result<String, String> {
+    fn report(&self, run: &RunRecord) -> Result<String, String> {
         let name = xml_text(&self.name);
         let mut suite = TestSuite::new(name.as_ref());
-        suite.set_time(Duration::from_millis(duration_ms));
+        suite.set_time(Duration::from_millis(run.duration_ms));
         for (id, agent) in &self.steps {
             let Some(r) = self.records.get(id) else {
                 continue;
             };
+            // Another job of this run (`--only`) reports it: a CI system merging every job's
+            // report would count it twice.
+            if r.reused_from.as_deref() == Some(run.run_id.as_str()) {
+                continue;
+            }
             // A fan-out step is one case per instance: CI shows which item failed.
             if r.instances.is_empty() {
                 suite.add_test_case(case(&name, id, agent, r));
@@ -118,7 +123,7 @@ impl Sink for JunitSink {
                 Ok(())
             }
             EventKind::RunFinished { record, .. } => {
-                let text = self.report(record.duration_ms)?;
+                let text = self.report(record)?;
                 self.dir
                     .write(&self.file, text.as_bytes())
                     .map_err(|err| format!("the JUnit report: {err}"))

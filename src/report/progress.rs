@@ -393,6 +393,11 @@ impl Sink for LiveProgress {
     // Over 80 lines: one arm per event kind this sink shows.
     fn handle(&mut self, event: &Event) -> Result<(), String> {
         match &event.kind {
+            // The steps of this run: with `--only`, other jobs' steps are not waited for here.
+            EventKind::RunStarted { steps, .. } => {
+                self.waiting.retain(|id| steps.iter().any(|(s, _)| s == id));
+                self.show_waiting();
+            }
             EventKind::StepStarted { step, agent, .. } => {
                 self.no_longer_waiting(step);
                 self.start((step.clone(), None), format!("[{agent}] {step}"), None);

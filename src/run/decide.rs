@@ -55,7 +55,7 @@ pub fn prepare(
     if selection == Selection::Not {
         // Within one run spread over jobs, what another job decided stands, failures included.
         if let Some(decided) = decided_elsewhere(options, record, &step.id) {
-            return Prepared::Reuse(Box::new(decided.clone()));
+            return Prepared::Reuse(Box::new(from_another_job(decided, record)));
         }
         return match previous {
             Some(previous) => Prepared::Reuse(Box::new(reuse(previous, options, record))),
@@ -94,6 +94,56 @@ pub fn continuing(prepared: Prepared, unfinished: Option<&StepRecord>) -> Prepar
         },
         other => other,
     }
+}
+
+/// The steps `--only` leaves to other jobs with nothing of them here: not selected and not
+/// needed (however indirectly) by a selected step, unless a resumed *other* run has their
+/// result to carry on (`--resume R --only X` keeps R's results for the next `--resume`); and
+/// the unselected ones with no result anywhere. Such a step is no part of this run: not in its
+/// record, table or reports, and not "skipped" (docs/src/ci.md, "One run across several
+/// machines").
+pub fn left_out(
+    plan: &Plan,
+    record: &RunRecord,
+    options: &RunOptions,
+) -> std::collections::BTreeSet<usize> {
+    let steps = plan.steps();
+    let not_selected: Vec<bool> = steps
+        .iter()
+        .map(|s| Selection::of(&s.id, &options.only) == Selection::Not)
+        .collect();
+    // What the selected steps need, to the roots: shown (as reused) in the job's reports.
+    let mut needed = std::collections::BTreeSet::new();
+    let mut stack: Vec<usize> = (0..steps.len()).filter(|&i| !not_selected[i]).collect();
+    while let Some(i) = stack.pop() {
+        for &need in plan.needs_of(i) {
+            if needed.insert(need) {
+                stack.push(need);
+            }
+        }
+    }
+    let same_run = options
+        .resume
+        .as_ref()
+        .is_some_and(|r| r.run_id == record.run_id);
+    (0..steps.len())
+        .filter(|&i| not_selected[i] && !needed.contains(&i))
+        .filter(|&i| {
+            let step = &steps[i];
+            let earlier = options.resume.as_ref().and_then(|r| r.steps.get(&step.id));
+            let carried = !same_run && earlier.is_some_and(|s| s.status == StepStatus::Succeeded);
+            !carried
+        })
+        .chain((0..steps.len()).filter(|&i| {
+            not_selected[i]
+                && decided_elsewhere(options, record, &steps[i].id).is_none()
+                && !options
+                    .resume
+                    .as_ref()
+                    .and_then(|r| r.steps.get(&steps[i].id))
+                    .is_some_and(|s| s.status == StepStatus::Succeeded)
+        }))
+        .collect()
 }
 
 /// What `--only` selects of a step: all of it, some of its instances (`X[1]`), or nothing.
@@ -142,6 +192,16 @@ pub fn decided_elsewhere<'a>(
         None => resumed.steps.get(id),
     };
     found.filter(|s| s.status.is_finished())
+}
+
+/// What another job of this run decided, taken over: marked as reused (from this run), so the
+/// job's table, lines and totals show it as not done here.
+pub fn from_another_job(decided: &StepRecord, record: &RunRecord) -> StepRecord {
+    let mut reused = decided.clone();
+    reused
+        .reused_from
+        .get_or_insert_with(|| record.run_id.clone());
+    reused
 }
 
 /// An earlier result taken over, saying where from.

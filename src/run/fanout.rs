@@ -8,7 +8,7 @@ use minijinja::Value as JinjaValue;
 use serde_json::Value;
 
 use super::RunOptions;
-use super::decide::{Prepared, Selection, decided_elsewhere, prepare_one, reuse};
+use super::decide::{Prepared, Selection, decided_elsewhere, from_another_job, prepare_one, reuse};
 use super::outcome::{Outcome, SkipReason};
 use crate::plan::verified::instance_ids;
 use crate::plan::{ForEachSource, PlannedStep};
@@ -109,7 +109,9 @@ pub fn expand(
         let prepared = match selection {
             Selection::Instances(chosen) if !chosen.contains(&id) => {
                 match (decided_elsewhere(options, record, &id), previous) {
-                    (Some(decided), _) => Prepared::Reuse(Box::new(decided.clone())),
+                    (Some(decided), _) => {
+                        Prepared::Reuse(Box::new(from_another_job(decided, record)))
+                    }
                     (None, Some(previous)) => {
                         Prepared::Reuse(Box::new(reuse(previous, options, record)))
                     }

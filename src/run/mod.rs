@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::Problem;
 pub use crate::record::{RunRecord, RunStatus, StepRecord, StepStatus, SubagentRecord, new_run_id};
-pub use keys::provider_keys;
+pub use keys::{endpoint_problems, provider_keys};
 pub use resume::{check_only, clean_up_after, is_run_id, load_merged, load_resume};
 pub use scheduler::execute;
 
@@ -60,6 +60,19 @@ pub enum RunError {
 /// The state dir's default: `<workdir>/.runner`.
 pub fn default_state_dir(workdir: &Utf8Path) -> Utf8PathBuf {
     workdir.join(".runner")
+}
+
+/// Where runs are, when none were found where they were looked for.
+pub const ELSEWHERE_HINT: &str = "runs are kept in the state directory of the working directory they ran in (`<workdir>/.runner`): pass the run's `--workdir DIR`, or `--state-dir DIR`";
+
+/// `path` made absolute for a message that says where runner looked (`./.runner/runs` says
+/// little in a CI log or after a `cd`).
+pub fn shown_path(path: &Utf8Path) -> String {
+    std::path::absolute(path)
+        .ok()
+        .and_then(|p| Utf8PathBuf::from_path_buf(p).ok())
+        .unwrap_or_else(|| path.to_owned())
+        .to_string()
 }
 
 /// The working and state directories from `--workdir` and `--state-dir`: the current directory

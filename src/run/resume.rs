@@ -62,7 +62,11 @@ pub fn load_resume(state_dir: &Utf8Path, which: &str) -> Result<RunRecord, Probl
     };
     let problem = match not_ours {
         0 if listing.not_read == 0 => {
-            Problem::error(format!("--resume latest: there are no runs in `{runs}`"))
+            return Err(Problem::error(format!(
+                "--resume latest: there are no runs in `{}`",
+                super::shown_path(&runs)
+            ))
+            .help(super::ELSEWHERE_HINT));
         }
         n => Problem::error(format!(
             "--resume latest: there are no runs you recorded in `{runs}`{among} ({n} there {} not recorded by you here, or changed since: a checkout may ship them)",
@@ -111,13 +115,27 @@ pub fn load_merged(state_dir: &Utf8Path, id: &str) -> Result<Option<RunRecord>, 
     // Instances another job ran (a matrix job per instance) join their step's list, and the
     // step is settled from them.
     for (parent, instance) in instances {
-        let Some(entry) = record.steps.get_mut(&parent) else {
-            continue;
-        };
+        // The job whose `run.json` came last may have left the step out (`--only`): the
+        // instances still make it up.
+        let entry = record
+            .steps
+            .entry(parent)
+            .or_insert_with(|| crate::record::StepRecord::pending(&instance.model));
         let mut list = std::mem::take(&mut entry.instances);
         match list.iter_mut().find(|i| i.instance == instance.instance) {
             Some(slot) => *slot = instance,
             None => list.push(instance),
+        }
+        // A job's record holds only its own instances (`--only X[1]`): the merged list is put
+        // back in list order, which numbered instances carry in their ids.
+        let index = |r: &crate::record::StepRecord| {
+            r.instance
+                .as_deref()
+                .and_then(crate::plan::verified::split_instance)
+                .and_then(|(_, k)| k.parse::<usize>().ok())
+        };
+        if list.iter().all(|r| index(r).is_some()) {
+            list.sort_by_key(|r| index(r));
         }
         let duration = entry.duration_ms;
         entry.settle_fan_out(list, duration);

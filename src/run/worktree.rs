@@ -230,6 +230,30 @@ impl Repo {
             .map_or(0, |status| status.lines().count())
     }
 
+    /// [`Repo::uncommitted`], leaving out what is under `dir` (the state directory): runner's
+    /// records, and what an exported pipeline's jobs bring there (the runner binary, the state
+    /// of earlier jobs), are nobody's uncommitted work.
+    pub fn uncommitted_outside(&self, dir: &Utf8Path) -> usize {
+        let inside = dir
+            .canonicalize_utf8()
+            .ok()
+            .and_then(|d| d.strip_prefix(&self.top).ok().map(Utf8Path::to_owned))
+            .filter(|d| !d.as_str().is_empty());
+        let Some(inside) = inside else {
+            return self.uncommitted();
+        };
+        let exclude = format!(":(top,exclude){inside}");
+        self.main(&[
+            "status",
+            "--porcelain",
+            "--ignore-submodules=all",
+            "--",
+            ":(top)",
+            &exclude,
+        ])
+        .map_or(0, |status| status.lines().count())
+    }
+
     /// git on the main checkout.
     fn main(&self, args: &[&str]) -> Result<String, String> {
         git(&self.top, Some((&self.git_dir, &self.top)), args)

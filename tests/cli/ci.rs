@@ -397,9 +397,13 @@ async fn jobs_sharing_a_run_id_merge_their_state_directories() {
     ] {
         assert_eq!(run["steps"][step]["status"], "succeeded", "{step}");
         assert_eq!(run["steps"][step]["summary"], summary, "{step}");
-        // Reused within the same run, not from another one.
-        assert!(run["steps"][step].get("reused_from").is_none(), "{step}");
     }
+    // The needs another job of the same run decided are reused from the run itself; the job
+    // ran its own step.
+    for step in ["a", "b"] {
+        assert_eq!(run["steps"][step]["reused_from"], "4242", "{step}");
+    }
+    assert!(run["steps"]["c"].get("reused_from").is_none());
     let on_disk: Value = serde_json::from_str(
         &std::fs::read_to_string(test.path().join("s3/runs/4242/run.json")).unwrap(),
     )
@@ -963,4 +967,72 @@ fn drift_lines(stderr: &str) -> Vec<&str> {
         .lines()
         .filter(|l| l.contains("replay drift"))
         .collect()
+}
+
+/// A job of an exported pipeline (`--only STEP --run-id ID`, on any engine) speaks of its own
+/// step: the table, the plain lines, JUnit and `run.json` have nothing of the steps other jobs
+/// run (none of them "skipped"); a need another job ran is there, as reused.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_only_job_speaks_of_its_own_step_alone() {
+    let fake = Fake::anthropic_routed(vec![
+        ("MARK-a", vec![anthropic_text("a done")]),
+        ("MARK-b", vec![anthropic_text("b done")]),
+        ("MARK-c", vec![anthropic_text("c done")]),
+    ])
+    .await;
+    let workflow = format!(
+        "name = \"jobs\"\n{MODELS}[steps.a]\nagent = \"explore\"\nprompt = \"MARK-a\"\n[steps.b]\nagent = \"explore\"\nneeds = [\"a\"]\nprompt = \"MARK-b {{{{ steps.a.summary }}}}\"\n[steps.c]\nagent = \"explore\"\nprompt = \"MARK-c\"\n"
+    );
+    let mut test = Test::new()
+        .file("w.toml", &workflow)
+        .anthropic_api(&fake.uri(), KEY);
+    // Each job's step, the steps its table and run.json hold, and whether a need is reused.
+    for (step, shown) in [("a", vec!["a"]), ("b", vec!["a", "b"]), ("c", vec!["c"])] {
+        let junit = format!("{step}.xml");
+        let (out, again) = test
+            .clear_args()
+            .args(&["run", "w.toml", "--only", step, "--run-id", "5151"])
+            .args(&["--format", "json", "--junit", &junit])
+            .run_async()
+            .await;
+        test = again;
+        assert_eq!(out.status, 0, "{step}: {}", out.transcript());
+        assert!(
+            !out.stderr.contains("not selected"),
+            "{step}: {}",
+            out.stderr
+        );
+        assert!(!out.stderr.contains("skipped"), "{step}: {}", out.stderr);
+        let rows: Vec<&str> = out
+            .stderr
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .filter(|w| ["a", "b", "c"].contains(w))
+            .collect();
+        assert_eq!(rows, shown, "{step}: {}", out.stderr);
+        // Plain lines for this job's own step; of a need, only that it was reused.
+        for other in ["a", "b", "c"].into_iter().filter(|o| *o != step) {
+            assert!(
+                out.stderr
+                    .lines()
+                    .filter(|l| l.contains(&format!("] {other} ")))
+                    .all(|l| l.ends_with(&format!("] {other} reused from run 5151"))),
+                "{step}: {}",
+                out.stderr
+            );
+        }
+        let run: Value = serde_json::from_str(&out.stdout).unwrap();
+        let kept: Vec<&String> = run["steps"].as_object().unwrap().keys().collect();
+        assert_eq!(kept, shown, "{step}");
+        let xml = std::fs::read_to_string(test.path().join(&junit)).unwrap();
+        assert_eq!(xml.matches("<testcase ").count(), 1, "{step}: {xml}");
+        assert!(xml.contains(&format!("name=\"{step}\"")), "{step}: {xml}");
+        assert!(!xml.contains("<skipped"), "{step}: {xml}");
+        if step == "b" {
+            // A need another job ran says so in the table, and is not counted as this job's.
+            let row = out.stderr.lines().find(|l| l.starts_with("a ")).unwrap();
+            assert!(row.contains("succeeded (reused from 5151)"), "{row}");
+            assert_eq!(run["steps"]["a"]["reused_from"], "5151");
+        }
+    }
 }

@@ -68,4 +68,40 @@ fn the_first_command_runs_the_example_for_real_from_the_shipped_cassettes() {
     );
     // The checkout itself is as it was: the change is on the branch.
     assert_eq!(git(demo.path(), &["status", "--porcelain"]), "");
+    readme_step_5_after_the_demo(demo.path());
+}
+
+/// README step 5's commands for the demo's runs, as written there (with this test's checkout in
+/// place of `target/demo`), from the repository: each finds the demo's run.
+fn readme_step_5_after_the_demo(demo: &std::path::Path) {
+    let readme = std::fs::read_to_string(format!("{REPO}/README.md")).unwrap();
+    let block = readme
+        .split("```")
+        .find(|b| b.contains("runner runs --workdir target/demo"))
+        .expect("README step 5 gives the demo's commands");
+    let report = demo.join("report.html");
+    let commands: Vec<&str> = block.lines().filter(|l| l.starts_with("runner ")).collect();
+    assert_eq!(commands.len(), 3, "{block}");
+    for line in commands {
+        let line = line
+            .replace("target/demo", demo.to_str().unwrap())
+            .replace("report.html", report.to_str().unwrap());
+        let args: Vec<&str> = line.split_whitespace().skip(1).collect();
+        let out = Command::new(env!("CARGO_BIN_EXE_runner"))
+            .args(&args)
+            .current_dir(REPO)
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(out.status.success(), "{line}: {stdout}{stderr}");
+        assert!(!stdout.contains("no runs"), "{line}: {stdout}");
+        match args[0] {
+            "runs" => assert!(stdout.contains("jwt-migration"), "{line}: {stdout}"),
+            "show" => assert!(stdout.contains("implement"), "{line}: {stdout}"),
+            _ => assert!(report.is_file(), "{line}: {stdout}{stderr}"),
+        }
+    }
 }

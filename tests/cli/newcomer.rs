@@ -533,6 +533,41 @@ fn a_worktree_step_from_a_dirty_checkout_warns() {
     );
 }
 
+/// A job of an exported pipeline brings the runner binary (`.runner/bin/`, where the GitLab
+/// export keeps it) and the state of earlier jobs (`.runner/runs/`) into its checkout, with no
+/// `.gitignore` for them: runner's state directory is not an uncommitted change.
+#[test]
+fn ci_artifacts_in_the_state_directory_are_no_uncommitted_change() {
+    let test = Test::new().file(
+        "w.yaml",
+        &format!("name: w\n{MODELS}steps:\n  impl:\n    agent: code\n    isolation: worktree\n    retries: 0\n    prompt: x\n"),
+    );
+    crate::support::init_repo(test.path());
+    std::fs::create_dir_all(test.path().join(".runner/bin")).unwrap();
+    std::fs::write(test.path().join(".runner/bin/runner"), "a binary\n").unwrap();
+    std::fs::create_dir_all(test.path().join(".runner/runs/77/steps/a")).unwrap();
+    std::fs::write(
+        test.path().join(".runner/runs/77/steps/a/record.json"),
+        "{}",
+    )
+    .unwrap();
+    let test = test
+        .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+        .env("ANTHROPIC_API_KEY", "sk-unused")
+        .args(&["run", "w.yaml", "--no-progress", "--state-dir", ".runner"]);
+    let out = test.run_keeping();
+    assert!(!out.stderr.contains("uncommitted"), "{}", out.stderr);
+    // What is the user's still counts.
+    std::fs::write(test.path().join("notes.txt"), "not committed\n").unwrap();
+    let out = test.run();
+    assert!(
+        out.stderr
+            .contains("warning: the checkout has 1 uncommitted change (`git status`)"),
+        "{}",
+        out.stderr
+    );
+}
+
 /// `tools = []` is a step that only answers (a verdict, a formatting pass): valid, and it runs
 /// with no tools offered.
 #[tokio::test(flavor = "multi_thread")]
@@ -656,5 +691,99 @@ fn only_an_instance_that_does_not_exist_fails() {
     assert_eq!(
         error,
         "--only each[7]: step `each` has no such instance; it has each[0], each[1]"
+    );
+}
+
+const OPENAI_STEP: &str = "name: w\nmodels:\n  default: openai/local-model\nsteps:\n  s:\n    agent: plan\n    prompt: hello\n";
+
+/// A llama.cpp or vLLM server at `OPENAI_BASE_URL` needs no dummy `OPENAI_API_KEY`: with no
+/// key, requests go without an `Authorization` header. At OpenAI's own URL a missing key is
+/// still an error before anything is sent.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_local_openai_compatible_server_needs_no_key() {
+    let fake = crate::fake::Fake::openai(vec![crate::fake::openai_text("hi from llama")]).await;
+    let (out, _test) = Test::new()
+        .file("w.yaml", OPENAI_STEP)
+        .env("OPENAI_BASE_URL", &format!("{}/v1", fake.uri()))
+        .args(&["run", "w.yaml", "--format", "json"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let run: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(run["steps"]["s"]["summary"], "hi from llama");
+    let requests = fake.requests().await;
+    assert_eq!(requests.len(), 1);
+    assert!(
+        !requests[0].headers.contains_key("authorization"),
+        "{:?}",
+        requests[0].headers
+    );
+    let default = Test::new()
+        .file("w.yaml", OPENAI_STEP)
+        .args(&["run", "w.yaml"])
+        .run();
+    assert_eq!(default.status, 2, "{}", default.transcript());
+    assert!(
+        default.stderr.contains("OPENAI_API_KEY is not set"),
+        "{}",
+        default.stderr
+    );
+}
+
+/// A base URL without its scheme (`127.0.0.1:8080/v1`) is an error before the run, naming the
+/// variable and the value with the URL meant, from `validate`, `plan` and `run` alike; no
+/// request is sent.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_base_url_without_a_scheme_is_an_error_before_the_run() {
+    let fake = crate::fake::Fake::openai(vec![crate::fake::openai_text("never")]).await;
+    let schemeless = format!("{}/v1", fake.uri().trim_start_matches("http://"));
+    for command in [
+        vec!["validate", "w.yaml"],
+        vec!["plan", "w.yaml"],
+        vec!["run", "w.yaml"],
+    ] {
+        let out = Test::new()
+            .file("w.yaml", OPENAI_STEP)
+            .env("OPENAI_BASE_URL", &schemeless)
+            .args(&command)
+            .run();
+        assert_eq!(out.status, 2, "{command:?}: {}", out.transcript());
+        assert!(
+            out.stderr.contains(&format!(
+                "OPENAI_BASE_URL={schemeless} is not a URL: a base URL starts with http:// or https://"
+            )),
+            "{command:?}: {}",
+            out.stderr
+        );
+        assert!(
+            out.stderr.contains(&format!(
+                "did you mean OPENAI_BASE_URL=http://{schemeless}?"
+            )),
+            "{command:?}: {}",
+            out.stderr
+        );
+        assert!(!out.stderr.contains("relative URL"), "{}", out.stderr);
+    }
+    assert!(fake.requests().await.is_empty());
+    // `[providers.*]` says it at the key, with the same hint.
+    let out = Test::new()
+        .file(
+            "w.toml",
+            "name = \"w\"\n[providers.local]\nkind = \"openai\"\nbase_url = \"localhost:11434\"\n[models]\ndefault = \"local/m\"\n[steps.s]\nagent = \"plan\"\nprompt = \"x\"\n",
+        )
+        .args(&["validate", "w.toml"])
+        .run();
+    assert_eq!(out.status, 2, "{}", out.transcript());
+    assert!(
+        out.stderr
+            .contains("`providers.local.base_url` must be an http:// or https:// URL"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr
+            .contains("did you mean `http://localhost:11434`?"),
+        "{}",
+        out.stderr
     );
 }

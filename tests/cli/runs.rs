@@ -28,7 +28,21 @@ async fn runs_are_listed_newest_first() {
         .run_async()
         .await;
     assert_eq!(empty.status, 0, "{}", empty.transcript());
-    assert!(empty.stdout.starts_with("no runs in `"), "{}", empty.stdout);
+    // Where runs were looked for, whole (a relative `./.runner/runs` says little after a `cd`
+    // or in a CI log), and where else they may be.
+    let looked = test.path().canonicalize().unwrap().join(".runner/runs");
+    assert!(
+        empty
+            .stdout
+            .starts_with(&format!("no runs in `{}`\n", looked.display())),
+        "{}",
+        empty.stdout
+    );
+    assert!(
+        empty.stdout.contains("pass the run's `--workdir DIR`"),
+        "{}",
+        empty.stdout
+    );
     let (ok, test) = test
         .clear_args()
         .env("ANTHROPIC_API_KEY", "sk-test")

@@ -16,6 +16,9 @@ pub(super) struct FanOut {
     pub(super) records: Vec<StepRecord>,
     /// Instances not finished yet.
     pub(super) left: usize,
+    /// Instances `--only` leaves to other jobs with nothing of them here: not reported, and
+    /// not part of the step as this job records it.
+    pub(super) left_out: std::collections::BTreeSet<usize>,
     pub(super) started: Instant,
 }
 
@@ -41,6 +44,7 @@ impl Scheduler<'_> {
         });
         let mut records = Vec::with_capacity(instances.len());
         let mut settled = Vec::new();
+        let mut left_out = std::collections::BTreeSet::new();
         for (k, (id, item, prepared)) in instances.into_iter().enumerate() {
             let mut entry = StepRecord::pending_instance(&model, &id, &item);
             let unit = Unit {
@@ -66,10 +70,13 @@ impl Scheduler<'_> {
                     entry = *previous;
                     settled.push((k, false));
                 }
+                Prepared::Ended(Outcome::Skipped(SkipReason::NotSelected)) => {
+                    left_out.insert(k);
+                    settled.push((k, false));
+                }
                 Prepared::Ended(outcome) => {
-                    let decided = !matches!(outcome, Outcome::Skipped(SkipReason::NotSelected));
                     outcome.record(&mut entry);
-                    settled.push((k, decided));
+                    settled.push((k, true));
                 }
                 // `expand` never nests fan-outs.
                 Prepared::Expand { .. } | Prepared::FanOut(_) => {
@@ -85,6 +92,7 @@ impl Scheduler<'_> {
             FanOut {
                 records,
                 left,
+                left_out,
                 started: Instant::now(),
             },
         );
@@ -103,7 +111,8 @@ impl Scheduler<'_> {
         };
         fan_out.left = fan_out.left.saturating_sub(1);
         let last = fan_out.left == 0;
-        if let Some(record) = fan_out.records.get(k).cloned() {
+        let shown = !fan_out.left_out.contains(&k);
+        if let Some(record) = fan_out.records.get(k).cloned().filter(|_| shown) {
             let id = record.instance.clone().unwrap_or_default();
             self.emit(EventKind::StepFinished {
                 step: id,
@@ -122,14 +131,17 @@ impl Scheduler<'_> {
             return;
         };
         let id = self.plan.steps()[i].id.clone();
-        let elsewhere = fan_out
+        let elsewhere = !fan_out.left_out.is_empty();
+        let records = fan_out
             .records
-            .iter()
-            .any(|r| r.status == StepStatus::Skipped);
-        self.record.step_mut(&id).settle_fan_out(
-            fan_out.records,
-            fan_out.started.elapsed().as_millis() as u64,
-        );
+            .into_iter()
+            .enumerate()
+            .filter(|(k, _)| !fan_out.left_out.contains(k))
+            .map(|(_, r)| r)
+            .collect();
+        self.record
+            .step_mut(&id)
+            .settle_fan_out(records, fan_out.started.elapsed().as_millis() as u64);
         // With some instances left to other jobs (`--only`), this job did not decide the step.
         self.finished(i, !elsewhere);
         self.ready.extend(self.walker.complete(i));

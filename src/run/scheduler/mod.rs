@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::decide::{Prepared, prepare};
+use super::decide::{Prepared, left_out, prepare};
 
 use super::executor::{Executor, StepJob};
 use super::outcome::{CancelReason, Outcome, SkipReason};
@@ -78,6 +78,9 @@ struct Scheduler<'a> {
     ready_at: BTreeMap<Unit, Instant>,
     running: BTreeMap<Unit, Running>,
     fan_outs: BTreeMap<usize, FanOut>,
+    /// Steps `--only` leaves to other jobs with nothing of them here ([`left_out`]): walked
+    /// past, never recorded or reported.
+    left_out: BTreeSet<usize>,
     /// What finished steps left, as templates read it.
     results: super::decide::Results,
     stopping: bool,
@@ -116,7 +119,11 @@ pub async fn execute(
     // Checked (or made) before anything is written into it: no link a checkout planted there
     // redirects a record.
     super::state::prepare(&options.state_dir).map_err(RunError::Storage)?;
-    let record = RunRecord::new(plan, options.run_id.as_deref());
+    let mut record = RunRecord::new(plan, options.run_id.as_deref());
+    let left_out = left_out(plan, &record, options);
+    for &i in &left_out {
+        record.steps.remove(&plan.steps()[i].id);
+    }
     let run_dir = options.state_dir.join("runs").join(&record.run_id);
     // Made and written through the confined writer: no link is followed into or inside it.
     let storage = |err: crate::out::OutError| RunError::Storage(err.to_string());
@@ -159,6 +166,7 @@ pub async fn execute(
         ready_at: BTreeMap::new(),
         running: BTreeMap::new(),
         fan_outs: BTreeMap::new(),
+        left_out,
         results: Default::default(),
         stopping: false,
         cancel: CancellationToken::new(),
@@ -170,6 +178,7 @@ pub async fn execute(
         steps: plan
             .steps()
             .iter()
+            .filter(|s| scheduler.record.steps.contains_key(&s.id))
             .map(|s| (s.id.clone(), s.model_label()))
             .collect(),
     });
@@ -294,6 +303,11 @@ impl Scheduler<'_> {
         let plan = self.plan;
         while let Some(i) = self.ready.pop_first() {
             let step = &plan.steps()[i];
+            // Another job's step: its dependents here are left out too, or reused.
+            if self.left_out.contains(&i) {
+                self.ready.extend(self.walker.complete(i));
+                continue;
+            }
             if self.stopping {
                 self.finish_unstarted(Unit::step(i), Outcome::Cancelled(CancelReason::RunStopped));
                 continue;
