@@ -30,6 +30,10 @@ pub const OUTPUT_FIX_TURNS: u32 = 2;
 /// The same call with the same input this many times in a row is answered with an error
 /// instead of being run again (docs/src/runs.md, "Agents that loop or run out of turns").
 pub const MAX_SAME_CALLS: u32 = 3;
+/// Refusals of a repeated call in a row after which the step goes to its last turn: a model
+/// that keeps making a refused call would otherwise spend a full request on each until
+/// `max_turns` (docs/src/runs.md, "Agents that loop or run out of turns").
+pub const MAX_REFUSED_REPEATS: u32 = 3;
 /// Tool calls of one reply that are run; the rest are answered with an error the model can
 /// read (a reply of thousands of calls would otherwise hold thousands of outputs at once).
 pub const MAX_CALLS_PER_REPLY: usize = 64;
@@ -305,6 +309,7 @@ async fn turns_until_done(
         check_round: 0,
         last_failure: None,
         same: None,
+        wrap_up: None,
         estimate: context::Estimate::default(),
         cleared_at: 0,
         first_request: true,
@@ -318,6 +323,7 @@ async fn turns_until_done(
         }
         state.turn += 1;
         *turns = state.turn;
+        state.wrap_up_if_due(request);
         state.last_turn_if_due(request);
         if let ControlFlow::Break(outcome) = state.fit(request, usage).await {
             return outcome;
@@ -392,6 +398,9 @@ struct Turns<'s, 'a> {
     last_failure: Option<checks::Failure>,
     /// The newest call's name and input, and how many times in a row it was made.
     same: Option<(String, Value, u32)>,
+    /// The call refused [`MAX_REFUSED_REPEATS`] times in a row, once it was: the next turn is
+    /// the last.
+    wrap_up: Option<String>,
     /// What the last reply said of its request's size.
     estimate: context::Estimate,
     /// The estimate right after the last clearing: the next clears only once the conversation
@@ -414,6 +423,40 @@ fn model_failed(failure: &retry::ModelFailure) -> StepOutcome {
 impl Turns<'_, '_> {
     fn emit(&self, kind: EventKind) {
         self.session.events.emit(kind);
+    }
+
+    /// After [`MAX_REFUSED_REPEATS`] refusals of a repeated call in a row, the next turn is the
+    /// last: the wrap-up turn `max_turns` gives (the tools offered, no call allowed), so the step
+    /// ends with an answer instead of a full request for each refusal until `max_turns`.
+    fn wrap_up_if_due(&mut self, request: &mut ChatRequest) {
+        let Some(name) = &self.wrap_up else { return };
+        if request.tools.is_empty() || request.no_tool_calls {
+            return;
+        }
+        request.no_tool_calls = true;
+        self.turn_limit = self.turn;
+        self.emit(EventKind::RepeatsRefused {
+            step: self.step.clone(),
+            turn: self.turn,
+            name: name.clone(),
+            refusals: MAX_REFUSED_REPEATS,
+        });
+        push_user_text(
+            &mut request.messages,
+            format!(
+                "`{name}` was called with the same input and refused {MAX_REFUSED_REPEATS} times in a row, so this is your last turn: no more tool calls. Give your final answer now with what you have found, and say plainly what is left undone."
+            ),
+        );
+    }
+
+    /// How the step came to its last turn, for the errors of a last turn that gave no answer.
+    fn last_turn_cause(&self) -> String {
+        match &self.wrap_up {
+            Some(name) => format!(
+                "sent to its last turn after `{name}` was refused {MAX_REFUSED_REPEATS} times in a row"
+            ),
+            None => format!("reached max_turns ({})", self.session.max_turns),
+        }
     }
 
     /// The last allowed turn asks for the answer with what the agent has, offering the tools
@@ -669,8 +712,8 @@ impl Turns<'_, '_> {
             return ControlFlow::Break(StepOutcome::failed(
                 FailureKind::MaxTurns,
                 format!(
-                    "reached max_turns ({}): asked for its final answer on its last turn, with no tools, it called tools again",
-                    self.session.max_turns
+                    "{}: asked for its final answer on its last turn, with no tools, it called tools again",
+                    self.last_turn_cause()
                 ),
             ));
         }
@@ -688,8 +731,8 @@ impl Turns<'_, '_> {
                 return ControlFlow::Break(StepOutcome::failed(
                     FailureKind::MaxTurns,
                     format!(
-                        "reached max_turns ({}): asked for its final answer on its last turn, with no tools, it wrote a call of `{name}` as text",
-                        self.session.max_turns
+                        "{}: asked for its final answer on its last turn, with no tools, it wrote a call of `{name}` as text",
+                        self.last_turn_cause()
                     ),
                 ));
             }
@@ -761,6 +804,9 @@ impl Turns<'_, '_> {
                     _ => 1,
                 };
                 self.same = Some((name.clone(), input.clone(), count));
+                if count >= MAX_SAME_CALLS + MAX_REFUSED_REPEATS - 1 {
+                    self.wrap_up = Some(name.clone());
+                }
                 (count >= MAX_SAME_CALLS).then(|| format!(
                     "`{name}` was called with exactly this input {MAX_SAME_CALLS} times in a row, and its output is above: it was not run again. Use what it returned, or do something else."
                 ))
@@ -866,7 +912,8 @@ impl Turns<'_, '_> {
         let max_turns = self.session.max_turns;
         let message = if request.no_tool_calls {
             format!(
-                "reached max_turns ({max_turns}): its last turn, asked for the final answer, gave none"
+                "{}: its last turn, asked for the final answer, gave none",
+                self.last_turn_cause()
             )
         } else if let Some(failure) = self.last_failure {
             format!(

@@ -353,6 +353,69 @@ async fn the_same_call_three_times_in_a_row_gets_an_error_result() {
     );
 }
 
+/// A model that keeps making the refused call is sent to its last turn after three refusals
+/// in a row (the wrap-up turn `max_turns` gives: tools offered, `tool_choice` none), instead of
+/// a full request for each refusal until `max_turns`.
+#[tokio::test(flavor = "multi_thread")]
+async fn three_refused_repeats_send_the_model_to_its_last_turn() {
+    let fake = Fake::openai_fn(|body| {
+        if body["tool_choice"] == "none" {
+            openai_text("notes.txt says hello.")
+        } else {
+            openai_tools(&[("c", "read_file", json!({"path": "notes.txt"}))])
+        }
+    })
+    .await;
+    let (out, record) = run(
+        &format!("{}/v1", fake.uri()),
+        "max_turns = 30\n",
+        &[],
+        "json",
+    )
+    .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let step = &record["steps"]["s"];
+    assert_eq!(step["summary"], "notes.txt says hello.", "{step}");
+    let bodies = fake.bodies().await;
+    // Two calls run, the next three refused; the sixth request is the last, not the thirtieth.
+    assert_eq!(bodies.len(), 6, "{}", out.transcript());
+    assert!(bodies[..5].iter().all(|b| b.get("tool_choice").is_none()));
+    let last = &bodies[5];
+    assert_eq!(last["tool_choice"], "none");
+    assert!(!last["tools"].as_array().unwrap().is_empty());
+    let results = tool_results(last);
+    assert_eq!(results.len(), 5);
+    assert!(
+        results[2..]
+            .iter()
+            .all(|r| r.contains("was called with exactly this input")),
+        "{results:?}"
+    );
+    assert!(
+        last.to_string()
+            .contains("refused 3 times in a row, so this is your last turn"),
+        "{last}"
+    );
+    assert_eq!(step["turns"], 6);
+    assert!(
+        out.stderr
+            .contains("warning: `read_file` refused 3 times in a row: turn 6 is its last"),
+        "{}",
+        out.stderr
+    );
+    let transcript = record["transcript"].as_str().unwrap();
+    let noted: Vec<Value> = transcript
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["event"] == "repeats_refused")
+        .collect();
+    assert_eq!(noted.len(), 1, "{transcript}");
+    assert_eq!(
+        (&noted[0]["name"], &noted[0]["turn"], &noted[0]["refusals"]),
+        (&json!("read_file"), &json!(6), &json!(3))
+    );
+}
+
 /// A step that keeps calling tools gets, on its last allowed turn, no tool calls and a request
 /// for its answer: it ends with one, recorded as having run out of turns.
 #[tokio::test(flavor = "multi_thread")]
