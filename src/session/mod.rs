@@ -490,10 +490,13 @@ impl Turns<'_, '_> {
     ) -> Result<ChatResponse, retry::ModelFailure> {
         let session = self.session;
         // The first request waits for a sibling's with the same cacheable prefix to begin.
-        let opener = match std::mem::take(&mut self.first_request) {
-            true => gate::enter(gate::key(request, &self.step)).await,
-            false => None,
-        };
+        let first = std::mem::take(&mut self.first_request);
+        let opener =
+            if first && gate::worth_waiting(request, session.api.min_cacheable(session.model)) {
+                gate::enter(gate::key(request, &self.step)).await
+            } else {
+                None
+            };
         let (step, turn) = (&self.step, self.turn);
         // What the model is given, learnt before its reply can quote it.
         self.given.learn(request, self.logged);

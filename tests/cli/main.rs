@@ -13,6 +13,7 @@ mod docs;
 mod escaped_secrets;
 mod export;
 mod fake;
+mod gate;
 mod gitlab;
 mod hostile;
 mod leftovers;
