@@ -311,7 +311,6 @@ async fn turns_until_done(
         same: None,
         wrap_up: None,
         estimate: context::Estimate::default(),
-        cleared_at: 0,
         first_request: true,
         given: text_call::Given::default(),
         session: &session,
@@ -403,9 +402,6 @@ struct Turns<'s, 'a> {
     wrap_up: Option<String>,
     /// What the last reply said of its request's size.
     estimate: context::Estimate,
-    /// The estimate right after the last clearing: the next clears only once the conversation
-    /// has grown a tenth of the window past it, so the cache breaks once per clearing.
-    cleared_at: u64,
     /// The conversation's first request waits at the prefix gate ([`gate`]).
     first_request: bool,
     /// The calls that text given to the model holds: a reply quoting one is not run.
@@ -574,30 +570,27 @@ impl Turns<'_, '_> {
     ) -> ControlFlow<StepOutcome> {
         let window = self.session.window.learnt(self.session.model);
         let before = self.estimate.tokens(request);
-        // Clearings a quarter of the window apart: each breaks the cache from the first result
-        // it changes on, so fewer, larger ones cost less.
-        let batch = window.tokens / 4;
-        if before > window.clear_above() && before > self.cleared_at.saturating_add(batch) {
-            let keep = window.keep_tool_results as usize;
-            let (cleared, first) = context::clear_old_results(&mut request.messages, keep);
-            if cleared > 0 {
-                // A breakpoint on the newest message an earlier request sent before the first
-                // one changed: its prefix is cached, and the next request reads it from there.
-                if let Some(first) = first {
-                    request.shared_until = first.checked_sub(2);
-                }
-                let after = self.estimate.tokens(request);
-                self.cleared_at = after;
-                // Earlier messages changed: the next request is logged whole.
-                self.logged = 0;
-                self.emit(EventKind::ContextCleared {
-                    step: self.step.clone(),
-                    turn: self.turn,
-                    cleared: cleared as u32,
-                    tokens_before: before,
-                    tokens_after: after,
-                });
-            }
+        // One batch down to the low-water mark, and only when it pays for the cache it breaks
+        // (docs/src/runs.md, "Context that lasts").
+        let clearing = (before > window.clear_above())
+            .then(|| context::clearing(&request.messages, &window, before))
+            .flatten()
+            .filter(context::Clearing::pays);
+        if let Some(clearing) = clearing {
+            request.messages = clearing.messages;
+            // A breakpoint on the newest message an earlier request sent before the first one
+            // changed: its prefix is cached, and the next request reads it from there.
+            request.shared_until = clearing.first.checked_sub(2);
+            let after = self.estimate.tokens(request);
+            // Earlier messages changed: the next request is logged whole.
+            self.logged = 0;
+            self.emit(EventKind::ContextCleared {
+                step: self.step.clone(),
+                turn: self.turn,
+                cleared: clearing.cleared as u32,
+                tokens_before: before,
+                tokens_after: after,
+            });
         }
         if self.estimate.tokens(request) <= window.compact_above() {
             return ControlFlow::Continue(());
@@ -650,7 +643,6 @@ impl Turns<'_, '_> {
         request.shared_until = None;
         let after = self.estimate.tokens(request);
         self.logged = 0;
-        self.cleared_at = 0;
         self.emit(EventKind::ContextCompacted {
             step: self.step.clone(),
             turn: self.turn,
