@@ -625,6 +625,7 @@ mod tests {
             max_tokens: 10,
             no_tool_calls: false,
             shared_until: None,
+            answer_schema: None,
         }
     }
 

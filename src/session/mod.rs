@@ -264,6 +264,7 @@ pub async fn converse(mut session: Session<'_>) -> Conversation {
         max_tokens: session.max_tokens,
         no_tool_calls: false,
         shared_until: session.shared_until,
+        answer_schema: None,
     };
     let mut turns = 0;
     let mut tool_calls = 0;
@@ -310,6 +311,7 @@ async fn turns_until_done(
         last_failure: None,
         same: None,
         wrap_up: None,
+        fixing: false,
         estimate: context::Estimate::default(),
         first_request: true,
         given: text_call::Given::default(),
@@ -327,7 +329,12 @@ async fn turns_until_done(
         if let ControlFlow::Break(outcome) = state.fit(request, usage).await {
             return outcome;
         }
-        let mut response = match state.ask(request, usage).await {
+        // Only on this request: a fork that reads the conversation, a compaction summary and
+        // the next turn do not carry it.
+        request.answer_schema = state.answer_schema(request);
+        let asked = state.ask(request, usage).await;
+        request.answer_schema = None;
+        let mut response = match asked {
             Ok(response) => response,
             // The provider's word wins: it teaches the window, the conversation is compacted
             // to fit it, and the request goes once more.
@@ -400,6 +407,8 @@ struct Turns<'s, 'a> {
     /// The call refused [`MAX_REFUSED_REPEATS`] times in a row, once it was: the next turn is
     /// the last.
     wrap_up: Option<String>,
+    /// The last answer did not match the output schema: the next turn asks for it fixed.
+    fixing: bool,
     /// What the last reply said of its request's size.
     estimate: context::Estimate,
     /// The conversation's first request waits at the prefix gate ([`gate`]).
@@ -443,6 +452,17 @@ impl Turns<'_, '_> {
                 "`{name}` was called with the same input and refused {MAX_REFUSED_REPEATS} times in a row, so this is your last turn: no more tool calls. Give your final answer now with what you have found, and say plainly what is left undone."
             ),
         );
+    }
+
+    /// The output schema to hold this turn's answer to, where the API can (docs/src/models.md,
+    /// "Structured output"): on a turn that can only be answered in text (no tools, or none
+    /// callable: the last turn) and on a turn that asks for a fixed answer. A turn that offers
+    /// callable tools gets none: llama.cpp applies the grammar to the whole reply, so the model
+    /// could no longer call them.
+    fn answer_schema(&mut self, request: &ChatRequest) -> Option<Value> {
+        let schema = self.session.output_schema?;
+        let fixing = std::mem::take(&mut self.fixing);
+        (request.tools.is_empty() || request.no_tool_calls || fixing).then(|| schema.clone())
     }
 
     /// How the step came to its last turn, for the errors of a last turn that gave no answer.
@@ -619,6 +639,8 @@ impl Turns<'_, '_> {
         };
         let mut asking = request.clone();
         push_user_text(&mut asking.messages, context::SUMMARY_REQUEST.to_owned());
+        // A summary is text, not the step's answer.
+        asking.answer_schema = None;
         asking.no_tool_calls = !asking.tools.is_empty();
         if self.estimate.tokens(&asking) > window.tokens {
             // Over the window even to ask: the old results go, all but the newest.
@@ -854,6 +876,7 @@ impl Turns<'_, '_> {
                 request.messages.push(Message::user_text(format!(
                     "Your final answer does not match the required JSON Schema: {problem}\nAnswer again with only the corrected JSON value."
                 )));
+                self.fixing = true;
                 ControlFlow::Continue(None)
             }
             Err(problem) => ControlFlow::Break(StepOutcome::Failed {

@@ -416,6 +416,88 @@ async fn three_refused_repeats_send_the_model_to_its_last_turn() {
     );
 }
 
+/// The step's `output_schema` as TOML, and as the JSON Schema it stands for.
+const VERDICT: &str = "output_schema = { type = \"object\", properties = { verdict = { type = \"string\", enum = [\"approve\", \"reject\"] } }, required = [\"verdict\"], additionalProperties = false }\n";
+
+fn verdict_schema() -> Value {
+    json!({"type": "object", "properties": {"verdict": {"type": "string", "enum": ["approve", "reject"]}},
+        "required": ["verdict"], "additionalProperties": false})
+}
+
+/// A small model's answers: the schema itself first (what a 1.5B model does with a schema in
+/// its system prompt), then whatever `then` gives for the request.
+fn schema_model(
+    then: impl Fn(&Value, usize) -> wiremock::ResponseTemplate + Send + Sync + 'static,
+) -> impl Fn(&Value) -> wiremock::ResponseTemplate + Send + Sync + 'static {
+    let seen = Arc::new(Mutex::new(0));
+    move |body| {
+        let n = {
+            let mut seen = seen.lock().unwrap();
+            *seen += 1;
+            *seen
+        };
+        if n == 1 {
+            return openai_text(&verdict_schema().to_string());
+        }
+        then(body, n)
+    }
+}
+
+/// `output_schema` goes as `response_format` (a grammar on llama.cpp and vLLM) on a turn that
+/// is answered in text: not on a turn whose tools may be called, but on the turn that asks for
+/// a fixed answer; the answer is still checked against the schema.
+#[tokio::test(flavor = "multi_thread")]
+async fn output_schema_goes_as_response_format_on_a_turn_answered_in_text() {
+    let fake = Fake::openai_fn(schema_model(|_, _| {
+        openai_text("{\"verdict\": \"approve\"}")
+    }))
+    .await;
+    let (out, record) = run(&format!("{}/v1", fake.uri()), VERDICT, &[], "json").await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    assert_eq!(
+        record["steps"]["s"]["output"],
+        json!({"verdict": "approve"})
+    );
+    let bodies = fake.bodies().await;
+    assert_eq!(bodies.len(), 2, "{}", out.transcript());
+    // The first turn offers callable tools: no grammar that would forbid calling them.
+    assert!(bodies[0].get("response_format").is_none(), "{}", bodies[0]);
+    assert_eq!(
+        bodies[1]["response_format"],
+        json!({"type": "json_schema", "json_schema": {"name": "answer", "schema": verdict_schema(), "strict": true}})
+    );
+}
+
+/// A server that refuses `response_format` (400 naming it) gets the request again without it,
+/// and no later request sends it; the step still ends with its checked answer.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_refuses_response_format_still_works() {
+    let fake = Fake::openai_fn(schema_model(|body, n| {
+        if body.get("response_format").is_some() {
+            return wiremock::ResponseTemplate::new(400).set_body_json(json!({"error": {
+                "message": "Unrecognized request argument supplied: response_format",
+                "type": "invalid_request_error", "param": null, "code": null}}));
+        }
+        match n {
+            // The fix turn, sent again without it: still not the answer.
+            3 => openai_text("approve"),
+            _ => openai_text("{\"verdict\": \"reject\"}"),
+        }
+    }))
+    .await;
+    let (out, record) = run(&format!("{}/v1", fake.uri()), VERDICT, &[], "json").await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    assert_eq!(record["steps"]["s"]["output"], json!({"verdict": "reject"}));
+    let sent: Vec<bool> = fake
+        .bodies()
+        .await
+        .iter()
+        .map(|b| b.get("response_format").is_some())
+        .collect();
+    // The first turn; the first fix, refused and sent again without; the second fix, without.
+    assert_eq!(sent, [false, true, false, false], "{}", out.transcript());
+}
+
 /// A step that keeps calling tools gets, on its last allowed turn, no tool calls and a request
 /// for its answer: it ends with one, recorded as having run out of turns.
 #[tokio::test(flavor = "multi_thread")]
