@@ -3,13 +3,17 @@
 //! keeps a prompt cache as Anthropic describes it: a request's prefix up to each block with
 //! `cache_control` is cached when its reply begins (here: after a fixed delay, the reply's
 //! time), and a later request reads the longest cached prefix that ends at one of its own
-//! breakpoints or at one of the 20 block boundaries before one. Each request's bill is also worked out as if nothing were cached for it (an
-//! independent start: every prefix written), so both figures are of the same requests.
+//! breakpoints or at one of the 20 block boundaries before one; a prefix shorter than the
+//! model's minimum cacheable length (runner's own [`anthropic_min_cacheable`], the one the
+//! sibling gate asks) is neither written nor read. Each request's bill is also worked out as if
+//! nothing were cached for it (an independent start: every prefix written), so both figures are
+//! of the same requests.
 //!
 //! 1. Ten forks: a step reads a 40 kB file, then calls `task` ten times with a fork agent.
 //! 2. Ten fan-out instances of one agent (`for_each` over ten items, all at once).
-//! 3. A 100-turn step reading a different 8 kB file each turn: with a 60k window (old results
-//!    cleared, compaction) against a window too large to ever clear (the conversation whole).
+//! 3. A step of 30, 60 and 100 turns reading a different 8 kB file each turn: with a 60k window
+//!    (old results cleared, compaction) against a window too large to ever clear (the
+//!    conversation whole). The clearing is runner's own, in the release binary.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -17,10 +21,14 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use runner::provider::known::anthropic_min_cacheable;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+
+/// The model every case runs on: its minimum cacheable length is the cost model's.
+const MODEL: &str = "claude-sonnet-4-5";
 
 /// Block boundaries before a breakpoint where a cached prefix is looked for.
 const LOOKBACK: usize = 20;
@@ -129,6 +137,12 @@ fn bill(blocks: &[(String, u64, bool)], cache: &BTreeMap<String, Instant>, now: 
         .map(|b| b.1)
         .max()
         .unwrap_or(0);
+    // Shorter than the minimum, the prefix is not cached: billed plain, as Anthropic does.
+    let last_mark = if last_mark >= anthropic_min_cacheable(MODEL) {
+        last_mark
+    } else {
+        0
+    };
     let write = last_mark.saturating_sub(read);
     Bill {
         plain: total - read - write,
@@ -147,8 +161,8 @@ impl Respond for Api {
         let alone = bill(&blocks, &BTreeMap::new(), now);
         let total = paid.plain + paid.read + paid.write;
         ledger.largest = ledger.largest.max(total);
-        for (digest, _, marked) in &blocks {
-            if *marked {
+        for (digest, tokens, marked) in &blocks {
+            if *marked && *tokens >= anthropic_min_cacheable(MODEL) {
                 ledger
                     .cache
                     .entry(digest.clone())
@@ -236,7 +250,9 @@ fn report(label: &str, ledger: &Ledger, class: &str) {
     );
 }
 
-const MODELS: &str = "[models]\ndefault = \"anthropic/claude-bench\"\n";
+fn models() -> String {
+    format!("[models]\ndefault = \"anthropic/{MODEL}\"\n")
+}
 
 async fn forks() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -250,7 +266,7 @@ async fn forks() {
     .expect("agent");
     std::fs::write(
         dir.path().join("w.toml"),
-        format!("name = \"forks\"\n{MODELS}[steps.lead]\nagent = \"code\"\nsubagents = [\"part\"]\nprompt = \"Read big.txt, then split the review ten ways.\"\n"),
+        format!("name = \"forks\"\n{}[steps.lead]\nagent = \"code\"\nsubagents = [\"part\"]\nprompt = \"Read big.txt, then split the review ten ways.\"\n", models()),
     )
     .expect("workflow");
     let (server, ledger) = serve(Box::new(|body, _| {
@@ -283,7 +299,7 @@ async fn fan_out() {
     let dir = tempfile::tempdir().expect("temp dir");
     std::fs::write(
         dir.path().join("w.toml"),
-        format!("name = \"fan\"\nmax_parallel = 10\n{MODELS}[steps.each]\nagent = \"explore\"\nfor_each = [\"a\", \"b\", \"c\", \"d\", \"e\", \"f\", \"g\", \"h\", \"i\", \"j\"]\nprompt = \"MARK-fan look at {{{{ item }}}}\"\n"),
+        format!("name = \"fan\"\nmax_parallel = 10\n{}[steps.each]\nagent = \"explore\"\nfor_each = [\"a\", \"b\", \"c\", \"d\", \"e\", \"f\", \"g\", \"h\", \"i\", \"j\"]\nprompt = \"MARK-fan look at {{{{ item }}}}\"\n", models()),
     )
     .expect("workflow");
     let (server, ledger) = serve(Box::new(|_, _| ("instance".into(), text("looked")))).await;
@@ -293,10 +309,10 @@ async fn fan_out() {
     report("instances", &ledger, "instance");
 }
 
-async fn long_step(window: u64) -> (Bill, u64, u32) {
+async fn long_step(window: u64, turns: usize) -> (Bill, u64, u32) {
     let dir = tempfile::tempdir().expect("temp dir");
     std::fs::create_dir_all(dir.path().join("data")).expect("data");
-    for n in 0..100 {
+    for n in 0..turns {
         let line = format!("{n:03} lorem ipsum dolor sit amet consectetur adipiscing elit\n");
         std::fs::write(
             dir.path().join(format!("data/f{n:03}.txt")),
@@ -306,10 +322,10 @@ async fn long_step(window: u64) -> (Bill, u64, u32) {
     }
     std::fs::write(
         dir.path().join("w.toml"),
-        format!("name = \"long\"\n{MODELS}[steps.read]\nagent = \"explore\"\nmax_turns = 300\ncontext_window = {window}\nprompt = \"Read data/f000.txt to data/f099.txt.\"\n"),
+        format!("name = \"long\"\n{}[steps.read]\nagent = \"explore\"\nmax_turns = 300\ncontext_window = {window}\nprompt = \"Read the files in data/, one a turn.\"\n", models()),
     )
     .expect("workflow");
-    let (server, ledger) = serve(Box::new(|body, ledger| {
+    let (server, ledger) = serve(Box::new(move |body, ledger| {
         if last_message(body).contains("will be compacted") {
             return (
                 "summary".into(),
@@ -319,7 +335,7 @@ async fn long_step(window: u64) -> (Bill, u64, u32) {
                 )),
             );
         }
-        if ledger.files_next < 100 {
+        if ledger.files_next < turns {
             ledger.files_next += 1;
             let n = ledger.files_next - 1;
             return (
@@ -347,17 +363,24 @@ fn main() {
         println!("billable input tokens (cache read 0.1x, write 1.25x, plain 1x), replies begin after {} ms", REPLY_AFTER.as_millis());
         forks().await;
         fan_out().await;
-        println!("a 100-turn step, a different 8 kB file each turn");
-        let (whole, whole_largest, whole_requests) = long_step(10_000_000).await;
-        let (kept, kept_largest, kept_requests) = long_step(60_000).await;
-        println!(
-            "  nothing cleared: {whole_requests} requests, billable input {:.0} tokens, largest request {whole_largest} tokens",
-            whole.billable()
-        );
-        println!(
-            "  60k window (cleared, compacted): {kept_requests} requests, billable input {:.0} tokens, largest request {kept_largest} tokens: {:.1}% of the whole conversation's bill (goal: at most 40%)",
-            kept.billable(),
-            100.0 * kept.billable() / whole.billable()
-        );
+        for (turns, goal) in [(30, None), (60, Some(40.0)), (100, Some(30.0))] {
+            println!("a {turns}-turn step, a different 8 kB file each turn");
+            let (whole, whole_largest, whole_requests) = long_step(10_000_000, turns).await;
+            let (kept, kept_largest, kept_requests) = long_step(60_000, turns).await;
+            println!(
+                "  nothing cleared: {whole_requests} requests, billable input {:.0} tokens, largest request {whole_largest} tokens",
+                whole.billable()
+            );
+            let goal = goal.map_or_else(String::new, |g: f64| format!(" (goal: at most {g:.0}%)"));
+            println!(
+                "  60k window (cleared, compacted): {kept_requests} requests, billable input {:.0} tokens (read {}, written {}, plain {}), largest request {kept_largest} tokens{}: {:.1}% of the whole conversation's bill{goal}",
+                kept.billable(),
+                kept.read,
+                kept.write,
+                kept.plain,
+                if kept_largest > 60_000 { " OVER THE WINDOW" } else { "" },
+                100.0 * kept.billable() / whole.billable()
+            );
+        }
     });
 }

@@ -112,6 +112,7 @@ async fn transcript_bytes(turns: usize, file_bytes: usize) -> (u64, u64) {
             tokens: 1 << 40,
             compact_at: 0.8,
             keep_tool_results: 4,
+            keep_at_least: 1,
         },
     })
     .await;

@@ -118,6 +118,15 @@ pub enum EventKind {
     /// offered, with `tool_choice: none`, so the cached prefix holds) and asks for the final
     /// answer.
     OutOfTurns { step: String, turn: u32 },
+    /// The same call was refused `refusals` times in a row: this turn is the step's last (the
+    /// tools offered, no call allowed), as after `max_turns`.
+    RepeatsRefused {
+        step: String,
+        turn: u32,
+        /// The tool of the repeated call.
+        name: String,
+        refusals: u32,
+    },
     /// Old tool results were replaced by one-line stubs to keep the conversation inside its
     /// window (docs/src/runs.md, "Context that lasts"). The next `turn_started` carries the
     /// whole conversation.
@@ -223,6 +232,7 @@ impl EventKind {
             | EventKind::ToolFinished { step, .. }
             | EventKind::OutputInvalid { step, .. }
             | EventKind::OutOfTurns { step, .. }
+            | EventKind::RepeatsRefused { step, .. }
             | EventKind::ContextCleared { step, .. }
             | EventKind::ContextCompacted { step, .. }
             | EventKind::ToolCallInText { step, .. }

@@ -31,7 +31,7 @@ use crate::workflow::duration::parse_duration;
 use crate::workflow::source::{Seg, SourceFile};
 use crate::workflow::{Isolation, LoadedWorkflow, Step};
 use graph::StepGraph;
-pub use step_settings::StepSettings;
+pub use step_settings::{DEFAULT_KEEP_TOOL_RESULTS, StepSettings};
 
 pub const DEFAULT_MAX_PARALLEL: u32 = 4;
 pub const DEFAULT_MAX_TURNS: u32 = 50;

@@ -160,7 +160,11 @@ pub fn to_json(plan: &Plan, support: Support) -> String {
                 max_tokens_total: s.settings.max_tokens_total,
                 context_window: s.command.is_none().then_some(s.settings.context_window),
                 compact_at: s.command.is_none().then_some(s.settings.compact_at),
-                keep_tool_results: s.command.is_none().then_some(s.settings.keep_tool_results),
+                keep_tool_results: s.command.is_none().then(|| {
+                    s.settings
+                        .keep_tool_results
+                        .unwrap_or(super::step_settings::DEFAULT_KEEP_TOOL_RESULTS)
+                }),
                 run: s.command.as_deref(),
                 checks: s
                     .checks
@@ -447,7 +451,9 @@ fn step_text(
             "context",
             crate::units::tokens(settings.context_window),
             settings.compact_at * 100.0,
-            settings.keep_tool_results
+            settings
+                .keep_tool_results
+                .unwrap_or(super::step_settings::DEFAULT_KEEP_TOOL_RESULTS)
         );
     }
     let mut flags = Vec::new();

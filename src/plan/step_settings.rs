@@ -34,8 +34,10 @@ pub struct StepSettings {
     pub context_window: u64,
     /// The share of the window at which the conversation is compacted.
     pub compact_at: f64,
-    /// How many of the newest tool results stay whole when old ones are cleared.
-    pub keep_tool_results: u32,
+    /// How many of the newest tool results stay whole when old ones are cleared, as the step
+    /// or `[defaults]` sets it; `None` keeps up to [`DEFAULT_KEEP_TOOL_RESULTS`] of them, as
+    /// many as fit under the clearing's low-water mark (docs/src/runs.md, "Context that lasts").
+    pub keep_tool_results: Option<u32>,
     /// Variables its bash, checks and command get on top of the clean environment: templates
     /// (rendered when the step starts) or text with `${VAR}` (expanded then). `[defaults]`'s,
     /// with the step's on top.
@@ -125,8 +127,7 @@ impl Builder<'_> {
                 .or_else(|| model.and_then(crate::provider::known::window))
                 .unwrap_or(crate::provider::known::DEFAULT_WINDOW),
             compact_at: first(&step.compact_at, &defaults.compact_at).unwrap_or(DEFAULT_COMPACT_AT),
-            keep_tool_results: first(&step.keep_tool_results, &defaults.keep_tool_results)
-                .unwrap_or(DEFAULT_KEEP_TOOL_RESULTS),
+            keep_tool_results: first(&step.keep_tool_results, &defaults.keep_tool_results),
             env,
             read_paths: defaults
                 .read_paths
@@ -155,7 +156,7 @@ mod tests {
             max_tokens_total: None,
             context_window: 200_000,
             compact_at: 0.8,
-            keep_tool_results: 4,
+            keep_tool_results: Some(4),
             env: BTreeMap::new(),
             read_paths: vec!["~/.ssh".into()],
         }

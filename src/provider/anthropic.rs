@@ -49,6 +49,10 @@ impl ModelApi for AnthropicApi {
         self.endpoint.url().to_owned()
     }
 
+    fn min_cacheable(&self, model: &str) -> Option<u64> {
+        Some(super::known::anthropic_min_cacheable(model))
+    }
+
     fn send<'a>(&'a self, request: Outgoing<'a>) -> BoxFuture<'a, Result<Exchange, ProviderError>> {
         self.send_streaming(request, &|_| {})
     }

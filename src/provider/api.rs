@@ -93,6 +93,12 @@ pub trait ModelApi: Send + Sync {
     fn encode(&self, request: &ChatRequest) -> Body {
         Body::of(Wire::Anthropic, request)
     }
+    /// The shortest prefix this API's prompt cache keeps for `model`, in tokens; `None` when it
+    /// keeps none a sibling request could wait for (docs/src/delegation.md, "Clean context").
+    fn min_cacheable(&self, model: &str) -> Option<u64> {
+        let _ = model;
+        None
+    }
     /// One attempt; retries are the caller's (see [`super::retry`]).
     fn send<'a>(&'a self, request: Outgoing<'a>) -> BoxFuture<'a, Result<Exchange, ProviderError>>;
 

@@ -24,6 +24,35 @@ pub fn window(model: &str) -> Option<u64> {
         .map(|(_, window)| *window)
 }
 
+/// The shortest prefix Anthropic's prompt cache keeps for `model` (the name after
+/// `provider/`), in tokens: a shorter one is neither written nor read, so waiting for a sibling
+/// to write it saves nothing. 4,096 for Opus 4.5 and later and Haiku 4.5 and later, 2,048 for
+/// Haiku 3.x, 1,024 for the rest (Sonnet, Opus up to 4.1, a name runner does not know). The
+/// sibling gate ([`crate::session::gate`]) and the cache benchmark (benches/cache.rs) both ask
+/// this.
+pub fn anthropic_min_cacheable(model: &str) -> u64 {
+    // `4-5`, `4-5-20251101`, `4-20250514`: a part of over two digits is a date, not a version.
+    let version = |rest: &str| -> (u32, u32) {
+        let mut parts = rest
+            .split('-')
+            .map_while(|p| p.parse::<u32>().ok().filter(|_| p.len() <= 2));
+        (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+    };
+    if model.starts_with("claude-3-haiku") || model.starts_with("claude-3-5-haiku") {
+        return 2048;
+    }
+    let newer = |rest: &str| version(rest) >= (4, 5);
+    match (
+        model.strip_prefix("claude-opus-"),
+        model.strip_prefix("claude-haiku-"),
+    ) {
+        (Some(rest), _) if newer(rest) => 4096,
+        (_, Some(rest)) if newer(rest) => 4096,
+        (_, Some(_)) => 2048,
+        _ => 1024,
+    }
+}
+
 /// When the prices below were the providers' list prices.
 pub const PRICES_AS_OF: &str = "2026-12-01";
 
@@ -92,6 +121,25 @@ mod tests {
         assert_eq!(window("gpt-4.1-mini"), Some(1_047_576));
         assert_eq!(window("gpt-4o"), Some(128_000));
         assert_eq!(window("llama3.2"), None);
+    }
+
+    #[test]
+    fn anthropic_caches_prefixes_from_each_models_minimum() {
+        for (model, tokens) in [
+            ("claude-sonnet-4-5-20250929", 1024),
+            ("claude-sonnet-4", 1024),
+            ("claude-3-7-sonnet-latest", 1024),
+            ("claude-opus-4-20250514", 1024),
+            ("claude-opus-4-1", 1024),
+            ("claude-opus-4-5", 4096),
+            ("claude-opus-4-6", 4096),
+            ("claude-haiku-4-5-20251001", 4096),
+            ("claude-3-5-haiku-latest", 2048),
+            ("claude-3-haiku-20240307", 2048),
+            ("claude-test", 1024),
+        ] {
+            assert_eq!(anthropic_min_cacheable(model), tokens, "{model}");
+        }
     }
 
     #[test]

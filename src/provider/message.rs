@@ -121,6 +121,12 @@ pub struct ChatRequest {
     /// breakpoint goes there too. Left out of the JSON when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared_until: Option<usize>,
+    /// The JSON Schema this turn's text answer must match (a step's `output_schema`), set on a
+    /// turn that allows no tool call or asks for a fixed answer: an API that can hold its
+    /// output to a schema (OpenAI-compatible `response_format`) is asked to (docs/src/models.md,
+    /// "Structured output"). Left out of the JSON when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_schema: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -220,5 +226,6 @@ pub fn one_tool_round(tool: &str, input: Value, result: &str, is_error: bool) ->
         max_tokens: 100,
         no_tool_calls: false,
         shared_until: None,
+        answer_schema: None,
     }
 }

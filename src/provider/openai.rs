@@ -24,6 +24,9 @@ pub struct OpenAiApi {
     /// The server refused `max_tokens` and asked for `max_completion_tokens` (OpenAI's reasoning
     /// models): every later request uses that.
     completion_tokens: AtomicBool,
+    /// The server refused `response_format` (an older or stricter server): no later request
+    /// sends it; the answer is still checked against its schema.
+    no_response_format: AtomicBool,
 }
 
 impl OpenAiApi {
@@ -52,6 +55,7 @@ impl OpenAiApi {
         Self {
             endpoint: Endpoint::new(url, &headers),
             completion_tokens: AtomicBool::new(false),
+            no_response_format: AtomicBool::new(false),
         }
     }
 }
@@ -60,6 +64,7 @@ impl OpenAiApi {
     fn wire(&self) -> Wire {
         Wire::OpenAi {
             completion_tokens: self.completion_tokens.load(Ordering::Relaxed),
+            response_format: !self.no_response_format.load(Ordering::Relaxed),
         }
     }
 
@@ -70,6 +75,12 @@ impl OpenAiApi {
     ) -> Result<Exchange, ProviderError> {
         stream::post::<OpenAiStream>(&self.endpoint, body, &ERRORS, progress).await
     }
+}
+
+/// Whether a rejection is of `response_format` (a server that does not take it, or not that
+/// schema).
+fn refuses_response_format(error: &ProviderError) -> bool {
+    matches!(error, ProviderError::BadRequest { message, .. } if message.contains("response_format"))
 }
 
 /// Whether a rejection asks for `max_completion_tokens` instead of `max_tokens`.
@@ -103,6 +114,15 @@ impl ModelApi for OpenAiApi {
                 Err(error)
                     if wants_completion_tokens(&error)
                         && !self.completion_tokens.swap(true, Ordering::Relaxed) =>
+                {
+                    self.post(&self.encode(request.request), progress).await
+                }
+                // The same, once, for `response_format`: this request goes again without it,
+                // and so does every later one.
+                Err(error)
+                    if request.request.answer_schema.is_some()
+                        && refuses_response_format(&error)
+                        && !self.no_response_format.swap(true, Ordering::Relaxed) =>
                 {
                     self.post(&self.encode(request.request), progress).await
                 }

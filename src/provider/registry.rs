@@ -89,6 +89,7 @@ impl ProviderSpec {
             ProviderKind::Anthropic => Wire::Anthropic,
             ProviderKind::Openai => Wire::OpenAi {
                 completion_tokens: false,
+                response_format: true,
             },
         }
     }

@@ -599,6 +599,14 @@ impl ModelApi for Taped {
         }
     }
 
+    fn min_cacheable(&self, model: &str) -> Option<u64> {
+        match (&self.inner, self.wire) {
+            (Some(inner), _) => inner.min_cacheable(model),
+            (None, Wire::Anthropic) => Some(super::known::anthropic_min_cacheable(model)),
+            (None, _) => None,
+        }
+    }
+
     fn send<'a>(&'a self, request: Outgoing<'a>) -> BoxFuture<'a, Result<Exchange, ProviderError>> {
         Box::pin(async move {
             let normalized = normalize(request.request, &self.roots, &self.tapes.run_id);
@@ -628,6 +636,7 @@ mod tests {
             max_tokens: 10,
             no_tool_calls: false,
             shared_until: None,
+            answer_schema: None,
         }
     }
 

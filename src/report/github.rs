@@ -391,6 +391,18 @@ impl Sink for GithubSink {
                 );
                 self.note(step, line);
             }
+            EventKind::RepeatsRefused {
+                step,
+                turn,
+                name,
+                refusals,
+            } => {
+                let line = format!(
+                    "{}`{name}` refused {refusals} times in a row: turn {turn} is its last, with no tool calls allowed, asking for the final answer",
+                    who(event)
+                );
+                self.note(step, line);
+            }
             EventKind::OutOfTurns { step, turn } => {
                 let line = format!(
                     "{}out of turns: turn {turn} is its last, with no tools, asking for the final answer",

@@ -71,6 +71,15 @@ fn public(kind: &EventKind) -> Option<(&'static str, Value)> {
             json!({"turn": turn, "attempt": attempt, "delay_ms": delay_ms, "error": error}),
         ),
         EventKind::OutOfTurns { turn, .. } => ("out_of_turns", json!({"turn": turn})),
+        EventKind::RepeatsRefused {
+            turn,
+            name,
+            refusals,
+            ..
+        } => (
+            "repeats_refused",
+            json!({"turn": turn, "name": name, "refusals": refusals}),
+        ),
         EventKind::ContextCleared {
             turn,
             cleared,

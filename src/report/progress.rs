@@ -136,6 +136,15 @@ fn note_line(label: &str, event: &Event) -> String {
         EventKind::OutOfTurns { turn, .. } => format!(
             "warning: out of turns: turn {turn} is its last (max_turns), so it allows no tool call (the tools stay offered, with `tool_choice: none`) and asks for the final answer"
         ),
+        EventKind::RepeatsRefused {
+            turn,
+            name,
+            refusals,
+            ..
+        } => format!(
+            "warning: `{}` refused {refusals} times in a row: turn {turn} is its last, with no tool calls allowed, asking for the final answer",
+            terminal::clean(name)
+        ),
         EventKind::ContextCleared {
             turn,
             cleared,
@@ -211,7 +220,8 @@ impl Sink for PlainProgress {
             | EventKind::Retrying { step, .. }
             | EventKind::ContextCleared { step, .. }
             | EventKind::ContextCompacted { step, .. }
-            | EventKind::OutOfTurns { step, .. } => {
+            | EventKind::OutOfTurns { step, .. }
+            | EventKind::RepeatsRefused { step, .. } => {
                 note_line(&format!("[{}] {step}", agent(step)), event)
             }
             _ => return Ok(()),
@@ -410,6 +420,7 @@ impl Sink for LiveProgress {
             }
             EventKind::ReplayDrift { step, .. }
             | EventKind::OutOfTurns { step, .. }
+            | EventKind::RepeatsRefused { step, .. }
             | EventKind::ContextCompacted { step, .. } => {
                 let agent = self.agents.get(step_of(step)).map_or("?", String::as_str);
                 let _ = self

@@ -79,7 +79,8 @@ pub fn read(text: &str, shown: usize) -> Story {
                 }
             }
             "check_finished" | "subagent_started" | "subagent_finished" | "context_cleared"
-            | "context_compacted" | "out_of_turns" | "output_invalid" | "step_error" => {
+            | "context_compacted" | "out_of_turns" | "repeats_refused" | "output_invalid"
+            | "step_error" => {
                 if let Some(turn) = turns.last_mut() {
                     // The summary request is the turn just before its compaction.
                     if kind == "context_compacted"
@@ -168,6 +169,11 @@ pub fn note_line(event: &Value) -> String {
             event["tokens_before"], event["tokens_after"]
         ),
         "out_of_turns" => format!("turn {turn}: its last turn (max_turns)"),
+        "repeats_refused" => format!(
+            "turn {turn}: its last turn (`{}` refused {} times in a row)",
+            event["name"].as_str().unwrap_or_default(),
+            event["refusals"]
+        ),
         "output_invalid" => format!(
             "turn {turn}: the answer did not match output_schema: {}",
             event["error"].as_str().unwrap_or_default()

@@ -264,6 +264,11 @@ pub fn step_window(settings: &crate::plan::StepSettings) -> crate::session::cont
     crate::session::context::Window {
         tokens: settings.context_window,
         compact_at: settings.compact_at,
-        keep_tool_results: settings.keep_tool_results,
+        // Unset, up to the default as fit under the low-water mark, at least the newest one;
+        // set, exactly that many.
+        keep_tool_results: settings
+            .keep_tool_results
+            .unwrap_or(crate::plan::DEFAULT_KEEP_TOOL_RESULTS),
+        keep_at_least: settings.keep_tool_results.unwrap_or(1),
     }
 }

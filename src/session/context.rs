@@ -1,7 +1,8 @@
 //! Context that lasts (docs/src/runs.md, "Context that lasts"): a conversation kept inside its
 //! model's window. Before each request its size is estimated (the last reply's reported input
 //! tokens plus the bytes added since, over four, so a replay decides the same from the same
-//! cassettes). Past half the window, old tool results are cleared, all at once; past `compact_at`
+//! cassettes). Past a quarter of the window, old tool results are cleared in one batch down to a
+//! low-water mark, when that pays for the cache it breaks (see [`clearing`]); past `compact_at`
 //! the step's own model summarises the work and the conversation restarts from the first
 //! message, the summary and the newest turn; a compaction that cannot make room fails the step
 //! (`context exhausted`) instead of looping.
@@ -20,9 +21,24 @@ pub struct Window {
     pub tokens: u64,
     /// The share of the window past which the conversation is compacted.
     pub compact_at: f64,
-    /// The newest tool results kept whole when old ones are cleared.
+    /// The newest tool results kept whole when old ones are cleared, at most.
     pub keep_tool_results: u32,
+    /// The newest tool results kept whole however large: the step's `keep_tool_results` when it
+    /// sets one, else 1 (the newest result, which the model has not read yet).
+    pub keep_at_least: u32,
 }
+
+/// Past this share of the window, old tool results are cleared. Each clearing rewrites what
+/// follows its first stub at 1.25 times the input price, and every turn reads the whole
+/// conversation at 0.1: a quarter of the window, cleared down to [`LOW_WATER`], keeps the reads
+/// small and each rewrite a few kept results (docs/src/performance.md, "What the cache saves").
+pub const CLEAR_AT: f64 = 0.25;
+/// A clearing frees results, oldest first, until the conversation is under this share of the
+/// window; the newest `keep_at_least` stay whatever their size.
+pub const LOW_WATER: f64 = 0.05;
+/// A clearing that frees fewer tokens than this is not worth the cache it breaks (Anthropic
+/// caches nothing shorter either).
+pub const MIN_FREED_TOKENS: usize = 1024;
 
 impl Window {
     /// The window as the run knows it now: a refusal for length earlier in the run (any step)
@@ -36,7 +52,12 @@ impl Window {
 
     /// Past this, old tool results are cleared.
     pub fn clear_above(&self) -> u64 {
-        self.tokens / 2
+        (self.tokens as f64 * CLEAR_AT) as u64
+    }
+
+    /// A clearing brings the conversation down to this.
+    pub fn low_water(&self) -> u64 {
+        (self.tokens as f64 * LOW_WATER) as u64
     }
 
     /// Past this, the conversation is compacted.
@@ -92,7 +113,7 @@ pub fn bytes_of(request: &ChatRequest) -> usize {
     request.system.len() + tools + request.messages.iter().map(message_bytes).sum::<usize>()
 }
 
-fn message_bytes(message: &Message) -> usize {
+pub(crate) fn message_bytes(message: &Message) -> usize {
     message
         .content
         .iter()
@@ -143,59 +164,158 @@ impl Estimate {
 /// A stub marks a cleared result; it is never cleared again.
 const CLEARED: &str = ", cleared; read it again if needed]";
 
-/// Replaces every tool result but the newest `keep` with a one-line stub naming the call
-/// (`[read_file data/f003.txt: 8.1 kB, cleared; read it again if needed]`). Returns how many
-/// were cleared, and the first message changed.
-pub fn clear_old_results(messages: &mut [Message], keep: usize) -> (usize, Option<usize>) {
-    let calls: BTreeMap<String, (String, Value)> = messages
+/// Each call by its id: its tool's name and input, for the stubs of its result.
+fn calls_of(messages: &[Message]) -> BTreeMap<&str, (&str, &Value)> {
+    messages
         .iter()
         .flat_map(|m| &m.content)
         .filter_map(|block| match block {
-            Block::ToolUse { id, name, input } => Some((id.clone(), (name.clone(), input.clone()))),
+            Block::ToolUse { id, name, input } => Some((id.as_str(), (name.as_str(), input))),
             _ => None,
         })
-        .collect();
-    let total = messages
+        .collect()
+}
+
+/// Where each tool result is (message, block), oldest first.
+fn results_of(messages: &[Message]) -> Vec<(usize, usize)> {
+    messages
         .iter()
-        .flat_map(|m| &m.content)
-        .filter(|b| matches!(b, Block::ToolResult { .. }))
-        .count();
-    let mut left = total.saturating_sub(keep);
-    let mut cleared = 0;
-    let mut first = None;
-    for (at, message) in messages.iter_mut().enumerate() {
-        if message.role != Role::User {
-            continue;
+        .enumerate()
+        .filter(|(_, m)| m.role == Role::User)
+        .flat_map(|(at, m)| {
+            m.content
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| matches!(b, Block::ToolResult { .. }))
+                .map(move |(i, _)| (at, i))
+        })
+        .collect()
+}
+
+/// The stub that would replace a result, when it is not one already and is shorter than it:
+/// a stub as long as its result frees nothing and breaks the cache for it.
+fn stub_for(calls: &BTreeMap<&str, (&str, &Value)>, block: &Block) -> Option<String> {
+    let Block::ToolResult {
+        tool_use_id,
+        content,
+        ..
+    } = block
+    else {
+        return None;
+    };
+    if content.ends_with(CLEARED) {
+        return None;
+    }
+    let (name, input) = calls
+        .get(tool_use_id.as_str())
+        .map_or(("tool", None), |(n, i)| (*n, Some(*i)));
+    let stub = format!(
+        "[{name}{}: {}{CLEARED}",
+        input.map(what_it_named).unwrap_or_default(),
+        size(content.len())
+    );
+    (stub.len() < content.len()).then_some(stub)
+}
+
+fn replace(block: &mut Block, stub: String) -> usize {
+    match block {
+        Block::ToolResult { content, .. } => {
+            let freed = content.len() - stub.len();
+            *content = stub;
+            freed
         }
-        for block in &mut message.content {
-            if left == 0 {
-                return (cleared, first);
-            }
-            let Block::ToolResult {
-                tool_use_id,
-                content,
-                ..
-            } = block
-            else {
-                continue;
-            };
-            left -= 1;
-            if content.ends_with(CLEARED) {
-                continue;
-            }
-            let (name, input) = calls
-                .get(tool_use_id.as_str())
-                .map_or(("tool", None), |(n, i)| (n.as_str(), Some(i)));
-            *content = format!(
-                "[{name}{}: {}{CLEARED}",
-                input.map(what_it_named).unwrap_or_default(),
-                size(content.len())
-            );
-            cleared += 1;
-            first.get_or_insert(at);
-        }
+        _ => 0,
+    }
+}
+
+/// Replaces every tool result but the newest `keep` with a one-line stub naming the call
+/// (`[read_file data/f003.txt: 8.1 kB, cleared; read it again if needed]`), except those no
+/// longer than their stub. Returns how many were cleared, and the first message changed.
+pub fn clear_old_results(messages: &mut [Message], keep: usize) -> (usize, Option<usize>) {
+    let results = results_of(messages);
+    let stubs: Vec<((usize, usize), String)> = {
+        let calls = calls_of(messages);
+        results[..results.len().saturating_sub(keep)]
+            .iter()
+            .filter_map(|&(at, i)| Some(((at, i), stub_for(&calls, &messages[at].content[i])?)))
+            .collect()
+    };
+    let first = stubs.first().map(|((at, _), _)| *at);
+    let cleared = stubs.len();
+    for ((at, i), stub) in stubs {
+        replace(&mut messages[at].content[i], stub);
     }
     (cleared, first)
+}
+
+/// A clearing worked out on a copy of the conversation, to be taken only when it pays.
+#[derive(Debug)]
+pub struct Clearing {
+    /// The conversation with the results cleared.
+    pub messages: Vec<Message>,
+    pub cleared: usize,
+    /// The first message changed: the cache breaks there.
+    pub first: usize,
+    /// Bytes the stubs free.
+    pub freed: usize,
+    /// Bytes from the first change to the newest message, which the next request writes to
+    /// the cache again instead of reading them (the newest message it writes anyway).
+    pub rewritten: usize,
+}
+
+impl Clearing {
+    /// Whether the clearing is worth the cache it breaks: it frees at least
+    /// [`MIN_FREED_TOKENS`], and at least the write price (1.25 times) of what it makes the
+    /// next request write again.
+    pub fn pays(&self) -> bool {
+        self.freed / 4 >= MIN_FREED_TOKENS && self.freed * 4 >= self.rewritten * 5
+    }
+}
+
+/// The clearing of a conversation of about `tokens` tokens in `window`: old tool results,
+/// oldest first, become stubs until the conversation is under the low-water mark; every result
+/// older than the newest `keep_tool_results` goes, the newest `keep_at_least` stay, and a
+/// result no longer than its stub stays. `None` when nothing would be cleared.
+pub fn clearing(messages: &[Message], window: &Window, tokens: u64) -> Option<Clearing> {
+    let results = results_of(messages);
+    let total = results.len();
+    let must_stay = total.saturating_sub(window.keep_at_least as usize);
+    let may_stay = total.saturating_sub(window.keep_tool_results as usize);
+    let need = tokens.saturating_sub(window.low_water()) as usize * 4;
+    let calls = calls_of(messages);
+    let mut stubs = Vec::new();
+    let mut freed = 0;
+    for (rank, &(at, i)) in results[..must_stay].iter().enumerate() {
+        // Among the newest `keep_tool_results`, only while the conversation is still too long.
+        if rank >= may_stay && freed >= need {
+            break;
+        }
+        let block = &messages[at].content[i];
+        if let Some(stub) = stub_for(&calls, block) {
+            if let Block::ToolResult { content, .. } = block {
+                freed += content.len() - stub.len();
+            }
+            stubs.push(((at, i), stub));
+        }
+    }
+    let first = stubs.first().map(|((at, _), _)| *at)?;
+    let mut messages = messages.to_vec();
+    let cleared = stubs.len();
+    for ((at, i), stub) in stubs {
+        replace(&mut messages[at].content[i], stub);
+    }
+    let newest = messages.len().saturating_sub(1);
+    let rewritten = messages[first.saturating_sub(1).min(newest)..newest]
+        .iter()
+        .map(message_bytes)
+        .sum();
+    Some(Clearing {
+        messages,
+        cleared,
+        first,
+        freed,
+        rewritten,
+    })
 }
 
 /// A result's size as its stub gives it: `8.1 kB` (of 1,024 bytes), or bytes under one.
@@ -298,6 +418,48 @@ mod tests {
     }
 
     #[test]
+    fn a_clearing_goes_down_to_the_low_water_mark_and_only_when_it_pays() {
+        let window = |keep_tool_results, keep_at_least| Window {
+            tokens: 60_000,
+            compact_at: 0.8,
+            keep_tool_results,
+            keep_at_least,
+        };
+        let mut messages = vec![Message::user_text("task")];
+        for i in 0..8 {
+            messages.extend(round(
+                &format!("t{i}"),
+                &format!("f{i}.txt"),
+                &"x".repeat(8300),
+            ));
+        }
+        let tokens = (bytes_of(&ChatRequest {
+            messages: messages.clone(),
+            ..ChatRequest::default()
+        }) / 4) as u64;
+        // Unset: down to 3,000 tokens, so only the newest stays whole.
+        let clearing = clearing(&messages, &window(4, 1), tokens).unwrap();
+        assert_eq!((clearing.cleared, clearing.first), (7, 2));
+        assert!(clearing.pays(), "{clearing:?}");
+        // Set: exactly that many stay, whatever their size.
+        let kept = super::clearing(&messages, &window(4, 4), tokens).unwrap();
+        assert_eq!(kept.cleared, 4);
+        assert!(super::clearing(&messages, &window(1000, 1000), tokens).is_none());
+        // Short results are no longer than their stubs: nothing to clear.
+        let mut short = vec![Message::user_text("task")];
+        for i in 0..8 {
+            short.extend(round(&format!("t{i}"), "f.txt", "`f.txt` does not exist"));
+        }
+        assert!(super::clearing(&short, &window(4, 1), 20_000).is_none());
+        // One result freed against several rewritten does not pay.
+        let mut few = messages.clone();
+        let _ = clear_old_results(&mut few[..3], 0);
+        let small = super::clearing(&few, &window(4, 4), tokens).unwrap();
+        assert!(small.freed < small.rewritten, "{small:?}");
+        assert!(!small.pays());
+    }
+
+    #[test]
     fn a_compacted_conversation_keeps_the_task_the_summary_and_the_newest_turn() {
         let mut messages = vec![Message::user_text("task")];
         for i in 0..3 {
@@ -341,6 +503,7 @@ mod tests {
             tokens: 200_000,
             compact_at: 0.8,
             keep_tool_results: 4,
+            keep_at_least: 1,
         };
         assert_eq!(window.learnt("test-model-a").tokens, 63_000);
         assert_eq!(window.learnt("test-model-b").tokens, 200_000);

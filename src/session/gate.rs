@@ -2,7 +2,9 @@
 //! step) do not each write it: the first request with a given prefix goes
 //! alone, and the others follow as soon as its reply begins, when the provider has cached the
 //! prefix, so they read it at a tenth of the price instead of writing it at 1.25 times
-//! (docs/src/runs.md, "Context that lasts").
+//! (docs/src/runs.md, "Context that lasts"). They wait only when it pays: when the shared
+//! prefix reaches the shortest one the provider caches ([`crate::provider::known`]); a shorter
+//! prefix, or a provider with no prompt cache to wait for, sends them all at once.
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock, PoisonError};
@@ -22,15 +24,38 @@ fn gates() -> &'static Mutex<BTreeMap<String, watch::Sender<bool>>> {
     GATES.get_or_init(Mutex::default)
 }
 
+/// The history a request shares with its siblings: a fork's caller's, up to its breakpoint.
+fn shared(request: &ChatRequest) -> &[crate::provider::message::Message] {
+    request.shared_until.map_or(&request.messages[..0], |end| {
+        &request.messages[..(end + 1).min(request.messages.len())]
+    })
+}
+
+/// Whether siblings of `request` should wait for the first to write the cache: its shared
+/// prefix (tools, system prompt, shared history; four bytes a token, as the context estimate
+/// counts) reaches `min_cacheable`, the shortest prefix the provider caches. `None` (no cache
+/// to wait for) never waits.
+pub fn worth_waiting(request: &ChatRequest, min_cacheable: Option<u64>) -> bool {
+    let Some(min) = min_cacheable else {
+        return false;
+    };
+    // Once a conversation: the copy costs less than a second way to count.
+    let prefix = ChatRequest {
+        system: request.system.clone(),
+        tools: request.tools.clone(),
+        messages: shared(request).to_vec(),
+        ..ChatRequest::default()
+    };
+    super::context::bytes_of(&prefix) as u64 / 4 >= min
+}
+
 /// The prefix a provider can cache for `request` among the siblings of `step` (its fan-out
 /// instances, its forks): model, system prompt, tools, and the history shared with siblings (a
 /// fork's caller's), as a digest. Other steps do not wait for each other.
 pub fn key(request: &ChatRequest, step: &str) -> String {
     // An instance `X[3]` is a sibling of every `X[k]`.
     let step = step.split_once('[').map_or(step, |(base, _)| base);
-    let shared = request.shared_until.map_or(&request.messages[..0], |end| {
-        &request.messages[..(end + 1).min(request.messages.len())]
-    });
+    let shared = shared(request);
     let prefix = serde_json::json!({
         "step": step,
         "model": request.model,
@@ -91,6 +116,28 @@ mod tests {
             messages: vec![Message::user_text("task one")],
             ..ChatRequest::default()
         }
+    }
+
+    #[test]
+    fn siblings_wait_only_for_a_prefix_the_provider_caches() {
+        let small = request("You explore.");
+        assert!(!worth_waiting(&small, Some(1024)));
+        let large = request(&"The rules of the project. ".repeat(200));
+        assert!(worth_waiting(&large, Some(1024)));
+        assert!(
+            !worth_waiting(&large, Some(4096)),
+            "Opus 4.5 caches from 4,096"
+        );
+        assert!(!worth_waiting(&large, None), "no cache to wait for");
+        // A fork's shared history counts; the first message after it does not.
+        let mut fork = request("You explore.");
+        fork.messages = vec![
+            Message::user_text("x".repeat(8000)),
+            Message::user_text("the fork's own task"),
+        ];
+        assert!(!worth_waiting(&fork, Some(1024)));
+        fork.shared_until = Some(0);
+        assert!(worth_waiting(&fork, Some(1024)));
     }
 
     #[tokio::test]

@@ -30,6 +30,10 @@ pub const OUTPUT_FIX_TURNS: u32 = 2;
 /// The same call with the same input this many times in a row is answered with an error
 /// instead of being run again (docs/src/runs.md, "Agents that loop or run out of turns").
 pub const MAX_SAME_CALLS: u32 = 3;
+/// Refusals of a repeated call in a row after which the step goes to its last turn: a model
+/// that keeps making a refused call would otherwise spend a full request on each until
+/// `max_turns` (docs/src/runs.md, "Agents that loop or run out of turns").
+pub const MAX_REFUSED_REPEATS: u32 = 3;
 /// Tool calls of one reply that are run; the rest are answered with an error the model can
 /// read (a reply of thousands of calls would otherwise hold thousands of outputs at once).
 pub const MAX_CALLS_PER_REPLY: usize = 64;
@@ -260,6 +264,7 @@ pub async fn converse(mut session: Session<'_>) -> Conversation {
         max_tokens: session.max_tokens,
         no_tool_calls: false,
         shared_until: session.shared_until,
+        answer_schema: None,
     };
     let mut turns = 0;
     let mut tool_calls = 0;
@@ -305,8 +310,9 @@ async fn turns_until_done(
         check_round: 0,
         last_failure: None,
         same: None,
+        wrap_up: None,
+        fixing: false,
         estimate: context::Estimate::default(),
-        cleared_at: 0,
         first_request: true,
         given: text_call::Given::default(),
         session: &session,
@@ -318,11 +324,17 @@ async fn turns_until_done(
         }
         state.turn += 1;
         *turns = state.turn;
+        state.wrap_up_if_due(request);
         state.last_turn_if_due(request);
         if let ControlFlow::Break(outcome) = state.fit(request, usage).await {
             return outcome;
         }
-        let mut response = match state.ask(request, usage).await {
+        // Only on this request: a fork that reads the conversation, a compaction summary and
+        // the next turn do not carry it.
+        request.answer_schema = state.answer_schema(request);
+        let asked = state.ask(request, usage).await;
+        request.answer_schema = None;
+        let mut response = match asked {
             Ok(response) => response,
             // The provider's word wins: it teaches the window, the conversation is compacted
             // to fit it, and the request goes once more.
@@ -392,11 +404,13 @@ struct Turns<'s, 'a> {
     last_failure: Option<checks::Failure>,
     /// The newest call's name and input, and how many times in a row it was made.
     same: Option<(String, Value, u32)>,
+    /// The call refused [`MAX_REFUSED_REPEATS`] times in a row, once it was: the next turn is
+    /// the last.
+    wrap_up: Option<String>,
+    /// The last answer did not match the output schema: the next turn asks for it fixed.
+    fixing: bool,
     /// What the last reply said of its request's size.
     estimate: context::Estimate,
-    /// The estimate right after the last clearing: the next clears only once the conversation
-    /// has grown a tenth of the window past it, so the cache breaks once per clearing.
-    cleared_at: u64,
     /// The conversation's first request waits at the prefix gate ([`gate`]).
     first_request: bool,
     /// The calls that text given to the model holds: a reply quoting one is not run.
@@ -462,6 +476,51 @@ impl Turns<'_, '_> {
         self.session.events.emit(kind);
     }
 
+    /// After [`MAX_REFUSED_REPEATS`] refusals of a repeated call in a row, the next turn is the
+    /// last: the wrap-up turn `max_turns` gives (the tools offered, no call allowed), so the step
+    /// ends with an answer instead of a full request for each refusal until `max_turns`.
+    fn wrap_up_if_due(&mut self, request: &mut ChatRequest) {
+        let Some(name) = &self.wrap_up else { return };
+        if request.tools.is_empty() || request.no_tool_calls {
+            return;
+        }
+        request.no_tool_calls = true;
+        self.turn_limit = self.turn;
+        self.emit(EventKind::RepeatsRefused {
+            step: self.step.clone(),
+            turn: self.turn,
+            name: name.clone(),
+            refusals: MAX_REFUSED_REPEATS,
+        });
+        push_user_text(
+            &mut request.messages,
+            format!(
+                "`{name}` was called with the same input and refused {MAX_REFUSED_REPEATS} times in a row, so this is your last turn: no more tool calls. Give your final answer now with what you have found, and say plainly what is left undone."
+            ),
+        );
+    }
+
+    /// The output schema to hold this turn's answer to, where the API can (docs/src/models.md,
+    /// "Structured output"): on a turn that can only be answered in text (no tools, or none
+    /// callable: the last turn) and on a turn that asks for a fixed answer. A turn that offers
+    /// callable tools gets none: llama.cpp applies the grammar to the whole reply, so the model
+    /// could no longer call them.
+    fn answer_schema(&mut self, request: &ChatRequest) -> Option<Value> {
+        let schema = self.session.output_schema?;
+        let fixing = std::mem::take(&mut self.fixing);
+        (request.tools.is_empty() || request.no_tool_calls || fixing).then(|| schema.clone())
+    }
+
+    /// How the step came to its last turn, for the errors of a last turn that gave no answer.
+    fn last_turn_cause(&self) -> String {
+        match &self.wrap_up {
+            Some(name) => format!(
+                "sent to its last turn after `{name}` was refused {MAX_REFUSED_REPEATS} times in a row"
+            ),
+            None => format!("reached max_turns ({})", self.session.max_turns),
+        }
+    }
+
     /// The last allowed turn asks for the answer with what the agent has, offering the tools
     /// (the cached prefix holds them) but allowing no call: a step out of turns ends with an
     /// answer rather than nothing.
@@ -490,10 +549,13 @@ impl Turns<'_, '_> {
     ) -> Result<ChatResponse, retry::ModelFailure> {
         let session = self.session;
         // The first request waits for a sibling's with the same cacheable prefix to begin.
-        let opener = match std::mem::take(&mut self.first_request) {
-            true => gate::enter(gate::key(request, &self.step)).await,
-            false => None,
-        };
+        let first = std::mem::take(&mut self.first_request);
+        let opener =
+            if first && gate::worth_waiting(request, session.api.min_cacheable(session.model)) {
+                gate::enter(gate::key(request, &self.step)).await
+            } else {
+                None
+            };
         let (step, turn) = (&self.step, self.turn);
         // What the model is given, learnt before its reply can quote it.
         self.given.learn(request, self.logged);
@@ -589,30 +651,27 @@ impl Turns<'_, '_> {
     ) -> ControlFlow<StepOutcome> {
         let window = self.session.window.learnt(self.session.model);
         let before = self.estimate.tokens(request);
-        // Clearings a quarter of the window apart: each breaks the cache from the first result
-        // it changes on, so fewer, larger ones cost less.
-        let batch = window.tokens / 4;
-        if before > window.clear_above() && before > self.cleared_at.saturating_add(batch) {
-            let keep = window.keep_tool_results as usize;
-            let (cleared, first) = context::clear_old_results(&mut request.messages, keep);
-            if cleared > 0 {
-                // A breakpoint on the newest message an earlier request sent before the first
-                // one changed: its prefix is cached, and the next request reads it from there.
-                if let Some(first) = first {
-                    request.shared_until = first.checked_sub(2);
-                }
-                let after = self.estimate.tokens(request);
-                self.cleared_at = after;
-                // Earlier messages changed: the next request is logged whole.
-                self.logged = 0;
-                self.emit(EventKind::ContextCleared {
-                    step: self.step.clone(),
-                    turn: self.turn,
-                    cleared: cleared as u32,
-                    tokens_before: before,
-                    tokens_after: after,
-                });
-            }
+        // One batch down to the low-water mark, and only when it pays for the cache it breaks
+        // (docs/src/runs.md, "Context that lasts").
+        let clearing = (before > window.clear_above())
+            .then(|| context::clearing(&request.messages, &window, before))
+            .flatten()
+            .filter(context::Clearing::pays);
+        if let Some(clearing) = clearing {
+            request.messages = clearing.messages;
+            // A breakpoint on the newest message an earlier request sent before the first one
+            // changed: its prefix is cached, and the next request reads it from there.
+            request.shared_until = clearing.first.checked_sub(2);
+            let after = self.estimate.tokens(request);
+            // Earlier messages changed: the next request is logged whole.
+            self.logged = 0;
+            self.emit(EventKind::ContextCleared {
+                step: self.step.clone(),
+                turn: self.turn,
+                cleared: clearing.cleared as u32,
+                tokens_before: before,
+                tokens_after: after,
+            });
         }
         if self.estimate.tokens(request) <= window.compact_above() {
             return ControlFlow::Continue(());
@@ -641,6 +700,8 @@ impl Turns<'_, '_> {
         };
         let mut asking = request.clone();
         push_user_text(&mut asking.messages, context::SUMMARY_REQUEST.to_owned());
+        // A summary is text, not the step's answer.
+        asking.answer_schema = None;
         asking.no_tool_calls = !asking.tools.is_empty();
         if self.estimate.tokens(&asking) > window.tokens {
             // Over the window even to ask: the old results go, all but the newest.
@@ -665,7 +726,6 @@ impl Turns<'_, '_> {
         request.shared_until = None;
         let after = self.estimate.tokens(request);
         self.logged = 0;
-        self.cleared_at = 0;
         self.emit(EventKind::ContextCompacted {
             step: self.step.clone(),
             turn: self.turn,
@@ -730,8 +790,8 @@ impl Turns<'_, '_> {
             return ControlFlow::Break(StepOutcome::failed(
                 FailureKind::MaxTurns,
                 format!(
-                    "reached max_turns ({}): asked for its final answer on its last turn, with no tools, it called tools again",
-                    self.session.max_turns
+                    "{}: asked for its final answer on its last turn, with no tools, it called tools again",
+                    self.last_turn_cause()
                 ),
             ));
         }
@@ -749,8 +809,8 @@ impl Turns<'_, '_> {
                 return ControlFlow::Break(StepOutcome::failed(
                     FailureKind::MaxTurns,
                     format!(
-                        "reached max_turns ({}): asked for its final answer on its last turn, with no tools, it wrote a call of `{name}` as text",
-                        self.session.max_turns
+                        "{}: asked for its final answer on its last turn, with no tools, it wrote a call of `{name}` as text",
+                        self.last_turn_cause()
                     ),
                 ));
             }
@@ -822,6 +882,9 @@ impl Turns<'_, '_> {
                     _ => 1,
                 };
                 self.same = Some((name.clone(), input.clone(), count));
+                if count >= MAX_SAME_CALLS + MAX_REFUSED_REPEATS - 1 {
+                    self.wrap_up = Some(name.clone());
+                }
                 (count >= MAX_SAME_CALLS).then(|| format!(
                     "`{name}` was called with exactly this input {MAX_SAME_CALLS} times in a row, and its output is above: it was not run again. Use what it returned, or do something else."
                 ))
@@ -874,6 +937,7 @@ impl Turns<'_, '_> {
                 request.messages.push(Message::user_text(format!(
                     "Your final answer does not match the required JSON Schema: {problem}\nAnswer again with only the corrected JSON value."
                 )));
+                self.fixing = true;
                 ControlFlow::Continue(None)
             }
             Err(problem) => ControlFlow::Break(StepOutcome::Failed {
@@ -927,7 +991,8 @@ impl Turns<'_, '_> {
         let max_turns = self.session.max_turns;
         let message = if request.no_tool_calls {
             format!(
-                "reached max_turns ({max_turns}): its last turn, asked for the final answer, gave none"
+                "{}: its last turn, asked for the final answer, gave none",
+                self.last_turn_cause()
             )
         } else if let Some(failure) = self.last_failure {
             format!(

@@ -29,20 +29,20 @@ impl Refusal {
     }
 
     /// The error body, as each server sends it.
-    fn body(self, tokens: usize) -> Value {
+    fn body(self, tokens: usize, window: usize) -> Value {
         match self {
             Refusal::Anthropic => {
                 json!({"type": "error", "error": {"type": "invalid_request_error",
-                "message": format!("prompt is too long: {tokens} tokens > {WINDOW} maximum")}})
+                "message": format!("prompt is too long: {tokens} tokens > {window} maximum")}})
             }
             Refusal::OpenAi => json!({"error": {"message": format!(
-                "This model's maximum context length is {WINDOW} tokens. However, your messages resulted in {tokens} tokens. Please reduce the length of the messages."),
+                "This model's maximum context length is {window} tokens. However, your messages resulted in {tokens} tokens. Please reduce the length of the messages."),
                 "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}),
             Refusal::LlamaCpp => json!({"error": {"code": 400,
                 "message": "the request exceeds the available context size, try increasing it",
-                "type": "exceed_context_size_error", "n_prompt_tokens": tokens, "n_ctx": WINDOW}}),
+                "type": "exceed_context_size_error", "n_prompt_tokens": tokens, "n_ctx": window}}),
             Refusal::Vllm => json!({"object": "error", "message": format!(
-                "This model's maximum context length is {WINDOW} tokens. However, you requested {tokens} tokens in the messages, Please reduce the length of the messages."),
+                "This model's maximum context length is {window} tokens. However, you requested {tokens} tokens in the messages, Please reduce the length of the messages."),
                 "type": "BadRequestError", "param": null, "code": 400}),
         }
     }
@@ -62,15 +62,19 @@ struct Seen {
 }
 
 /// A model that reads `data/f000.txt` to `data/f149.txt`, one a turn, then answers; it
-/// summarises when asked to (runner's compaction request) and refuses requests over the window.
-fn model(refusal: Refusal, seen: Arc<Mutex<Seen>>) -> impl Fn(&Value) -> ResponseTemplate {
+/// summarises when asked to (runner's compaction request) and refuses requests over `window`.
+fn model(
+    refusal: Refusal,
+    seen: Arc<Mutex<Seen>>,
+    window: usize,
+) -> impl Fn(&Value) -> ResponseTemplate {
     move |body| {
         let text = body.to_string();
         let tokens = text.len() / 4;
         let mut seen = seen.lock().unwrap();
-        if tokens > WINDOW {
+        if tokens > window {
             seen.refusals += 1;
-            return ResponseTemplate::new(400).set_body_json(refusal.body(tokens));
+            return ResponseTemplate::new(400).set_body_json(refusal.body(tokens, window));
         }
         seen.largest = seen.largest.max(tokens);
         for (at, _) in text.match_indices("MARK-f") {
@@ -156,15 +160,17 @@ fn workflow(refusal: Refusal, base_url: &str, keys: &str) -> String {
     )
 }
 
+/// Runs the long step against a server whose window is `window`.
 async fn run_long(
     refusal: Refusal,
     keys: &str,
+    window: usize,
 ) -> (crate::support::Output, Test, Arc<Mutex<Seen>>, Value) {
     let seen = Arc::new(Mutex::new(Seen::default()));
     let fake = if refusal.anthropic_api() {
-        Fake::anthropic_fn(model(refusal, seen.clone())).await
+        Fake::anthropic_fn(model(refusal, seen.clone(), window)).await
     } else {
-        Fake::openai_fn(model(refusal, seen.clone())).await
+        Fake::openai_fn(model(refusal, seen.clone(), window)).await
     };
     let (out, test) = project(&workflow(refusal, &fake.uri(), keys))
         .env("ANTHROPIC_API_KEY", "sk-test")
@@ -193,8 +199,12 @@ fn events(test: &Test, record: &Value) -> Vec<Value> {
 /// and every file is read.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_long_step_under_a_declared_window_finishes_inside_it() {
-    let (out, test, seen, record) =
-        run_long(Refusal::Anthropic, &format!("context_window = {WINDOW}")).await;
+    let (out, test, seen, record) = run_long(
+        Refusal::Anthropic,
+        &format!("context_window = {WINDOW}"),
+        WINDOW,
+    )
+    .await;
     assert_eq!(out.status, 0, "{}", out.transcript());
     assert_eq!(record["steps"]["read"]["summary"], "Read every file.");
     let seen = seen.lock().unwrap();
@@ -206,12 +216,22 @@ async fn a_long_step_under_a_declared_window_finishes_inside_it() {
     assert!(seen.largest <= WINDOW, "{}", seen.largest);
     assert_eq!(seen.read.len(), FILES, "files never read: {:?}", seen.read);
     let events = events(&test, &record);
-    let cleared = events
+    let clearings: Vec<&Value> = events
         .iter()
         .filter(|e| e["event"] == "context_cleared")
-        .count();
-    // Batches, not a clearing every turn: one per tenth of the window of growth at most.
-    assert!((2..=40).contains(&cleared), "{cleared} clearings");
+        .collect();
+    // Batches, not a clearing every turn: each frees at least 1,024 tokens (the stubs left
+    // behind add up, so later ones clear fewer results).
+    assert!(
+        (2..=FILES / 2).contains(&clearings.len()),
+        "{} clearings",
+        clearings.len()
+    );
+    for clearing in &clearings {
+        let freed = clearing["tokens_before"].as_u64().unwrap()
+            - clearing["tokens_after"].as_u64().unwrap();
+        assert!(freed >= 1024, "{clearing}");
+    }
     // Cleared results are stubs naming the file and its size.
     let logged = events
         .iter()
@@ -233,6 +253,7 @@ async fn a_long_step_is_compacted_by_its_own_model() {
     let (out, test, seen, record) = run_long(
         Refusal::Anthropic,
         &format!("context_window = {WINDOW}\nkeep_tool_results = 1000"),
+        WINDOW,
     )
     .await;
     assert_eq!(out.status, 0, "{}", out.transcript());
@@ -300,7 +321,8 @@ async fn a_long_step_is_compacted_by_its_own_model() {
 }
 
 /// With no window declared (runner assumes 200k for a Claude model, 128k for an unknown one),
-/// the first refusal teaches the window; the step finishes with at most three refusals.
+/// the first refusal teaches the window; the step finishes with at most three refusals. The
+/// servers' window (24k) is below where runner would clear in the window it assumes.
 #[tokio::test(flavor = "multi_thread")]
 async fn each_providers_refusal_teaches_the_window() {
     for refusal in [
@@ -309,7 +331,7 @@ async fn each_providers_refusal_teaches_the_window() {
         Refusal::LlamaCpp,
         Refusal::Vllm,
     ] {
-        let (out, _test, seen, record) = run_long(refusal, "").await;
+        let (out, _test, seen, record) = run_long(refusal, "", 24_000).await;
         assert_eq!(out.status, 0, "{refusal:?}: {}", out.transcript());
         assert_eq!(
             record["steps"]["read"]["summary"], "Read every file.",
@@ -334,7 +356,7 @@ async fn each_providers_refusal_teaches_the_window() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_compacted_run_replays_strictly() {
     let seen = Arc::new(Mutex::new(Seen::default()));
-    let fake = Fake::anthropic_fn(model(Refusal::Anthropic, seen.clone())).await;
+    let fake = Fake::anthropic_fn(model(Refusal::Anthropic, seen.clone(), WINDOW)).await;
     let keys = format!("context_window = {WINDOW}\nkeep_tool_results = 1000");
     let test = project(&workflow(Refusal::Anthropic, &fake.uri(), &keys));
     let cassettes = test.path().join("cassettes");
@@ -613,4 +635,73 @@ async fn a_failed_instance_continues_from_its_last_turn() {
     let resent = &bodies[before];
     assert_eq!(resent["messages"].as_array().unwrap().len(), 3);
     assert!(resent.to_string().contains("MARK-item-b") && resent.to_string().contains("MARK-f001"));
+}
+
+/// A clearing that would free less than its stubs does not happen: results no longer than
+/// their stub (short errors) stay, so each request begins with the bytes of the one before and
+/// the provider's cache holds, however far past the clearing mark the conversation is.
+#[tokio::test(flavor = "multi_thread")]
+async fn no_clearing_frees_less_than_its_stubs() {
+    let fake = Fake::anthropic_fn(|body| {
+        let tokens = body.to_string().len() / 4;
+        let rounds = body["messages"].as_array().map_or(0, Vec::len) / 2;
+        if rounds < 6 {
+            let path = format!("missing-{rounds}.txt");
+            return ResponseTemplate::new(200).set_body_json(json!({"type": "message", "role": "assistant",
+                "content": [{"type": "tool_use", "id": format!("t{rounds}"), "name": "read_file", "input": {"path": path}}],
+                "stop_reason": "tool_use", "usage": {"input_tokens": tokens, "output_tokens": 20}}));
+        }
+        Reply::Text("None of them exist.".into()).template(true, tokens)
+    })
+    .await;
+    // A long task (about 5,000 tokens) puts every request past the clearing mark of the window.
+    let task = "Find the notes, whichever file they are in. ".repeat(460);
+    let workflow = format!(
+        "name = \"c\"\n[models]\ndefault = \"anthropic/claude-test\"\n[steps.read]\nagent = \"explore\"\ncontext_window = 10000\nprompt = \"{task}\"\n"
+    );
+    let (out, test) = Test::new()
+        .file("w.toml", &workflow)
+        .env("ANTHROPIC_API_KEY", "sk-test")
+        .env("ANTHROPIC_BASE_URL", &fake.uri())
+        .args(&["run", "w.toml", "--format", "json"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let record: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(record["steps"]["read"]["summary"], "None of them exist.");
+    let bodies = fake.bodies().await;
+    assert_eq!(bodies.len(), 7);
+    for pair in bodies.windows(2) {
+        let (before, after) = (
+            pair[0]["messages"].as_array().unwrap(),
+            pair[1]["messages"].as_array().unwrap(),
+        );
+        // Compared without the cache breakpoints, which move to the newest message.
+        let unmarked = |messages: &[Value]| {
+            let mut messages = messages.to_vec();
+            for block in messages.iter_mut().flat_map(|m| {
+                m["content"]
+                    .as_array_mut()
+                    .map(|c| c.iter_mut())
+                    .into_iter()
+                    .flatten()
+            }) {
+                if let Some(block) = block.as_object_mut() {
+                    block.remove("cache_control");
+                }
+            }
+            messages
+        };
+        assert!(
+            unmarked(&after[..before.len()]) == unmarked(before),
+            "request {} changed what the one before it sent",
+            before.len() / 2 + 2
+        );
+    }
+    assert!(
+        !events(&test, &record)
+            .iter()
+            .any(|e| e["event"] == "context_cleared"),
+        "a clearing happened"
+    );
 }

@@ -14,6 +14,7 @@ mod escaped_secrets;
 mod export;
 mod fake;
 mod found;
+mod gate;
 mod gitlab;
 mod hostile;
 mod leftovers;

@@ -353,6 +353,151 @@ async fn the_same_call_three_times_in_a_row_gets_an_error_result() {
     );
 }
 
+/// A model that keeps making the refused call is sent to its last turn after three refusals
+/// in a row (the wrap-up turn `max_turns` gives: tools offered, `tool_choice` none), instead of
+/// a full request for each refusal until `max_turns`.
+#[tokio::test(flavor = "multi_thread")]
+async fn three_refused_repeats_send_the_model_to_its_last_turn() {
+    let fake = Fake::openai_fn(|body| {
+        if body["tool_choice"] == "none" {
+            openai_text("notes.txt says hello.")
+        } else {
+            openai_tools(&[("c", "read_file", json!({"path": "notes.txt"}))])
+        }
+    })
+    .await;
+    let (out, record) = run(
+        &format!("{}/v1", fake.uri()),
+        "max_turns = 30\n",
+        &[],
+        "json",
+    )
+    .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let step = &record["steps"]["s"];
+    assert_eq!(step["summary"], "notes.txt says hello.", "{step}");
+    let bodies = fake.bodies().await;
+    // Two calls run, the next three refused; the sixth request is the last, not the thirtieth.
+    assert_eq!(bodies.len(), 6, "{}", out.transcript());
+    assert!(bodies[..5].iter().all(|b| b.get("tool_choice").is_none()));
+    let last = &bodies[5];
+    assert_eq!(last["tool_choice"], "none");
+    assert!(!last["tools"].as_array().unwrap().is_empty());
+    let results = tool_results(last);
+    assert_eq!(results.len(), 5);
+    assert!(
+        results[2..]
+            .iter()
+            .all(|r| r.contains("was called with exactly this input")),
+        "{results:?}"
+    );
+    assert!(
+        last.to_string()
+            .contains("refused 3 times in a row, so this is your last turn"),
+        "{last}"
+    );
+    assert_eq!(step["turns"], 6);
+    assert!(
+        out.stderr
+            .contains("warning: `read_file` refused 3 times in a row: turn 6 is its last"),
+        "{}",
+        out.stderr
+    );
+    let transcript = record["transcript"].as_str().unwrap();
+    let noted: Vec<Value> = transcript
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["event"] == "repeats_refused")
+        .collect();
+    assert_eq!(noted.len(), 1, "{transcript}");
+    assert_eq!(
+        (&noted[0]["name"], &noted[0]["turn"], &noted[0]["refusals"]),
+        (&json!("read_file"), &json!(6), &json!(3))
+    );
+}
+
+/// The step's `output_schema` as TOML, and as the JSON Schema it stands for.
+const VERDICT: &str = "output_schema = { type = \"object\", properties = { verdict = { type = \"string\", enum = [\"approve\", \"reject\"] } }, required = [\"verdict\"], additionalProperties = false }\n";
+
+fn verdict_schema() -> Value {
+    json!({"type": "object", "properties": {"verdict": {"type": "string", "enum": ["approve", "reject"]}},
+        "required": ["verdict"], "additionalProperties": false})
+}
+
+/// A small model's answers: the schema itself first (what a 1.5B model does with a schema in
+/// its system prompt), then whatever `then` gives for the request.
+fn schema_model(
+    then: impl Fn(&Value, usize) -> wiremock::ResponseTemplate + Send + Sync + 'static,
+) -> impl Fn(&Value) -> wiremock::ResponseTemplate + Send + Sync + 'static {
+    let seen = Arc::new(Mutex::new(0));
+    move |body| {
+        let n = {
+            let mut seen = seen.lock().unwrap();
+            *seen += 1;
+            *seen
+        };
+        if n == 1 {
+            return openai_text(&verdict_schema().to_string());
+        }
+        then(body, n)
+    }
+}
+
+/// `output_schema` goes as `response_format` (a grammar on llama.cpp and vLLM) on a turn that
+/// is answered in text: not on a turn whose tools may be called, but on the turn that asks for
+/// a fixed answer; the answer is still checked against the schema.
+#[tokio::test(flavor = "multi_thread")]
+async fn output_schema_goes_as_response_format_on_a_turn_answered_in_text() {
+    let fake = Fake::openai_fn(schema_model(|_, _| {
+        openai_text("{\"verdict\": \"approve\"}")
+    }))
+    .await;
+    let (out, record) = run(&format!("{}/v1", fake.uri()), VERDICT, &[], "json").await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    assert_eq!(
+        record["steps"]["s"]["output"],
+        json!({"verdict": "approve"})
+    );
+    let bodies = fake.bodies().await;
+    assert_eq!(bodies.len(), 2, "{}", out.transcript());
+    // The first turn offers callable tools: no grammar that would forbid calling them.
+    assert!(bodies[0].get("response_format").is_none(), "{}", bodies[0]);
+    assert_eq!(
+        bodies[1]["response_format"],
+        json!({"type": "json_schema", "json_schema": {"name": "answer", "schema": verdict_schema(), "strict": true}})
+    );
+}
+
+/// A server that refuses `response_format` (400 naming it) gets the request again without it,
+/// and no later request sends it; the step still ends with its checked answer.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_refuses_response_format_still_works() {
+    let fake = Fake::openai_fn(schema_model(|body, n| {
+        if body.get("response_format").is_some() {
+            return wiremock::ResponseTemplate::new(400).set_body_json(json!({"error": {
+                "message": "Unrecognized request argument supplied: response_format",
+                "type": "invalid_request_error", "param": null, "code": null}}));
+        }
+        match n {
+            // The fix turn, sent again without it: still not the answer.
+            3 => openai_text("approve"),
+            _ => openai_text("{\"verdict\": \"reject\"}"),
+        }
+    }))
+    .await;
+    let (out, record) = run(&format!("{}/v1", fake.uri()), VERDICT, &[], "json").await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    assert_eq!(record["steps"]["s"]["output"], json!({"verdict": "reject"}));
+    let sent: Vec<bool> = fake
+        .bodies()
+        .await
+        .iter()
+        .map(|b| b.get("response_format").is_some())
+        .collect();
+    // The first turn; the first fix, refused and sent again without; the second fix, without.
+    assert_eq!(sent, [false, true, false, false], "{}", out.transcript());
+}
+
 /// A step that keeps calling tools gets, on its last allowed turn, no tool calls and a request
 /// for its answer: it ends with one, recorded as having run out of turns.
 #[tokio::test(flavor = "multi_thread")]

@@ -16,6 +16,9 @@ pub enum Wire {
     /// (OpenAI's reasoning models refuse `max_tokens`).
     OpenAi {
         completion_tokens: bool,
+        /// Whether a request's answer schema goes as `response_format` (the server has not
+        /// refused it).
+        response_format: bool,
     },
 }
 
@@ -36,9 +39,18 @@ impl Body {
         let messages: Vec<&Message> = redacted.iter().map(AsRef::as_ref).collect();
         let bytes = match wire {
             Wire::Anthropic => anthropic::body(request, &system, &messages),
-            Wire::OpenAi { completion_tokens } => {
-                openai::body(request, &system, &messages, completion_tokens)
-            }
+            Wire::OpenAi {
+                completion_tokens,
+                response_format,
+            } => openai::body(
+                request,
+                &system,
+                &messages,
+                openai::Options {
+                    completion_tokens,
+                    response_format,
+                },
+            ),
         };
         let digest = hex(&Sha256::digest(&bytes));
         Body {
@@ -92,6 +104,7 @@ mod tests {
             Wire::Anthropic,
             Wire::OpenAi {
                 completion_tokens: false,
+                response_format: true,
             },
         ] {
             let mut request = one_tool_round("read_file", json!({"path": "a"}), "x", false);
@@ -157,6 +170,7 @@ mod tests {
         let body = parse(&Body::of(
             Wire::OpenAi {
                 completion_tokens: true,
+                response_format: true,
             },
             &request,
         ));

@@ -33,6 +33,105 @@ struct Request<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_choice: Option<&'static str>,
     messages: Vec<WireMessage<'a>>,
+    /// After the messages, so the body's prefix stays the one a server's cache holds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_format: Option<ResponseFormat<'a>>,
+}
+
+/// `{"type": "json_schema", "json_schema": {...}}`: the answer held to a schema (OpenAI turns it
+/// into constrained decoding, llama.cpp and vLLM into a grammar).
+#[derive(Serialize)]
+struct ResponseFormat<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    json_schema: JsonSchema<'a>,
+}
+
+#[derive(Serialize)]
+struct JsonSchema<'a> {
+    name: &'static str,
+    schema: &'a Value,
+    strict: bool,
+}
+
+/// How a request is written for the server at hand, as learnt from its refusals.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Options {
+    /// The output limit is named `max_completion_tokens` (OpenAI's reasoning models).
+    pub completion_tokens: bool,
+    /// An answer schema goes as `response_format`.
+    pub response_format: bool,
+}
+
+/// Whether OpenAI's strict mode takes `schema`: an object at the root, and every object in it
+/// closed (`additionalProperties: false`) with all its properties required, using no keyword
+/// outside those strict mode documents. Any other schema goes with `strict: false`, which
+/// every server takes, and the answer is still checked against it.
+pub fn strict_compatible(schema: &Value) -> bool {
+    const KEYWORDS: &[&str] = &[
+        "type",
+        "properties",
+        "required",
+        "additionalProperties",
+        "items",
+        "enum",
+        "const",
+        "anyOf",
+        "description",
+        "title",
+        "$defs",
+        "$ref",
+        "pattern",
+        "format",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "multipleOf",
+        "minItems",
+        "maxItems",
+    ];
+    fn closed(schema: &Value) -> bool {
+        let Some(map) = schema.as_object() else {
+            return false;
+        };
+        if map.keys().any(|k| !KEYWORDS.contains(&k.as_str())) {
+            return false;
+        }
+        if let Some(properties) = map.get("properties").and_then(Value::as_object) {
+            let required: Vec<&str> = map
+                .get("required")
+                .and_then(Value::as_array)
+                .map(|r| r.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            if map.get("additionalProperties") != Some(&Value::Bool(false))
+                || properties.keys().any(|k| !required.contains(&k.as_str()))
+                || !properties.values().all(closed)
+            {
+                return false;
+            }
+        } else if map.get("type").and_then(Value::as_str) == Some("object") {
+            // An object with no properties is open unless it says otherwise.
+            return map.get("additionalProperties") == Some(&Value::Bool(false));
+        }
+        let nested = map
+            .get("items")
+            .into_iter()
+            .chain(
+                map.get("anyOf")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten(),
+            )
+            .chain(
+                map.get("$defs")
+                    .and_then(Value::as_object)
+                    .into_iter()
+                    .flat_map(|d| d.values()),
+            );
+        nested.into_iter().all(closed)
+    }
+    schema.get("type").and_then(Value::as_str) == Some("object") && closed(schema)
 }
 
 /// Usage in the stream's last chunk.
@@ -97,8 +196,9 @@ pub(super) fn body(
     req: &ChatRequest,
     system: &str,
     conversation: &[&Message],
-    completion_tokens: bool,
+    options: Options,
 ) -> Vec<u8> {
+    let completion_tokens = options.completion_tokens;
     let mut messages = vec![WireMessage::Plain {
         role: "system",
         content: Cow::Borrowed(system),
@@ -128,6 +228,19 @@ pub(super) fn body(
             .collect(),
         tool_choice: (req.no_tool_calls && !req.tools.is_empty()).then_some("none"),
         messages,
+        response_format: req
+            .answer_schema
+            .as_ref()
+            .filter(|_| options.response_format)
+            .map(|schema| ResponseFormat {
+                kind: "json_schema",
+                json_schema: JsonSchema {
+                    // The name the server may show; any [a-zA-Z0-9_-]{1,64} does.
+                    name: "answer",
+                    schema,
+                    strict: strict_compatible(schema),
+                },
+            }),
     };
     super::to_vec(&request)
 }
@@ -368,9 +481,58 @@ mod tests {
     fn request_body(request: &ChatRequest) -> Value {
         let wire = super::super::body::Wire::OpenAi {
             completion_tokens: false,
+            response_format: true,
         };
         let body = super::super::body::Body::of(wire, request);
         serde_json::from_slice(&body.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn an_answer_schema_goes_as_response_format_strict_only_when_it_qualifies() {
+        let closed = json!({"type": "object", "properties": {"verdict": {"type": "string",
+            "enum": ["approve", "reject"]}, "notes": {"type": "array", "items": {"type": "string"}}},
+            "required": ["verdict", "notes"], "additionalProperties": false});
+        assert!(strict_compatible(&closed));
+        let mut request = one_tool_round("glob", json!({"pattern": "*.rs"}), "a.rs", false);
+        request.answer_schema = Some(closed.clone());
+        let body = request_body(&request);
+        assert_eq!(
+            body["response_format"],
+            json!({"type": "json_schema", "json_schema": {"name": "answer", "schema": closed, "strict": true}})
+        );
+        // After the messages: the body's prefix is the same as without it.
+        let text = String::from_utf8(
+            super::super::body::Body::of(
+                super::super::body::Wire::OpenAi {
+                    completion_tokens: false,
+                    response_format: true,
+                },
+                &request,
+            )
+            .to_vec(),
+        )
+        .unwrap();
+        assert!(text.find("\"messages\"") < text.find("\"response_format\""));
+        for open in [
+            json!({"type": "object", "properties": {"files": {"type": "array"}}}),
+            json!({"type": "object", "properties": {"a": {"type": "string"}}, "required": [],
+                "additionalProperties": false}),
+            json!({"type": "object", "properties": {"a": {"type": "string", "maxLength": 3}},
+                "required": ["a"], "additionalProperties": false}),
+            json!({"type": "array", "items": {"type": "string"}}),
+        ] {
+            assert!(!strict_compatible(&open), "{open}");
+        }
+        // A server that refused it: not sent.
+        let body = super::super::body::Body::of(
+            super::super::body::Wire::OpenAi {
+                completion_tokens: false,
+                response_format: false,
+            },
+            &request,
+        );
+        let body: Value = serde_json::from_slice(&body.to_vec()).unwrap();
+        assert!(body.get("response_format").is_none());
     }
 
     #[test]

@@ -157,6 +157,7 @@ mod tests {
             max_tokens: 10,
             no_tool_calls: false,
             shared_until: None,
+            answer_schema: None,
         };
         let fork = fork(&parent);
         assert_eq!(fork.system, parent.system);
