@@ -447,13 +447,19 @@ fn step_text(
         let settings = &step.settings;
         let _ = writeln!(
             out,
-            "    {:<9}{} tokens, compacted at {:.0}%, newest {} tool results kept whole",
+            "    {:<9}{} tokens, compacted at {:.0}%, {}",
             "context",
             crate::units::tokens(settings.context_window),
             settings.compact_at * 100.0,
-            settings
-                .keep_tool_results
-                .unwrap_or(super::step_settings::DEFAULT_KEEP_TOOL_RESULTS)
+            // Unset, the default keeps up to that many while they fit under the low-water mark;
+            // set, exactly that many stay whatever their size (docs/src/runs.md, "Context").
+            match settings.keep_tool_results {
+                Some(n) => format!("newest {n} tool results kept whole"),
+                None => format!(
+                    "up to {} newest tool results kept whole",
+                    super::step_settings::DEFAULT_KEEP_TOOL_RESULTS
+                ),
+            }
         );
     }
     let mut flags = Vec::new();

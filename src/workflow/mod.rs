@@ -208,7 +208,8 @@ pub struct SharedKeys {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0.1, max = 1.0))]
     pub compact_at: Option<f64>,
-    /// How many of the newest tool results are kept whole when old ones are cleared (default 4).
+    /// How many of the newest tool results are kept whole when old ones are cleared, whatever
+    /// their size (unset: up to 4, while they fit under the low-water mark).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keep_tool_results: Option<u32>,
     /// Variables `bash` gets on top of its clean environment; `${VAR}` in a value is runner's
