@@ -247,7 +247,8 @@ impl Sink for PlainProgress {
 }
 
 /// With `--no-progress`: only what warns (a replay's drift, docs/src/ci.md "Record and
-/// replay"), which CI logs need most and progress lines would otherwise carry.
+/// replay"; a step sent to its last turn), which CI logs need most and progress lines would
+/// otherwise carry.
 pub struct Warnings {
     agents: BTreeMap<String, String>,
 }
@@ -262,7 +263,11 @@ impl Warnings {
 
 impl Sink for Warnings {
     fn handle(&mut self, event: &Event) -> Result<(), String> {
-        if let EventKind::ReplayDrift { step, .. } = &event.kind {
+        // The lines that say a step is not going as asked; the rest is progress.
+        if let EventKind::ReplayDrift { step, .. }
+        | EventKind::OutOfTurns { step, .. }
+        | EventKind::RepeatsRefused { step, .. } = &event.kind
+        {
             let agent = self.agents.get(step_of(step)).map_or("?", String::as_str);
             let line = note_line(&format!("[{agent}] {step}"), event);
             // Best effort, like progress.

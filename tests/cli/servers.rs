@@ -416,6 +416,38 @@ async fn three_refused_repeats_send_the_model_to_its_last_turn() {
     );
 }
 
+/// Being sent to the last turn is a warning, not progress: CI's `--no-progress` still says it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_last_turn_warning_is_printed_without_progress() {
+    let fake = Fake::openai_fn(|body| {
+        if body["tool_choice"] == "none" {
+            openai_text("notes.txt says hello.")
+        } else {
+            openai_tools(&[("c", "read_file", json!({"path": "notes.txt"}))])
+        }
+    })
+    .await;
+    let (out, _) = Test::new()
+        .file(
+            "w.toml",
+            &workflow(&format!("{}/v1", fake.uri()), "max_turns = 30\n"),
+        )
+        .file("notes.txt", "hello\n")
+        .env("OPENAI_API_KEY", KEY)
+        .args(&["run", "w.toml", "--no-progress"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    assert!(
+        out.stderr
+            .contains("warning: `read_file` refused 3 times in a row: turn 6 is its last"),
+        "{}",
+        out.stderr
+    );
+    // Progress itself stays off.
+    assert!(!out.stderr.contains("started"), "{}", out.stderr);
+}
+
 /// The step's `output_schema` as TOML, and as the JSON Schema it stands for.
 const VERDICT: &str = "output_schema = { type = \"object\", properties = { verdict = { type = \"string\", enum = [\"approve\", \"reject\"] } }, required = [\"verdict\"], additionalProperties = false }\n";
 
