@@ -65,7 +65,7 @@ pub fn runs(args: RunsArgs, io: &mut Io<'_>) -> Exit {
             ),
             crate::terminal::clean(&run.workflow).into_owned(),
             status(run).as_str().to_owned(),
-            crate::terminal::clean(&run.started_at).into_owned(),
+            crate::terminal::clean(&crate::units::when(&run.started_at)).into_owned(),
             crate::units::seconds(run.duration_ms),
             run.cost_usd
                 .map_or_else(|| "-".to_owned(), crate::units::usd),

@@ -17,13 +17,16 @@ use crate::report::turns::{Story, cut, note_line};
 const OUTPUT_SHOWN: usize = 400;
 
 pub fn show(args: ShowArgs, io: &mut Io<'_>) -> Exit {
-    let (state_dir, record, run_dir) = match args.dirs.recorded_run(args.run.as_deref(), io.err) {
+    let (state_dir, mut record, run_dir) = match args.dirs.recorded_run(args.run.as_deref(), io.err)
+    {
         Ok(found) => found,
         Err(message) => {
             let _ = writeln!(io.err, "error: {message}");
             return Exit::Invalid;
         }
     };
+    // As `runs` shows it: a record saying `running` that no runner holds was interrupted.
+    record.status = crate::run::lock::shown_status(&run_dir, record.status);
     match &args.step {
         None => show_run(&record, &run_dir, args.format, io),
         Some(step) => show_step(&record, &state_dir, step, args.format, io),

@@ -327,6 +327,13 @@ async fn runs_shows_a_run_that_died_saying_running_as_interrupted() {
     let runs: Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(runs[0]["run_id"], id.as_str());
     assert_eq!(runs[0]["status"], "interrupted");
+    // `show` says the same of it.
+    let out = Test::new()
+        .args(&["show", &id, "--workdir", test.path().to_str().unwrap()])
+        .run();
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let head = out.stdout.lines().next().unwrap_or_default();
+    assert!(head.contains(" interrupted "), "{}", out.stdout);
 }
 
 /// `runner clean --dry-run`, then `runner clean`: both exit 0 and say the same, line for line.

@@ -73,6 +73,20 @@ async fn runs_are_listed_newest_first() {
         text.stdout
     );
     assert!(lines[3].starts_with("2 runs in `"), "{}", text.stdout);
+    // Started to the second (`2026-12-07 13:14:10Z`), never to the nanosecond.
+    for line in &lines[1..3] {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        assert!(
+            words
+                .iter()
+                .any(|w| w.len() == 9 && w.ends_with('Z') && w.matches(':').count() == 2),
+            "{line}"
+        );
+        assert!(
+            !words.iter().any(|w| w.contains('T') && w.contains('.')),
+            "{line}"
+        );
+    }
     let (json, _test) = again(test, &["runs", "--format", "json"]).await;
     let list: Value = serde_json::from_str(&json.stdout).unwrap();
     let list = list.as_array().unwrap();
