@@ -115,9 +115,18 @@ impl ProviderSpec {
     /// go without a key rather than not at all. Anthropic's API always wants one, at a proxy
     /// too; a `[providers.*]` entry says itself whether it has a key.
     pub fn key_optional(&self) -> bool {
+        // By host, not by text: `https://API.openai.com` or the default with a port is still
+        // OpenAI's API, which must never be sent a request without its key.
+        let host = |url: &str| {
+            reqwest::Url::parse(url)
+                .ok()
+                .and_then(|url| url.host_str().map(str::to_ascii_lowercase))
+        };
         self.kind == ProviderKind::Openai
             && matches!(&self.base_url, BaseUrl::Env { var, default, .. }
-                if env_value(var).is_some_and(|value| value != *default))
+            if env_value(var).is_some_and(|value| {
+                host(&value).is_some_and(|own| Some(own) != host(default))
+            }))
     }
 
     /// The variable and its value when the base URL comes from the environment and is not a
@@ -130,7 +139,8 @@ impl ProviderSpec {
             } => env_value(var)
                 .filter(|value| !has_scheme(value))
                 .map(|value| {
-                    // Credentials in it (`user:pass@host`) are hidden in the message too.
+                    // Credentials in it (`user:pass@host`) are registered as secrets, so the
+                    // message hides them too.
                     http::hide_url_credentials(&format!("http://{value}"));
                     (*var, value)
                 }),

@@ -728,6 +728,25 @@ async fn a_local_openai_compatible_server_needs_no_key() {
         "{}",
         default.stderr
     );
+    // OpenAI's own API written another way is still OpenAI's: it needs the key (refused before
+    // any request, so nothing leaves the machine).
+    for url in [
+        "https://api.openai.com",
+        "HTTPS://API.OPENAI.COM/v1",
+        "https://api.openai.com:443/v1",
+    ] {
+        let other = Test::new()
+            .file("w.yaml", OPENAI_STEP)
+            .env("OPENAI_BASE_URL", url)
+            .args(&["run", "w.yaml"])
+            .run();
+        assert_eq!(other.status, 2, "{url}: {}", other.transcript());
+        assert!(
+            other.stderr.contains("OPENAI_API_KEY is not set"),
+            "{url}: {}",
+            other.stderr
+        );
+    }
 }
 
 /// A base URL without its scheme (`127.0.0.1:8080/v1`) is an error before the run, naming the
