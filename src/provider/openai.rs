@@ -108,25 +108,29 @@ impl ModelApi for OpenAiApi {
         progress: &'a (dyn Fn(usize) + Send + Sync),
     ) -> BoxFuture<'a, Result<Exchange, ProviderError>> {
         Box::pin(async move {
-            match self.post(request.body, progress).await {
-                // Learnt once: this request is written again with the other name, and every
-                // later one asks `wire()` and is written with it from the start.
-                Err(error)
-                    if wants_completion_tokens(&error)
-                        && !self.completion_tokens.swap(true, Ordering::Relaxed) =>
-                {
-                    self.post(&self.encode(request.request), progress).await
+            let mut result = self.post(request.body, progress).await;
+            // Each refusal is learnt once for the client (every later request asks `wire()` and
+            // is written right from the start), and retried once for this request whatever
+            // another request in flight learnt meanwhile: at most two retries, no loop.
+            let (mut tokens_retried, mut format_retried) = (false, false);
+            loop {
+                match &result {
+                    Err(error) if !tokens_retried && wants_completion_tokens(error) => {
+                        tokens_retried = true;
+                        self.completion_tokens.store(true, Ordering::Relaxed);
+                    }
+                    Err(error)
+                        if !format_retried
+                            && request.request.answer_schema.is_some()
+                            && refuses_response_format(error) =>
+                    {
+                        format_retried = true;
+                        self.no_response_format.store(true, Ordering::Relaxed);
+                    }
+                    _ => return result,
                 }
-                // The same, once, for `response_format`: this request goes again without it,
-                // and so does every later one.
-                Err(error)
-                    if request.request.answer_schema.is_some()
-                        && refuses_response_format(&error)
-                        && !self.no_response_format.swap(true, Ordering::Relaxed) =>
-                {
-                    self.post(&self.encode(request.request), progress).await
-                }
-                other => other,
+                let body = self.encode(request.request);
+                result = self.post(&body, progress).await;
             }
         })
     }

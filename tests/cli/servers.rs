@@ -530,6 +530,52 @@ async fn a_server_that_refuses_response_format_still_works() {
     assert_eq!(sent, [false, true, false, false], "{}", out.transcript());
 }
 
+/// Two steps refused `response_format` at once: each is sent again without it, though the
+/// other learnt the refusal first (only one used to be, and the other step failed on the 400).
+#[tokio::test(flavor = "multi_thread")]
+async fn parallel_steps_refused_response_format_both_go_on() {
+    let fake = Fake::openai_fn(|body| {
+        if body.get("response_format").is_some() {
+            // Held a moment so both refusals are in flight together; with no overlap the test
+            // still passes, it only proves less.
+            return wiremock::ResponseTemplate::new(400)
+                .set_body_json(json!({"error": {
+                    "message": "Unrecognized request argument supplied: response_format",
+                    "type": "invalid_request_error", "param": null, "code": null}}))
+                .set_delay(std::time::Duration::from_millis(500));
+        }
+        openai_text("{\"verdict\": \"reject\"}")
+    })
+    .await;
+    let step = |id: &str| {
+        format!(
+            "[steps.{id}]\nagent = \"explore\"\ntools = []\nretries = 0\nprompt = \"Judge\"\n{VERDICT}"
+        )
+    };
+    let text = format!(
+        "name = \"local\"\n[providers.local]\nkind = \"openai\"\nbase_url = \"{}/v1\"\n[models]\ndefault = \"local/qwen2.5-coder-1.5b\"\n{}{}",
+        fake.uri(),
+        step("a"),
+        step("b")
+    );
+    let (out, _) = Test::new()
+        .file("w.toml", &text)
+        .env("OPENAI_API_KEY", KEY)
+        .args(&["run", "w.toml", "--format", "json"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let record: Value = serde_json::from_str(&out.stdout).unwrap();
+    for id in ["a", "b"] {
+        assert_eq!(
+            record["steps"][id]["output"],
+            json!({"verdict": "reject"}),
+            "{id}: {}",
+            out.transcript()
+        );
+    }
+}
+
 /// A step that keeps calling tools gets, on its last allowed turn, no tool calls and a request
 /// for its answer: it ends with one, recorded as having run out of turns.
 #[tokio::test(flavor = "multi_thread")]
