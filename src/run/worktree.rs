@@ -242,7 +242,7 @@ impl Repo {
         let Some(inside) = inside else {
             return self.uncommitted();
         };
-        let exclude = format!(":(top,exclude){inside}");
+        let exclude = format!(":(top,exclude,literal){inside}");
         self.main(&[
             "status",
             "--porcelain",
