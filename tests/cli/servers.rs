@@ -353,19 +353,24 @@ async fn the_same_call_three_times_in_a_row_gets_an_error_result() {
     );
 }
 
-/// A model that keeps making the refused call is sent to its last turn after three refusals
-/// in a row (the wrap-up turn `max_turns` gives: tools offered, `tool_choice` none), instead of
-/// a full request for each refusal until `max_turns`.
-#[tokio::test(flavor = "multi_thread")]
-async fn three_refused_repeats_send_the_model_to_its_last_turn() {
-    let fake = Fake::openai_fn(|body| {
+/// A model that reads `notes.txt` again and again until it is given no tool call.
+async fn repeating_model() -> Fake {
+    Fake::openai_fn(|body| {
         if body["tool_choice"] == "none" {
             openai_text("notes.txt says hello.")
         } else {
             openai_tools(&[("c", "read_file", json!({"path": "notes.txt"}))])
         }
     })
-    .await;
+    .await
+}
+
+/// A model that keeps making the refused call is sent to its last turn after three refusals
+/// in a row (the wrap-up turn `max_turns` gives: tools offered, `tool_choice` none), instead of
+/// a full request for each refusal until `max_turns`.
+#[tokio::test(flavor = "multi_thread")]
+async fn three_refused_repeats_send_the_model_to_its_last_turn() {
+    let fake = repeating_model().await;
     let (out, record) = run(
         &format!("{}/v1", fake.uri()),
         "max_turns = 30\n",
@@ -419,14 +424,7 @@ async fn three_refused_repeats_send_the_model_to_its_last_turn() {
 /// Being sent to the last turn is a warning, not progress: CI's `--no-progress` still says it.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_last_turn_warning_is_printed_without_progress() {
-    let fake = Fake::openai_fn(|body| {
-        if body["tool_choice"] == "none" {
-            openai_text("notes.txt says hello.")
-        } else {
-            openai_tools(&[("c", "read_file", json!({"path": "notes.txt"}))])
-        }
-    })
-    .await;
+    let fake = repeating_model().await;
     let (out, _) = Test::new()
         .file(
             "w.toml",
