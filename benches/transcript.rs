@@ -86,6 +86,7 @@ async fn transcript_bytes(turns: usize, file_bytes: usize) -> (u64, u64) {
             Arc::new(Workspace::new(&root).expect("workspace")),
             Arc::new(BashEnv::new(Mode::ReadOnly, false)),
         ),
+        dont_ask: false,
     };
     let api = Scripted(Mutex::new(script(turns)));
     let (sender, mut events) = tokio::sync::mpsc::unbounded_channel();
@@ -106,6 +107,7 @@ async fn transcript_bytes(turns: usize, file_bytes: usize) -> (u64, u64) {
         checks: &[],
         check_retries: 0,
         shared_until: None,
+        effort: None,
         // Wide enough that nothing is cleared: this measures the transcript of a whole
         // conversation.
         window: runner::session::context::Window {

@@ -236,6 +236,9 @@ pub(crate) struct AgentsArgs {
     /// Trust the working directory's agent files (.claude/agents/)
     #[arg(long)]
     pub(crate) trust_workdir: bool,
+    /// Output format: `text` for people, `json` for programs
+    #[arg(long, value_enum, default_value_t)]
+    pub(crate) format: Format,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

@@ -15,7 +15,8 @@ use crate::provider::message::Usage;
 
 /// What defines a step for `--resume`: everything that decides what it does or sees (agent,
 /// model, tools, system prompt, the rendered prompt and `env`, output schema, isolation, sandbox,
-/// command, checks, subagents, MCP servers, project memory) and every resolved setting but the
+/// command, checks, subagents, MCP servers, project memory, the agent file's effort, permission
+/// mode and memory) and every resolved setting but the
 /// limits ([`crate::plan::StepSettings::fingerprinted`]). A step that succeeded with the same
 /// fingerprint is reused.
 pub fn fingerprint(
@@ -23,7 +24,7 @@ pub fn fingerprint(
     prompt: &str,
     env: &std::collections::BTreeMap<String, String>,
 ) -> String {
-    let what = serde_json::json!({
+    let mut what = serde_json::json!({
         "agent": step.agent,
         "model": step.model_label(),
         "tools": step.tools,
@@ -41,6 +42,21 @@ pub fn fingerprint(
         "project_memory": step.project_memory,
         "settings": step.settings.fingerprinted(),
     });
+    // What an agent file adds, only when set: fingerprints of steps without it stay as they were.
+    if let Some(map) = what.as_object_mut() {
+        if let Some(effort) = step.effort {
+            map.insert("effort".into(), effort.as_str().into());
+        }
+        if step.permission_mode != crate::agent::PermissionMode::Default {
+            map.insert(
+                "permission_mode".into(),
+                step.permission_mode.as_str().into(),
+            );
+        }
+        if let Some(memory) = step.agent_memory {
+            map.insert("agent_memory".into(), memory.as_str().into());
+        }
+    }
     Sha256::digest(what.to_string().as_bytes())
         .iter()
         .map(|b| format!("{b:02x}"))

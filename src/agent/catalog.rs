@@ -1,5 +1,6 @@
 //! Every agent a workflow can see, and the lookup order of docs/src/agents.md: each `--agents-dir`,
-//! the `agents/` folder beside the workflow's folder, `.claude/agents/`, then the built-ins; and
+//! the `agents/` folder beside the workflow's folder, `.claude/agents/`, `~/.claude/agents/`,
+//! then the built-ins; and
 //! the trust boundary between the user's agent files and those the working directory brings.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -28,6 +29,7 @@ impl AgentCatalog {
     pub fn load(dirs: &[AgentDir], registry: &Registry) -> Self {
         let builtins = builtin::builtins();
         let mut catalog = AgentCatalog::default();
+        let places = super::skills::Places::of(dirs);
         for dir in dirs {
             // The working directory's own files are read as the tools read them: a link out of
             // it (to `/proc/self/environ`, a credentials file) is refused, never quoted.
@@ -45,7 +47,7 @@ impl AgentCatalog {
                         })
                         .and_then(|root| crate::tools::confine::Workspace::new(root).ok()),
                 ),
-                DirTrust::Trusted => None,
+                DirTrust::Trusted | DirTrust::User => None,
             };
             for path in agent_files(&dir.path) {
                 let stem = path.file_stem().unwrap_or_default().to_owned();
@@ -66,14 +68,24 @@ impl AgentCatalog {
                 let loaded = source.map_err(|p| (vec![p], None)).and_then(|file| {
                     load_agent_source(file.clone(), registry).map_err(|p| (p, Some(file)))
                 });
+                let loaded = loaded.and_then(|mut loaded| {
+                    let name = loaded.agent.name.clone();
+                    if dir.trust == DirTrust::User {
+                        loaded.agent.source = AgentSource::User(path.clone());
+                    }
+                    if !dir.trust.trusts(&name) {
+                        let shadows = builtins.iter().find(|b| b.name == name);
+                        let notes = narrow_untrusted(&mut loaded.agent, shadows, &path);
+                        loaded.warnings.extend(notes);
+                    }
+                    match super::skills::append(&mut loaded.agent, &places) {
+                        Ok(()) => Ok(loaded),
+                        Err(problems) => Err((problems, None)),
+                    }
+                });
                 match loaded {
-                    Ok(mut loaded) => {
+                    Ok(loaded) => {
                         let name = loaded.agent.name.clone();
-                        if !dir.trust.trusts(&name) {
-                            let shadows = builtins.iter().find(|b| b.name == name);
-                            let notes = narrow_untrusted(&mut loaded.agent, shadows, &path);
-                            loaded.warnings.extend(notes);
-                        }
                         if catalog.agents.contains_key(&name) || catalog.broken.contains_key(&name)
                         {
                             catalog.shadowed.push(loaded.agent);
@@ -174,6 +186,8 @@ pub struct AgentDir {
 pub enum DirTrust {
     /// The user's own folders: `--agents-dir` and the workflow's `agents/`.
     Trusted,
+    /// The user's `~/.claude/agents/`: trusted, and marked `user` where agents are listed.
+    User,
     /// A folder the working directory brings: only the agents `WorkdirTrust` names.
     Workdir(WorkdirTrust),
 }
@@ -181,7 +195,7 @@ pub enum DirTrust {
 impl DirTrust {
     fn trusts(&self, name: &str) -> bool {
         match self {
-            DirTrust::Trusted => true,
+            DirTrust::Trusted | DirTrust::User => true,
             DirTrust::Workdir(trust) => trust.all || trust.agents.contains(name),
         }
     }
@@ -189,13 +203,14 @@ impl DirTrust {
 
 /// The lookup directories of docs/src/agents.md, highest priority first: each `--agents-dir`, the
 /// `agents/` folder beside the workflow's folder, `.claude/agents/` under the working directory
-/// (trusted only as `trust` says). A folder met twice keeps its first, higher-priority place and
+/// (trusted only as `trust` says), then `~/.claude/agents/` under `home` (the user's own). A folder met twice keeps its first, higher-priority place and
 /// trust.
 pub fn lookup_dirs(
     agents_dirs: &[Utf8PathBuf],
     workflow: Option<&Utf8Path>,
     workdir: &Utf8Path,
     trust: &WorkdirTrust,
+    home: Option<&Utf8Path>,
 ) -> Vec<AgentDir> {
     let mut dirs: Vec<AgentDir> = agents_dirs
         .iter()
@@ -219,6 +234,13 @@ pub fn lookup_dirs(
         path: base.join(".claude").join("agents"),
         trust: DirTrust::Workdir(trust.clone()),
     });
+    // Lowest: the user's own agents, as Claude Code finds them after the project's.
+    if let Some(home) = home {
+        dirs.push(AgentDir {
+            path: home.join(".claude").join("agents"),
+            trust: DirTrust::User,
+        });
+    }
     let mut seen = BTreeSet::new();
     dirs.retain(|d| seen.insert(absolute(&d.path)));
     dirs
@@ -275,6 +297,15 @@ fn narrow_untrusted(agent: &mut Agent, shadows: Option<&Agent>, path: &Utf8Path)
     }
     if agent.max_turns.take().is_some() {
         ignored.push("`maxTurns`");
+    }
+    // Cost is the user's to choose, like `model`.
+    if agent.effort.take().is_some() {
+        ignored.push("`effort`");
+    }
+    // A folder outside the working directory is not the working directory's to write.
+    if agent.memory == Some(super::MemoryScope::User) {
+        agent.memory = None;
+        ignored.push("`memory: user` (its folder is outside the working directory)");
     }
     if !ignored.is_empty() {
         notes.push(

@@ -3,8 +3,20 @@
 
 pub mod builtin;
 mod catalog;
+pub mod fields;
+mod skills;
 
 pub use catalog::{AgentCatalog, AgentDir, WorkdirTrust, lookup_dirs};
+pub use fields::{MemoryScope, NameList, PermissionMode};
+
+/// The user's home directory, from `HOME` (where `~/.claude/agents/` and `~/.claude/skills/`
+/// are); `None` when it is unset, empty or not UTF-8.
+pub fn home_dir() -> Option<Utf8PathBuf> {
+    std::env::var("HOME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .map(Utf8PathBuf::from)
+}
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -33,6 +45,8 @@ pub enum AgentSource {
     /// A file the working directory brought (`.claude/agents/`), not trusted: it may only narrow
     /// what a step can do.
     Untrusted(Utf8PathBuf),
+    /// The user's own file (`~/.claude/agents/`): trusted, found after the project's.
+    User(Utf8PathBuf),
 }
 
 impl AgentSource {
@@ -40,10 +54,23 @@ impl AgentSource {
         !matches!(self, AgentSource::Untrusted(_))
     }
 
+    /// What kind of place it came from: `built-in`, `file` (a trusted folder), `untrusted` (the
+    /// working directory's) or `user` (`~/.claude/agents/`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            AgentSource::Builtin => "built-in",
+            AgentSource::File(_) => "file",
+            AgentSource::Untrusted(_) => "untrusted",
+            AgentSource::User(_) => "user",
+        }
+    }
+
     pub fn path(&self) -> Option<&Utf8Path> {
         match self {
             AgentSource::Builtin => None,
-            AgentSource::File(path) | AgentSource::Untrusted(path) => Some(path),
+            AgentSource::File(path) | AgentSource::Untrusted(path) | AgentSource::User(path) => {
+                Some(path)
+            }
         }
     }
 }
@@ -54,6 +81,7 @@ impl fmt::Display for AgentSource {
             AgentSource::Builtin => f.write_str("built-in"),
             AgentSource::File(path) => write!(f, "{path}"),
             AgentSource::Untrusted(path) => write!(f, "{path} (untrusted)"),
+            AgentSource::User(path) => write!(f, "{path} (user)"),
         }
     }
 }
@@ -80,6 +108,20 @@ pub struct Agent {
     pub mcp_servers: BTreeMap<String, crate::workflow::McpServerDef>,
     /// Servers it names that are defined elsewhere (the workflow, the project's `.mcp.json`).
     pub mcp_server_names: BTreeSet<String>,
+    /// Its file's `permissionMode` (`plan` has already narrowed `tools`).
+    pub permission_mode: PermissionMode,
+    /// Its file's `effort`, sent with each of its requests.
+    pub effort: Option<crate::provider::message::Effort>,
+    /// Its file's `isolation`: a step using it runs in a worktree unless the step says.
+    pub isolation: Option<crate::workflow::Isolation>,
+    /// As a subagent, it runs in the background unless the `task` call says otherwise.
+    pub background: bool,
+    /// Its persistent memory folder's scope.
+    pub memory: Option<MemoryScope>,
+    /// Skills whose `SKILL.md` goes into its system prompt, in order.
+    pub skills: Vec<String>,
+    /// MCP servers a step using it must have available.
+    pub required_mcp_servers: Vec<String>,
 }
 
 /// A list of tool names, written as a YAML/TOML list or, as Claude Code does, one
@@ -135,8 +177,8 @@ impl JsonSchema for ToolList {
 
 /// An agent file: YAML front matter of a Markdown file (Claude Code's `.claude/agents/*.md`), or a
 /// whole TOML/YAML file with `system_prompt`.
+// Unknown keys are allowed (Claude Code adds fields): `fields::unknown_keys` warns about each.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 #[schemars(title = "runner agent")]
 pub struct AgentFile {
     /// The agent's name, used as `agent = "..."` in steps (default: the file name).
@@ -194,22 +236,60 @@ pub struct AgentFile {
     /// The system prompt (TOML and YAML agent files; a Markdown file's body is its prompt).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_prompt: Option<String>,
-    /// Claude Code only; accepted and ignored.
+    /// Claude Code's terminal colour for the agent; runner ignores it (with a warning).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub color: Option<Value>,
-    /// Claude Code only; accepted and ignored (runner's tools never ask for permission).
+    pub color: Option<String>,
+    /// How the agent's tool calls are allowed: `default`, `manual`, `acceptEdits`, `auto` keep
+    /// its tools (runner never asks: the sandbox is the permission), `plan` makes it read-only,
+    /// `dontAsk` refuses every call outside its tools; `bypassPermissions` is refused.
     #[serde(
         default,
         rename = "permissionMode",
         skip_serializing_if = "Option::is_none"
     )]
-    pub permission_mode: Option<Value>,
-    /// Claude Code only; accepted and ignored.
+    pub permission_mode: Option<PermissionMode>,
+    /// Skills whose `SKILL.md` is appended to the system prompt (`.claude/skills/<name>/` of the
+    /// working directory, then `~/.claude/skills/<name>/`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub skills: Option<Value>,
-    /// Claude Code only; accepted and ignored.
+    pub skills: Option<NameList>,
+    /// Claude Code's lifecycle hooks; runner ignores them (with a warning): use `checks`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hooks: Option<Value>,
+    /// A persistent memory folder for the agent: `user`, `project` or `local`; its `MEMORY.md`
+    /// goes into the system prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryScope>,
+    /// As a subagent, always run in the background (as `task` with `run_in_background`) unless
+    /// the call says otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub background: Option<bool>,
+    /// How hard the model thinks: `low`, `medium`, `high`, `xhigh`, `max` (Anthropic's
+    /// `output_config.effort`, OpenAI's `reasoning_effort`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effort: Option<crate::provider::message::Effort>,
+    /// `worktree`: a step using this agent runs in its own git worktree unless the step sets
+    /// `isolation` itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<crate::workflow::Isolation>,
+    /// Claude Code's first user turn when the agent is the main session; runner ignores it
+    /// (with a warning): a step's `prompt` is the first turn.
+    #[serde(
+        default,
+        rename = "initialPrompt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub initial_prompt: Option<String>,
+    /// MCP servers that must be available to a step using this agent (the workflow's
+    /// `[mcp_servers]`, the project's `.mcp.json`, the agent's own `mcpServers`).
+    #[serde(
+        default,
+        rename = "requiredMcpServers",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub required_mcp_servers: Option<NameList>,
+    /// The multi-agent design's scheduling priority; runner ignores it (with a warning).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<Value>,
     /// MCP servers for this agent: a mapping of name to entry, or Claude Code's list of server
     /// names (from the workflow's `[mcp_servers]` or the project's `.mcp.json`) and inline
     /// `{name: entry}` items.
@@ -487,22 +567,89 @@ fn build_agent(
         Some(model) => Some(model.to_owned()),
     };
 
-    for (key, present) in [
-        ("permissionMode", def.permission_mode.is_some()),
-        ("hooks", def.hooks.is_some()),
-        ("skills", def.skills.is_some()),
+    for (key, present, why) in [
+        (
+            "color",
+            def.color.is_some(),
+            "runner's output has no per-agent colour",
+        ),
+        (
+            "initialPrompt",
+            def.initial_prompt.is_some(),
+            "a step's `prompt` is the agent's first turn",
+        ),
+        (
+            "hooks",
+            def.hooks.is_some(),
+            "use a step's `checks` to run commands after the agent",
+        ),
+        (
+            "priority",
+            def.priority.is_some(),
+            "steps run in the order of their `needs`",
+        ),
     ] {
         if present {
             warnings.push(
                 Problem::warning(format!(
-                    "`{key}` is a Claude Code setting that runner ignores"
+                    "`{}`: `{key}` is a Claude Code setting that runner ignores",
+                    file.name
                 ))
-                .at(file, span(key), "ignored"),
+                .at(file, span(key), "ignored")
+                .help(why),
             );
         }
     }
+    warnings.extend(fields::unknown_keys(file, tree));
+
+    let permission_mode = def.permission_mode.unwrap_or_default();
+    let tools = match permission_mode {
+        PermissionMode::BypassPermissions => {
+            errors.push(
+                Problem::error(
+                    "`permissionMode: bypassPermissions` is refused: runner has no unsandboxed mode for agents",
+                )
+                .at(file, span("permissionMode"), "not available in runner")
+                .help("every tool call already runs without asking, inside the sandbox; remove the key or use `default`"),
+            );
+            tools
+        }
+        // As `explore`: only the tools that change nothing, so its bash is read-only too.
+        PermissionMode::Plan => ToolSet::Some(
+            tools
+                .expand(registry)
+                .into_iter()
+                .filter(|t| registry.get(t).is_some_and(|tool| !tool.writes()))
+                .collect(),
+        ),
+        _ => tools,
+    };
+
+    let mut skills = Vec::new();
+    for skill in def.skills.map(|s| s.0).unwrap_or_default() {
+        if fields::plain_name(&skill) {
+            skills.push(skill);
+        } else {
+            errors.push(
+                Problem::error(format!(
+                    "skill name `{skill}` must be one word of letters, digits, `-`, `_` or `.`"
+                ))
+                .at(file, span("skills"), "invalid skill name"),
+            );
+        }
+    }
+    if def.memory.is_some() && !fields::plain_name(&name) {
+        errors.push(
+            Problem::error(format!(
+                "agent `{name}` cannot have `memory`: its name is not a plain folder name"
+            ))
+            .at(file, span("memory"), "memory folder"),
+        );
+    }
 
     if !errors.is_empty() {
+        // The warnings too: an unknown key is often the typo that explains the error.
+        errors.extend(warnings);
         return Err(errors);
     }
     let (mcp_servers, mcp_server_names) =
@@ -525,6 +672,13 @@ fn build_agent(
                 .unwrap_or(false),
             mcp_servers,
             mcp_server_names,
+            permission_mode,
+            effort: def.effort,
+            isolation: def.isolation,
+            background: def.background.unwrap_or(false),
+            memory: def.memory,
+            skills,
+            required_mcp_servers: def.required_mcp_servers.map(|s| s.0).unwrap_or_default(),
         },
         warnings,
     })

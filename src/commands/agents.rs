@@ -4,7 +4,7 @@ use camino::{Utf8Path, Utf8PathBuf};
 
 use super::{report, workdir};
 use crate::agent::{AgentCatalog, AgentSource, WorkdirTrust, lookup_dirs};
-use crate::cli::{AgentsArgs, Io, ResolveArgs};
+use crate::cli::{AgentsArgs, Format, Io, ResolveArgs};
 use crate::error::{Exit, Problem};
 use crate::tools::Registry;
 
@@ -28,7 +28,13 @@ pub fn agents(args: AgentsArgs, io: &mut Io<'_>) -> Exit {
         .and_then(|w| crate::workflow::load_workflow(w).ok());
     let trust = WorkdirTrust::new(args.trust_workdir, def.as_ref().map(|l| &l.def));
     let catalog = AgentCatalog::load(
-        &lookup_dirs(&args.agents_dirs, args.workflow.as_deref(), &dir, &trust),
+        &lookup_dirs(
+            &args.agents_dirs,
+            args.workflow.as_deref(),
+            &dir,
+            &trust,
+            crate::agent::home_dir().as_deref(),
+        ),
         &Registry::builtin(),
     );
     let mut rows = vec![[
@@ -36,7 +42,9 @@ pub fn agents(args: AgentsArgs, io: &mut Io<'_>) -> Exit {
         "SOURCE".to_owned(),
         "MODEL".to_owned(),
         "TOOLS".to_owned(),
+        "DESCRIPTION".to_owned(),
     ]];
+    let mut listed = Vec::new();
     for agent in catalog.agents() {
         // What the agent ends up with: a list shows what is left; only `*` needs a "minus".
         let tools = match &agent.tools {
@@ -55,18 +63,39 @@ pub fn agents(args: AgentsArgs, io: &mut Io<'_>) -> Exit {
             .model
             .clone()
             .unwrap_or_else(|| agent.default_alias.to_owned());
+        listed.push(serde_json::json!({
+            "name": agent.name,
+            "source": agent.source.kind(),
+            "path": agent.source.path().map(|p| p.to_string()),
+            "trusted": agent.source.trusted(),
+            "model": model,
+            "tools": tools,
+            "description": agent.description,
+            "permission_mode": agent.permission_mode.as_str(),
+            "effort": agent.effort.map(|e| e.as_str()),
+            "isolation": agent.isolation.map(|i| i.as_str()),
+            "background": agent.background,
+            "memory": agent.memory.map(|m| m.as_str()),
+            "skills": agent.skills,
+            "required_mcp_servers": agent.required_mcp_servers,
+        }));
         rows.push([
             agent.name.clone(),
             display_source(&agent.source),
             model,
             tools,
+            one_line(&agent.description, DESCRIPTION_WIDTH),
         ]);
     }
-    let _ = write!(
-        io.out,
-        "{}",
-        crate::terminal::clean(&crate::report::table(&rows))
-    );
+    let text = match args.format {
+        Format::Text => crate::report::table(&rows),
+        Format::Json => {
+            crate::terminal::to_json_pretty(&serde_json::json!({ "agents": listed }))
+                .unwrap_or_default()
+                + "\n"
+        }
+    };
+    let _ = write!(io.out, "{}", crate::terminal::clean(&text));
     for agent in &catalog.shadowed {
         let _ = writeln!(
             io.err,
@@ -93,13 +122,39 @@ pub fn agents(args: AgentsArgs, io: &mut Io<'_>) -> Exit {
     }
 }
 
+/// A description's first line, cut to `width` characters: a table row stays one line.
+const DESCRIPTION_WIDTH: usize = 60;
+
+fn one_line(text: &str, width: usize) -> String {
+    let first = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
+    let more = first.chars().count() > width || text.trim().lines().nth(1).is_some();
+    let mut short: String = first.chars().take(width).collect();
+    if more {
+        short = short.trim_end().to_owned();
+        short.push('…');
+    }
+    short
+}
+
 /// Agent files shown relative to the current directory when they are under it.
 fn display_source(source: &AgentSource) -> String {
     match source {
         AgentSource::Builtin => "built-in".into(),
         AgentSource::Untrusted(path) => format!("{} (untrusted)", relative(path)),
         AgentSource::File(path) => relative(path),
+        AgentSource::User(path) => format!("user: {}", home_relative(path)),
     }
+}
+
+/// A path under `HOME` written `~/...`, as users know their own folder.
+fn home_relative(path: &Utf8Path) -> String {
+    crate::agent::home_dir()
+        .and_then(|home| path.strip_prefix(&home).ok().map(|p| format!("~/{p}")))
+        .unwrap_or_else(|| path.to_string())
 }
 
 fn relative(path: &Utf8Path) -> String {

@@ -329,7 +329,11 @@ pub(crate) fn agent_catalog(
     dir: &Utf8Path,
     registry: &Registry,
 ) -> AgentCatalog {
-    AgentCatalog::load(&lookup_dirs(agents_dirs, workflow, dir, trust), registry)
+    let home = crate::agent::home_dir();
+    AgentCatalog::load(
+        &lookup_dirs(agents_dirs, workflow, dir, trust, home.as_deref()),
+        registry,
+    )
 }
 
 /// The async runtime of a command that runs things; `None` (after saying why) when the machine

@@ -173,6 +173,13 @@ pub struct PlannedStep {
     /// One instance per item of a list, when set.
     pub for_each: Option<ForEach>,
     pub wave: usize,
+    /// Its agent's `effort`, sent with each request.
+    pub effort: Option<crate::provider::message::Effort>,
+    /// Its agent's `permissionMode` (what `plan` shows; `plan` mode has narrowed `tools`).
+    pub permission_mode: crate::agent::PermissionMode,
+    /// Its agent's persistent memory, when it has one: the scope, and the agent's name (the
+    /// folder's).
+    pub agent_memory: Option<crate::agent::MemoryScope>,
 }
 
 impl Plan {
@@ -247,6 +254,7 @@ pub fn build_plan(
         project_mcp: &options.project_mcp,
         sandbox_off: options.sandbox_off,
         project_memory: options.project_memory,
+        catalog,
         file: &loaded.file,
         problems: loaded.problems.clone(),
         missing_aliases: BTreeMap::new(),
@@ -416,6 +424,8 @@ struct Builder<'a> {
     project_mcp: &'a BTreeMap<String, crate::workflow::McpServerDef>,
     sandbox_off: bool,
     project_memory: Option<&'static str>,
+    /// The agents steps name: an agent file's `isolation` is its steps'.
+    catalog: &'a AgentCatalog,
     file: &'a Arc<SourceFile>,
     problems: Vec<Problem>,
     /// Undefined model aliases, reported once each.
@@ -471,6 +481,23 @@ impl Builder<'_> {
         );
     }
 
+    /// Where step `id` works: its own `isolation` key when it has one, else its agent file's
+    /// (`isolation: worktree`), else the working directory.
+    fn isolation_of(&self, id: &str, step: &Step) -> Isolation {
+        let step_sets_it = self
+            .loaded
+            .tree
+            .find(&path!["steps", id, "isolation"])
+            .is_some();
+        if step_sets_it || step.run.is_some() {
+            return step.isolation;
+        }
+        self.catalog
+            .get(&step.agent)
+            .and_then(|a| a.isolation)
+            .unwrap_or(step.isolation)
+    }
+
     fn error_count(&self) -> usize {
         self.problems.iter().filter(|p| p.is_error()).count()
     }
@@ -504,6 +531,9 @@ pub(crate) fn planned_step_for_tests(settings: StepSettings) -> PlannedStep {
         check_retries: 0,
         for_each: None,
         wave: 0,
+        effort: None,
+        permission_mode: Default::default(),
+        agent_memory: None,
     }
 }
 

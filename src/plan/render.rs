@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::{Plan, PlannedStep};
-use crate::agent::AgentSource;
+use crate::agent::{AgentSource, PermissionMode};
 use crate::sandbox::{Mode, Support};
 use crate::workflow::Isolation;
 use crate::workflow::duration::format_duration;
@@ -35,6 +35,15 @@ struct JsonStep<'a> {
     agent_source: String,
     /// False for an agent file the working directory brought and the user did not trust.
     agent_trusted: bool,
+    /// What kind of place the agent came from: `built-in`, `file`, `untrusted` or `user`
+    /// (`~/.claude/agents/`).
+    agent_origin: &'static str,
+    /// The agent's `permissionMode` (`default` when it sets none).
+    permission_mode: &'static str,
+    /// The agent's `effort`, or null.
+    effort: Option<&'static str>,
+    /// The agent's persistent memory scope (`user`, `project`, `local`), or null.
+    memory: Option<&'static str>,
     /// `provider/model`; null for a command step.
     model: Option<String>,
     tools: Vec<&'a str>,
@@ -133,6 +142,10 @@ pub fn to_json(plan: &Plan, support: Support) -> String {
                     None => "built-in".to_owned(),
                 },
                 agent_trusted: s.agent_source.trusted(),
+                agent_origin: s.agent_source.kind(),
+                permission_mode: s.permission_mode.as_str(),
+                effort: s.effort.map(|e| e.as_str()),
+                memory: s.agent_memory.map(|m| m.as_str()),
                 model: s.model.as_ref().map(ToString::to_string),
                 price: s
                     .model
@@ -303,6 +316,9 @@ fn step_text(
                 "    {:<9}{path} (untrusted: from the working directory, tools capped, no MCP servers)",
                 "agent"
             );
+        }
+        AgentSource::User(path) => {
+            let _ = writeln!(out, "    {:<9}{path} (user)", "agent");
         }
     }
     if !step.needs.is_empty() {
@@ -478,6 +494,28 @@ fn step_text(
     if step.command.is_some() {
         return;
     }
+    // `default` (the sandbox is the permission) goes without saying; the JSON always says it.
+    let mode = match step.permission_mode {
+        PermissionMode::Default => None,
+        PermissionMode::Plan => Some("plan (read-only tools)"),
+        PermissionMode::DontAsk => Some("dontAsk (a call outside its tools is refused)"),
+        other => Some(other.as_str()),
+    };
+    if let Some(mode) = mode {
+        let _ = writeln!(out, "    {:<9}{mode}", "mode");
+    }
+    if let Some(effort) = step.effort {
+        let _ = writeln!(out, "    {:<9}{}", "effort", effort.as_str());
+    }
+    if let Some(memory) = step.agent_memory {
+        let _ = writeln!(
+            out,
+            "    {:<9}{} ({})",
+            "memory",
+            memory.as_str(),
+            memory_place(memory, &step.agent)
+        );
+    }
     let mut lines = step.prompt.trim_end().lines();
     let _ = writeln!(
         out,
@@ -491,6 +529,14 @@ fn step_text(
         } else {
             let _ = writeln!(out, "    {:<9}{line}", "");
         }
+    }
+}
+
+/// Where an agent's memory folder is, as users know it.
+fn memory_place(memory: crate::agent::MemoryScope, agent: &str) -> String {
+    match memory {
+        crate::agent::MemoryScope::User => format!("~/{}", memory.folder(agent)),
+        _ => memory.folder(agent),
     }
 }
 

@@ -38,6 +38,9 @@ impl Builder<'_> {
             None => self.resolve_agent(id, step, catalog),
         };
 
+        if let Some(agent) = agent {
+            self.check_required_mcp_servers(id, agent);
+        }
         let model = agent.and_then(|agent| self.resolve_model(id, step, agent, aliases, providers));
         let tools = match command {
             Some(_) => Some(BTreeSet::new()),
@@ -84,6 +87,7 @@ impl Builder<'_> {
         };
         let checks = self.resolve_checks(id, step);
         let subagents = self.subagents(id, step, catalog, tools.as_ref());
+        self.warn_subagent_isolation(id, &subagents, catalog);
         let env = self.step_env(ctx, step, inputs, env);
         let settings = self.resolve_settings(
             id,
@@ -121,6 +125,8 @@ impl Builder<'_> {
             None => self.registry.any_writes(&tools),
         };
         let sandbox = crate::sandbox::Mode::for_tools(self.sandbox_off, writes);
+        let agent_ref = agent;
+        let isolation = self.isolation_of(id, step);
         let (agent_name, agent_source, model) = match command {
             Some(_) => ("command".to_owned(), AgentSource::Builtin, None),
             None => {
@@ -143,7 +149,7 @@ impl Builder<'_> {
             condition: step.condition.clone(),
             output_schema,
             continue_on_error: step.continue_on_error,
-            isolation: step.isolation,
+            isolation,
             sandbox,
             project_memory,
             subagents,
@@ -153,7 +159,74 @@ impl Builder<'_> {
             check_retries: step.check_retries.unwrap_or(DEFAULT_CHECK_RETRIES),
             for_each,
             wave: 0,
+            effort: agent_ref.and_then(|a| a.effort),
+            permission_mode: agent_ref.map(|a| a.permission_mode).unwrap_or_default(),
+            agent_memory: agent_ref.and_then(|a| a.memory),
         })
+    }
+
+    /// A subagent works in its caller's directory: an agent file's `isolation: worktree` does
+    /// not apply to it there (docs/src/agents.md), which the user should hear before the run.
+    fn warn_subagent_isolation(&mut self, id: &str, subagents: &[String], catalog: &AgentCatalog) {
+        let isolated: Vec<String> = subagents
+            .iter()
+            .filter(|name| {
+                catalog
+                    .get(name)
+                    .is_some_and(|a| a.isolation == Some(Isolation::Worktree))
+            })
+            .map(|name| format!("`{name}`"))
+            .collect();
+        if isolated.is_empty() {
+            return;
+        }
+        let span = self.span(&path!["steps", id, "agent"]);
+        self.problems.push(
+            Problem::warning(format!(
+                "step `{id}` may start {} as a subagent; `isolation: worktree` applies to an agent's steps, and a subagent works in its caller's directory",
+                isolated.join(", ")
+            ))
+            .at(self.file, span, "spawns subagents"),
+        );
+    }
+
+    /// Each of the agent's `requiredMcpServers` must be one the step can start: the workflow's
+    /// `[mcp_servers]`, the project's `.mcp.json` (when trusted), or the agent's `mcpServers`.
+    fn check_required_mcp_servers(&mut self, id: &str, agent: &Agent) {
+        let available: BTreeSet<&str> = agent
+            .mcp_servers
+            .keys()
+            .chain(self.project_mcp.keys())
+            .chain(self.loaded.def.mcp_servers.keys())
+            .map(String::as_str)
+            .collect();
+        for server in &agent.required_mcp_servers {
+            if available.contains(server.as_str()) {
+                continue;
+            }
+            let span = self.span(&path!["steps", id, "agent"]);
+            let known = if available.is_empty() {
+                "there are none".to_owned()
+            } else {
+                let names: Vec<String> = available.iter().map(|s| format!("`{s}`")).collect();
+                format!("there are {}", names.join(", "))
+            };
+            let from = agent
+                .source
+                .path()
+                .map_or_else(String::new, |p| format!(" (`{p}`)"));
+            self.error(
+                format!(
+                    "step `{id}`: agent `{}`{from} requires the MCP server `{server}`, which is not available here; {known}",
+                    agent.name
+                ),
+                span,
+                "missing MCP server",
+                Some(format!(
+                    "define `{server}` in the workflow's `[mcp_servers]`, the project's `.mcp.json` (trusted with `--trust-workdir`) or the agent's `mcpServers`"
+                )),
+            );
+        }
     }
 
     /// `[defaults] env` with the step's `env` on top; each name a valid variable name, each

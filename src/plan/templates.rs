@@ -265,7 +265,9 @@ impl Builder<'_> {
                     "give `{other}` an `output_schema`, or read `steps.{other}.summary`"
                 )),
             );
-        } else if matches!(*field, "branch" | "diff") && target.isolation != Isolation::Worktree {
+        } else if matches!(*field, "branch" | "diff")
+            && self.isolation_of(other, target) != Isolation::Worktree
+        {
             self.error(
                 format!("step `{id}` reads `{name}`, but `{other}` does not run in a worktree"),
                 span,

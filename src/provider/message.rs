@@ -127,6 +127,49 @@ pub struct ChatRequest {
     /// "Structured output"). Left out of the JSON when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer_schema: Option<serde_json::Value>,
+    /// How hard the model should think (an agent file's `effort`): Anthropic's
+    /// `output_config.effort`, OpenAI's `reasoning_effort`. Left out of the JSON when absent, so
+    /// recorded requests without it are unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effort: Option<Effort>,
+}
+
+/// Claude Code's effort levels (docs/src/agents.md): how many tokens the model may spend on
+/// thinking and answering.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Effort {
+    Low,
+    Medium,
+    High,
+    // Anthropic's level between `high` and `max` (Opus 4.7 and later). A plain comment: a doc
+    // comment would make the schema's enum a `oneOf`.
+    Xhigh,
+    Max,
+}
+
+impl Effort {
+    /// As an agent file and Anthropic's `output_config.effort` spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Effort::Low => "low",
+            Effort::Medium => "medium",
+            Effort::High => "high",
+            Effort::Xhigh => "xhigh",
+            Effort::Max => "max",
+        }
+    }
+
+    /// OpenAI's `reasoning_effort`, which has no `max`: its highest level every reasoning model
+    /// takes is `high`.
+    pub fn openai(self) -> &'static str {
+        match self {
+            Effort::Low => "low",
+            Effort::Medium => "medium",
+            Effort::High | Effort::Max => "high",
+            Effort::Xhigh => "xhigh",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -227,5 +270,6 @@ pub fn one_tool_round(tool: &str, input: Value, result: &str, is_error: bool) ->
         no_tool_calls: false,
         shared_until: None,
         answer_schema: None,
+        effort: None,
     }
 }

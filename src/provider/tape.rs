@@ -637,6 +637,7 @@ mod tests {
             no_tool_calls: false,
             shared_until: None,
             answer_schema: None,
+            effort: None,
         }
     }
 

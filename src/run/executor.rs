@@ -82,6 +82,7 @@ impl ModelExecutor {
             allowed: step.tools.clone(),
             context: ToolContext::new(Arc::new(workspace), Arc::new(bash)),
             offered: None,
+            dont_ask: step.permission_mode == crate::agent::PermissionMode::DontAsk,
         })
     }
 }
@@ -180,7 +181,17 @@ impl Executor for ModelExecutor {
                         step.output_schema.as_ref(),
                     ),
                     memory.as_ref(),
-                ),
+                ) + &step
+                    .agent_memory
+                    .map(|scope| {
+                        session::agent_memory::section(
+                            &tools.context.workspace,
+                            crate::agent::home_dir().as_deref(),
+                            scope,
+                            &step.agent,
+                        )
+                    })
+                    .unwrap_or_default(),
                 // Going on from an earlier conversation, the next request is that one again.
                 first_message: match job.history.is_empty() {
                     true => session::prompt::first_message(&workdir, &job.prompt),
@@ -198,6 +209,7 @@ impl Executor for ModelExecutor {
                 checks: &step.checks,
                 check_retries: step.check_retries,
                 window: step_window(&step.settings),
+                effort: step.effort,
             })
             .await;
             // A step does not end before its background subagents do.

@@ -2,6 +2,7 @@
 //! tool calls dispatched through the step's allowlist. Everything that happens is an event
 //! ([`crate::event`]); how the step ended is a [`StepOutcome`].
 
+pub mod agent_memory;
 pub mod checks;
 pub mod context;
 pub mod gate;
@@ -132,6 +133,8 @@ pub struct Session<'a> {
     pub check_retries: u32,
     /// The context window the conversation is kept inside.
     pub window: context::Window,
+    /// The agent's `effort`, sent with every request.
+    pub effort: Option<crate::provider::message::Effort>,
 }
 
 /// Runs a turn's tool calls: `task` calls all at once (each is a subagent, and they are
@@ -265,6 +268,7 @@ pub async fn converse(mut session: Session<'_>) -> Conversation {
         no_tool_calls: false,
         shared_until: session.shared_until,
         answer_schema: None,
+        effort: session.effort,
     };
     let mut turns = 0;
     let mut tool_calls = 0;

@@ -143,6 +143,9 @@ pub struct StepTools {
     /// call of one it may not use is refused like any tool it was not given.
     pub offered: Option<Vec<ToolDef>>,
     pub context: ToolContext,
+    /// The agent's `permissionMode` is `dontAsk`: a call outside `allowed` is refused in those
+    /// words (it is refused, without running, in every mode).
+    pub dont_ask: bool,
 }
 
 impl StepTools {
@@ -167,6 +170,9 @@ impl StepTools {
     pub async fn call(&self, name: &str, input: &Value) -> ToolOutput {
         let mut output = match self.registry.get(name) {
             None => ToolOutput::error(format!("there is no tool `{name}`")),
+            Some(_) if !self.allowed.contains(name) && self.dont_ask => ToolOutput::error(format!(
+                "refused without running: `{name}` is outside this agent's tools, and its `permissionMode: dontAsk` denies every tool it was not given"
+            )),
             Some(_) if !self.allowed.contains(name) => {
                 ToolOutput::error(format!("`{name}` is not available to this step"))
             }
@@ -197,6 +203,7 @@ mod tests {
                 Arc::new(BashEnv::new(crate::sandbox::Mode::ReadOnly, false)),
             ),
             offered: None,
+            dont_ask: false,
         };
         let denied = tools
             .call("write_file", &json!({"path": "x", "content": "y"}))
@@ -205,6 +212,17 @@ mod tests {
             denied,
             ToolOutput::error("`write_file` is not available to this step")
         );
+        let dont_ask = StepTools {
+            dont_ask: true,
+            ..tools
+        };
+        let refused = dont_ask
+            .call("write_file", &json!({"path": "x", "content": "y"}))
+            .await;
+        assert!(refused.is_error);
+        assert!(refused.text.contains("dontAsk"), "{}", refused.text);
+        assert!(!root.join("x").exists(), "a refused call must not run");
+        let tools = dont_ask;
         assert!(!root.join("x").exists());
         let unknown = tools.call("Write", &json!({})).await;
         assert_eq!(unknown, ToolOutput::error("there is no tool `Write`"));

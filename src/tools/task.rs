@@ -26,8 +26,9 @@ pub struct TaskInput {
     pub model: Option<String>,
     #[serde(default)]
     pub context_files: Vec<ContextFile>,
+    /// Unset: as the agent's file says (`background`), else in the foreground.
     #[serde(default)]
-    pub run_in_background: bool,
+    pub run_in_background: Option<bool>,
     /// An agent id from an earlier call: continue that subagent's conversation.
     #[serde(default)]
     pub resume: Option<String>,

@@ -4,6 +4,7 @@ mod agents;
 mod bash;
 mod budget;
 mod ci;
+mod claude_code_agents;
 mod clean;
 mod context;
 mod delegate;

@@ -114,7 +114,7 @@ fn a_broken_agent_file_is_found_by_its_name() {
     let out = Test::new()
         .file(
             "agents/rev.md",
-            "---\nname: reviewer\ntools: Read\nmaxTurn: 3\n---\nReview.\n",
+            "---\nname: reviewer\ntools: Read\nmaxTurns: lots\n---\nReview.\n",
         )
         .file(
             "workflows/w.toml",

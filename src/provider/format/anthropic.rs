@@ -23,6 +23,15 @@ struct Request<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_choice: Option<ToolChoice>,
     messages: Vec<WireMessage<'a>>,
+    /// `{"effort": "high"}`: after the messages, so the cached prefix stays the same bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output_config: Option<OutputConfig>,
+}
+
+/// The Messages API's `output_config` (docs/src/agents.md, `effort`).
+#[derive(Serialize)]
+struct OutputConfig {
+    effort: &'static str,
 }
 
 /// `{"type": "none"}`: the tools stay offered but none may be called.
@@ -158,6 +167,7 @@ pub(super) fn body(req: &ChatRequest, system: &str, messages: &[&Message]) -> Ve
                 }
             })
             .collect(),
+        output_config: req.effort.map(|e| OutputConfig { effort: e.as_str() }),
     };
     super::to_vec(&request)
 }
@@ -269,6 +279,19 @@ mod tests {
     fn request_body(request: &ChatRequest) -> Value {
         let body = super::super::body::Body::of(super::super::body::Wire::Anthropic, request);
         serde_json::from_slice(&body.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn effort_goes_as_output_config_after_the_messages_and_only_when_set() {
+        let plain = request_body(&request());
+        assert!(plain.get("output_config").is_none(), "{plain}");
+        let mut with = request();
+        with.effort = Some(crate::provider::message::Effort::Max);
+        let body = super::super::body::Body::of(super::super::body::Wire::Anthropic, &with);
+        let text = String::from_utf8(body.to_vec()).unwrap();
+        let json: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(json["output_config"], json!({"effort": "max"}));
+        assert!(text.find("\"messages\"") < text.find("\"output_config\""));
     }
 
     #[test]

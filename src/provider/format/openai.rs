@@ -36,6 +36,9 @@ struct Request<'a> {
     /// After the messages, so the body's prefix stays the one a server's cache holds.
     #[serde(skip_serializing_if = "Option::is_none")]
     response_format: Option<ResponseFormat<'a>>,
+    /// An agent's `effort` (docs/src/agents.md); after the messages, like `response_format`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_effort: Option<&'static str>,
 }
 
 /// `{"type": "json_schema", "json_schema": {...}}`: the answer held to a schema (OpenAI turns it
@@ -241,6 +244,7 @@ pub(super) fn body(
                     strict: strict_compatible(schema),
                 },
             }),
+        reasoning_effort: req.effort.map(|e| e.openai()),
     };
     super::to_vec(&request)
 }
@@ -485,6 +489,30 @@ mod tests {
         };
         let body = super::super::body::Body::of(wire, request);
         serde_json::from_slice(&body.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn effort_goes_as_reasoning_effort_and_max_is_high() {
+        use crate::provider::message::Effort;
+        let wire = super::super::body::Wire::OpenAi {
+            completion_tokens: false,
+            response_format: true,
+        };
+        let mut request = crate::provider::message::one_tool_round("a", json!({}), "x", false);
+        let body = |request: &ChatRequest| -> Value {
+            serde_json::from_slice(&super::super::body::Body::of(wire, request).to_vec()).unwrap()
+        };
+        assert!(body(&request).get("reasoning_effort").is_none());
+        for (effort, wire_name) in [
+            (Effort::Low, "low"),
+            (Effort::Medium, "medium"),
+            (Effort::High, "high"),
+            (Effort::Xhigh, "xhigh"),
+            (Effort::Max, "high"),
+        ] {
+            request.effort = Some(effort);
+            assert_eq!(body(&request)["reasoning_effort"], wire_name);
+        }
     }
 
     #[test]

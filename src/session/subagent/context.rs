@@ -158,6 +158,7 @@ mod tests {
             no_tool_calls: false,
             shared_until: None,
             answer_schema: None,
+            effort: None,
         };
         let fork = fork(&parent);
         assert_eq!(fork.system, parent.system);

@@ -268,6 +268,7 @@ impl Delegation {
                 hold: Mutex::default(),
             }));
         }
+        let dont_ask = agent.permission_mode == crate::agent::PermissionMode::DontAsk;
         Ok(Prepared {
             id,
             agent,
@@ -278,6 +279,7 @@ impl Delegation {
                 allowed: tools,
                 context,
                 offered,
+                dont_ask,
             },
             history,
             first_message,
@@ -339,7 +341,18 @@ impl Delegation {
                         .memory
                         .as_ref()
                         .filter(|_| !job.agent.omit_project_memory),
-                )
+                ) + &job
+                    .agent
+                    .memory
+                    .map(|memory| {
+                        super::agent_memory::section(
+                            &job.tools.context.workspace,
+                            crate::agent::home_dir().as_deref(),
+                            memory,
+                            &job.agent.name,
+                        )
+                    })
+                    .unwrap_or_default()
             }),
             shared_until: job.shared_until,
             history: job.history,
@@ -354,6 +367,7 @@ impl Delegation {
             checks: &[],
             check_retries: 0,
             window: scope.window,
+            effort: job.agent.effort,
         })
         .await;
         if let Some(child) = child {
@@ -463,7 +477,9 @@ impl Delegate for Delegation {
                 Ok(unfinished) => unfinished,
                 Err(error) => return ToolOutput::error(error),
             };
-            if !input.run_in_background {
+            // An agent whose file says `background: true` runs in the background unless the
+            // call says otherwise.
+            if !input.run_in_background.unwrap_or(job.agent.background) {
                 // Each on a task of its own, so the subagents of one turn run on every worker
                 // thread; the call still waits for it, and a step that stops (a timeout drops
                 // this call) stops it too.
