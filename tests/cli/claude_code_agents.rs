@@ -5,8 +5,10 @@
 
 use serde_json::{Value, json};
 
-use crate::fake::{Fake, anthropic_results, anthropic_text, anthropic_tools, openai_text};
-use crate::support::{Output, REPO, Test};
+use crate::fake::{
+    Fake, anthropic_results, anthropic_text, anthropic_tool, anthropic_tools, openai_text,
+};
+use crate::support::{Output, REPO, Test, git, init_repo};
 
 const KEY: &str = "sk-test-key-0000";
 const MODELS: &str =
@@ -350,6 +352,121 @@ fn isolation_worktree_from_the_agent_unless_the_step_says() {
         &workflow("worker", "isolation = \"none\"\n"),
     ));
     assert_eq!(step["isolation"], "none");
+    // As a subagent it works in its caller's directory, which the plan says.
+    let (_, out) = plan_step(
+        test()
+            .file("agents/worker.md", agent)
+            .file("workflows/w.toml", &workflow("code", "")),
+    );
+    assert!(
+        out.stderr.contains("`worker` as a subagent")
+            && out
+                .stderr
+                .contains("a subagent works in its caller's directory"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_isolated_agents_step_works_on_its_own_branch() {
+    let fake = Fake::anthropic(vec![
+        anthropic_tool(
+            "t1",
+            "write_file",
+            json!({"path": "made.txt", "content": "work\n"}),
+        ),
+        anthropic_text("done"),
+    ])
+    .await;
+    let test = test()
+        .file(
+            "agents/worker.md",
+            "---\nname: worker\ntools: Read, Write\nisolation: worktree\n---\nYou work.\n",
+        )
+        .file("workflows/w.toml", &workflow("worker", ""))
+        .file(".gitignore", ".runner/\nhome/\n");
+    init_repo(test.path());
+    let (out, test) = test
+        .anthropic_api(&fake.uri(), KEY)
+        .args(&["run", "workflows/w.toml", "--format", "json"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let run = json_of(&out);
+    let branch = run["steps"]["a"]["branch"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{run}"));
+    assert!(
+        !test.path().join("made.txt").exists(),
+        "not in the checkout"
+    );
+    let shown = git(test.path(), &["show", &format!("{branch}:made.txt")]);
+    assert_eq!(shown, "work\n");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn effort_is_recorded_in_the_cassette_and_replayed() {
+    let fake = Fake::anthropic(vec![anthropic_text("done")]).await;
+    let base = || {
+        test()
+            .file(
+                "agents/thinker.md",
+                "---\nname: thinker\neffort: medium\n---\nYou think.\n",
+            )
+            .file("workflows/w.toml", &workflow("thinker", ""))
+    };
+    let (out, recorded) = base()
+        .anthropic_api(&fake.uri(), KEY)
+        .args(&[
+            "run",
+            "workflows/w.toml",
+            "--format",
+            "json",
+            "--record",
+            "cassettes",
+        ])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let folder = recorded.path().join("cassettes/a");
+    let cassette = std::fs::read_dir(&folder)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().unwrap() != "index.json")
+        .unwrap();
+    let text = std::fs::read_to_string(cassette).unwrap();
+    assert!(text.contains("\"effort\": \"medium\""), "{text}");
+
+    let replay = |test: Test, strict: bool| async move {
+        let mut args = vec![
+            "run",
+            "workflows/w.toml",
+            "--format",
+            "json",
+            "--replay",
+            "cassettes",
+        ];
+        if strict {
+            args.push("--replay-strict");
+        }
+        test.clear_args()
+            .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+            .args(&args)
+            .run_async()
+            .await
+    };
+    let (out, recorded) = replay(recorded, true).await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    // Another effort is another request: a strict replay refuses it.
+    std::fs::write(
+        recorded.path().join("agents/thinker.md"),
+        "---\nname: thinker\neffort: high\n---\nYou think.\n",
+    )
+    .unwrap();
+    let (out, _) = replay(recorded, true).await;
+    assert_ne!(out.status, 0, "{}", out.transcript());
+    assert!(out.stderr.contains("effort"), "{}", out.stderr);
 }
 
 #[test]
