@@ -1,7 +1,7 @@
 //! Every agent a workflow can see, and the lookup order of docs/src/agents.md: each `--agents-dir`,
 //! the `agents/` folder beside the workflow's folder, `.claude/agents/`, `~/.claude/agents/`,
-//! then the built-ins; and
-//! the trust boundary between the user's agent files and those the working directory brings.
+//! then the built-ins; and the trust boundary between the user's agent files and those the
+//! working directory brings.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -203,8 +203,8 @@ impl DirTrust {
 
 /// The lookup directories of docs/src/agents.md, highest priority first: each `--agents-dir`, the
 /// `agents/` folder beside the workflow's folder, `.claude/agents/` under the working directory
-/// (trusted only as `trust` says), then `~/.claude/agents/` under `home` (the user's own). A folder met twice keeps its first, higher-priority place and
-/// trust.
+/// (trusted only as `trust` says), then `~/.claude/agents/` under `home` (the user's own). A
+/// folder met twice keeps its first, higher-priority place and trust.
 pub fn lookup_dirs(
     agents_dirs: &[Utf8PathBuf],
     workflow: Option<&Utf8Path>,

@@ -9,15 +9,6 @@ mod skills;
 pub use catalog::{AgentCatalog, AgentDir, WorkdirTrust, lookup_dirs};
 pub use fields::{MemoryScope, NameList, PermissionMode};
 
-/// The user's home directory, from `HOME` (where `~/.claude/agents/` and `~/.claude/skills/`
-/// are); `None` when it is unset, empty or not UTF-8.
-pub fn home_dir() -> Option<Utf8PathBuf> {
-    std::env::var("HOME")
-        .ok()
-        .filter(|h| !h.is_empty())
-        .map(Utf8PathBuf::from)
-}
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::{Arc, LazyLock};
@@ -33,6 +24,15 @@ use crate::path;
 use crate::tools::{Registry, ToolEntry, ToolSet};
 use crate::workflow::load::{compile, load_typed};
 use crate::workflow::source::{self, Node, SourceFile, Spanned, Syntax};
+
+/// The user's home directory, from `HOME` (where `~/.claude/agents/` and `~/.claude/skills/`
+/// are); `None` when it is unset, empty or not UTF-8.
+pub fn home_dir() -> Option<Utf8PathBuf> {
+    std::env::var("HOME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .map(Utf8PathBuf::from)
+}
 
 /// Where an agent came from, and so whether it is trusted (docs/src/security.md: the working
 /// directory's own agent files are not, unless the user says so).

@@ -125,7 +125,6 @@ impl Builder<'_> {
             None => self.registry.any_writes(&tools),
         };
         let sandbox = crate::sandbox::Mode::for_tools(self.sandbox_off, writes);
-        let agent_ref = agent;
         let isolation = self.isolation_of(id, step);
         let (agent_name, agent_source, model) = match command {
             Some(_) => ("command".to_owned(), AgentSource::Builtin, None),
@@ -159,9 +158,9 @@ impl Builder<'_> {
             check_retries: step.check_retries.unwrap_or(DEFAULT_CHECK_RETRIES),
             for_each,
             wave: 0,
-            effort: agent_ref.and_then(|a| a.effort),
-            permission_mode: agent_ref.map(|a| a.permission_mode).unwrap_or_default(),
-            agent_memory: agent_ref.and_then(|a| a.memory),
+            effort: agent.and_then(|a| a.effort),
+            permission_mode: agent.map(|a| a.permission_mode).unwrap_or_default(),
+            agent_memory: agent.and_then(|a| a.memory),
         })
     }
 
