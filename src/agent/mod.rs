@@ -34,6 +34,13 @@ pub fn home_dir() -> Option<Utf8PathBuf> {
         .map(Utf8PathBuf::from)
 }
 
+/// `path` written `~/...` when it is under the home directory, as users know their own folder.
+pub fn home_relative(path: &Utf8Path) -> String {
+    home_dir()
+        .and_then(|home| path.strip_prefix(&home).ok().map(|p| format!("~/{p}")))
+        .unwrap_or_else(|| path.to_string())
+}
+
 /// Where an agent came from, and so whether it is trusted (docs/src/security.md: the working
 /// directory's own agent files are not, unless the user says so).
 #[derive(Debug, Clone, PartialEq, Eq)]

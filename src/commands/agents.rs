@@ -146,15 +146,8 @@ fn display_source(source: &AgentSource) -> String {
         AgentSource::Builtin => "built-in".into(),
         AgentSource::Untrusted(path) => format!("{} (untrusted)", relative(path)),
         AgentSource::File(path) => relative(path),
-        AgentSource::User(path) => format!("user: {}", home_relative(path)),
+        AgentSource::User(path) => format!("user: {}", crate::agent::home_relative(path)),
     }
-}
-
-/// A path under `HOME` written `~/...`, as users know their own folder.
-fn home_relative(path: &Utf8Path) -> String {
-    crate::agent::home_dir()
-        .and_then(|home| path.strip_prefix(&home).ok().map(|p| format!("~/{p}")))
-        .unwrap_or_else(|| path.to_string())
 }
 
 fn relative(path: &Utf8Path) -> String {

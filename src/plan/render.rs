@@ -318,7 +318,8 @@ fn step_text(
             );
         }
         AgentSource::User(path) => {
-            let _ = writeln!(out, "    {:<9}{path} (user)", "agent");
+            let shown = crate::agent::home_relative(path);
+            let _ = writeln!(out, "    {:<9}{shown} (user)", "agent");
         }
     }
     if !step.needs.is_empty() {

@@ -145,7 +145,11 @@ fn claude_only_tools_are_left_out_with_a_warning() {
 
 #[test]
 fn agents_lists_every_agent_with_its_source() {
-    let out = Test::new()
+    let test = Test::new().file("home/.keep", "");
+    // Its own `HOME`: the machine's `~/.claude/agents/` would be listed too.
+    let home = test.path().join("home");
+    let out = test
+        .env("HOME", home.to_str().unwrap())
         .file("workflows/w.toml", &workflow("explore"))
         .file(
             "agents/reviewer.md",

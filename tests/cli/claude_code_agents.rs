@@ -641,7 +641,8 @@ fn user_agents_are_found_last_and_marked_user_with_descriptions() {
     assert_eq!(step["agent_origin"], "user");
     let text = base().args(&["plan", "workflows/w.toml"]).run();
     assert!(
-        text.stdout.contains("home/.claude/agents/helper.md (user)"),
+        text.stdout
+            .contains("agent    ~/.claude/agents/helper.md (user)"),
         "{}",
         text.stdout
     );
