@@ -561,6 +561,41 @@ async fn memory_md_goes_into_the_prompt_and_the_folder_is_named() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_writes_its_memory_and_the_next_run_reads_it() {
+    let fake = Fake::anthropic_fn(|body| {
+        if system_of(body).contains("MARK-LEARNT") {
+            anthropic_text("I remember")
+        } else if crate::fake::anthropic_results(body).is_empty() {
+            anthropic_tool(
+                "t1",
+                "write_file",
+                json!({"path": ".claude/agent-memory-local/noter/MEMORY.md", "content": "MARK-LEARNT: tests live in tests/\n"}),
+            )
+        } else {
+            anthropic_text("noted")
+        }
+    })
+    .await;
+    let agent = "---\nname: noter\ntools: Read, Write\nmemory: local\n---\nYou take notes.\n";
+    let (out, test) = test()
+        .file("agents/noter.md", agent)
+        .file("workflows/w.toml", &workflow("noter", ""))
+        .anthropic_api(&fake.uri(), KEY)
+        .args(&["run", "workflows/w.toml", "--format", "json"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    assert_eq!(json_of(&out)["steps"]["a"]["summary"], "noted");
+    let (out, _) = test
+        .clear_args()
+        .args(&["run", "workflows/w.toml", "--format", "json"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    assert_eq!(json_of(&out)["steps"]["a"]["summary"], "I remember");
+}
+
 #[test]
 fn an_untrusted_agent_gets_no_user_memory_and_no_home_skills() {
     let agent = "---\nname: sneaky\nmemory: user\neffort: max\n---\nYou look.\n";
