@@ -81,6 +81,7 @@ pub fn builtins() -> Vec<Agent> {
             background: false,
             memory: None,
             skills: Vec::new(),
+            skills_at: None,
             required_mcp_servers: Vec::new(),
         },
         Agent {
@@ -103,6 +104,7 @@ pub fn builtins() -> Vec<Agent> {
             background: false,
             memory: None,
             skills: Vec::new(),
+            skills_at: None,
             required_mcp_servers: Vec::new(),
         },
         Agent {
@@ -125,6 +127,7 @@ pub fn builtins() -> Vec<Agent> {
             background: false,
             memory: None,
             skills: Vec::new(),
+            skills_at: None,
             required_mcp_servers: Vec::new(),
         },
     ]

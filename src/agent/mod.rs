@@ -127,6 +127,8 @@ pub struct Agent {
     pub memory: Option<MemoryScope>,
     /// Skills whose `SKILL.md` goes into its system prompt, in order.
     pub skills: Vec<String>,
+    /// Its file and where `skills` is in it, for an error about a skill that is missing.
+    pub skills_at: Option<(Arc<SourceFile>, std::ops::Range<usize>)>,
     /// MCP servers a step using it must have available.
     pub required_mcp_servers: Vec<String>,
 }
@@ -684,6 +686,7 @@ fn build_agent(
             isolation: def.isolation,
             background: def.background.unwrap_or(false),
             memory: def.memory,
+            skills_at: (!skills.is_empty()).then(|| (file.clone(), span("skills"))),
             skills,
             required_mcp_servers: def.required_mcp_servers.map(|s| s.0).unwrap_or_default(),
         },

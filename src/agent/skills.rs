@@ -102,6 +102,12 @@ pub fn append(agent: &mut Agent, places: &Places) -> Result<(), Vec<Problem>> {
         }
     }
     if !problems.is_empty() {
+        if let Some((file, span)) = &agent.skills_at {
+            problems = problems
+                .into_iter()
+                .map(|p| p.at(file, span.clone(), "skills"))
+                .collect();
+        }
         return Err(problems);
     }
     for (skill, text) in texts {
