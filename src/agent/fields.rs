@@ -287,6 +287,20 @@ mod tests {
     }
 
     #[test]
+    fn user_memory_is_said_to_be_read_only() {
+        let loaded = load("a.md", "---\nname: a\nmemory: user\n---\nPrompt.\n").expect("loads");
+        assert_eq!(loaded.agent.memory, Some(MemoryScope::User));
+        assert!(
+            loaded
+                .warnings
+                .iter()
+                .any(|w| w.message.contains("`memory: user` is read, not written")),
+            "{:?}",
+            loaded.warnings
+        );
+    }
+
+    #[test]
     fn claude_codes_documented_examples_load() {
         for name in [
             "code-reviewer.md",

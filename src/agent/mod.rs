@@ -647,6 +647,17 @@ fn build_agent(
             );
         }
     }
+    if def.memory == Some(MemoryScope::User) {
+        warnings.push(
+            Problem::warning(format!(
+                "`{}`: `memory: user` is read, not written: the agent gets `~/{}/MEMORY.md` in its prompt but cannot change it",
+                file.name,
+                MemoryScope::User.folder(&name)
+            ))
+            .at(file, span("memory"), "read only")
+            .help("runner grants no write outside the working directory; `project` or `local` memory is written by the agent's own tools"),
+        );
+    }
     if def.memory.is_some() && !fields::plain_name(&name) {
         errors.push(
             Problem::error(format!(
