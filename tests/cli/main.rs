@@ -22,6 +22,7 @@ mod limits;
 mod live;
 mod mcp;
 mod memory;
+mod models;
 mod newcomer;
 mod no_panic;
 mod otel;

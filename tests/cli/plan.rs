@@ -103,6 +103,7 @@ fn check_json_shape(plan: &serde_json::Value) {
                 "needs",
                 "network",
                 "price",
+                "price_source",
                 "project_memory",
                 "prompt",
                 "read_paths",
