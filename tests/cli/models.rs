@@ -176,6 +176,70 @@ async fn a_run_charges_opus_4_6_at_its_list_price() {
     assert!((cost - 5.25).abs() < 1e-9, "{cost}");
 }
 
+#[test]
+fn runner_models_lists_prices_windows_and_the_source() {
+    let out = Test::new().args(&["models", "opus-4"]).run();
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let row = |model: &str| {
+        out.stdout
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(model))
+            .unwrap_or_else(|| panic!("{model}:\n{}", out.stdout))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+    };
+    let opus = row("anthropic/claude-opus-4-6");
+    assert_eq!(
+        opus[1..7],
+        ["$5.00", "$25.00", "$0.50", "$6.25", "1,000,000", "128,000"]
+    );
+    let old = row("anthropic/claude-opus-4-1");
+    assert_eq!(old[1..3], ["$15.00", "$75.00"]);
+    assert!(old.join(" ").ends_with(", retired"), "{old:?}");
+    // The filter keeps only matching models.
+    assert!(!out.stdout.contains("sonnet"), "{}", out.stdout);
+
+    let out = Test::new().args(&["models", "--format", "json"]).run();
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let doc: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(doc["source"]["name"], "LiteLLM");
+    let version = doc["source"]["version"].as_str().unwrap();
+    let find = |model: &str| {
+        doc["models"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["model"] == model)
+            .unwrap_or_else(|| panic!("{model}"))
+            .clone()
+    };
+    let sonnet = find("anthropic/claude-sonnet-4-6");
+    assert_eq!(sonnet["price"]["input"], 3.0);
+    assert_eq!(sonnet["price"]["output"], 15.0);
+    assert_eq!(sonnet["retired"], Value::Null);
+    assert_eq!(
+        sonnet["source"],
+        format!(
+            "LiteLLM {version} ({})",
+            doc["source"]["date"].as_str().unwrap()
+        )
+    );
+    assert_eq!(
+        find("anthropic/claude-sonnet-4-5")["context_window"],
+        200_000
+    );
+    assert!(find("anthropic/claude-opus-4-1")["retired"]["version"].is_string());
+    assert!(find("openai/gpt-4o")["price"]["input"].is_number());
+
+    let none = Test::new().args(&["models", "no-such-model"]).run();
+    assert_eq!(none.status, 0);
+    assert!(
+        none.stdout.contains("no known model matches"),
+        "{}",
+        none.stdout
+    );
+}
+
 /// scripts/refresh-models.py against a fake installed `litellm` (a folder on PYTHONPATH, with
 /// its package metadata): trimmed to what runner speaks, merged with the snapshot it replaces.
 #[test]
