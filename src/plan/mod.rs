@@ -217,6 +217,37 @@ pub enum ForEachSource {
     Items(Vec<Value>),
 }
 
+/// Why a model's text names no model (see [`resolve_model`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unresolved {
+    /// It has a `/` but not the `provider/model` shape (`anthropic/`).
+    NotAModel,
+    /// `provider/model` of a provider the workflow does not have.
+    UnknownProvider(String),
+    /// An alias the workflow does not define (after `small` and `plan` fell back to `default`).
+    UndefinedAlias,
+}
+
+/// The one rule that turns a model's text into a model, for steps (`plan`) and subagents
+/// (`task`): `provider/model` of a known provider, else an alias (`small` and `plan` fall back
+/// to `default`). docs/src/models.md. Each caller says what a miss means where it is.
+pub fn resolve_model(
+    text: &str,
+    aliases: &BTreeMap<String, ModelRef>,
+    providers: &BTreeMap<String, ProviderSpec>,
+) -> Result<ModelRef, Unresolved> {
+    if text.contains('/') {
+        let model = ModelRef::parse(text).ok_or(Unresolved::NotAModel)?;
+        if !providers.contains_key(&model.provider) {
+            return Err(Unresolved::UnknownProvider(model.provider));
+        }
+        return Ok(model);
+    }
+    lookup_alias(aliases, text)
+        .cloned()
+        .ok_or(Unresolved::UndefinedAlias)
+}
+
 /// A model alias as steps and subagents resolve it: its own definition, or for `small` and
 /// `plan` (the built-in agents' aliases) the `default` one.
 pub fn lookup_alias<'a>(

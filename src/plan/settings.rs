@@ -348,29 +348,41 @@ pub(super) fn model_ref(
     providers: &BTreeMap<String, ProviderSpec>,
     context: &str,
 ) -> Result<ModelRef, Problem> {
-    let Some(model) = ModelRef::parse(text) else {
-        return Err(Problem::error(format!(
+    // Where only `provider/model` will do (a `[prices]` key, an alias's definition), an alias
+    // is no model.
+    let resolved = if text.contains('/') {
+        resolve_model(text, &BTreeMap::new(), providers)
+    } else {
+        Err(Unresolved::NotAModel)
+    };
+    resolved.map_err(|why| unresolved_problem(text, &why, providers, context))
+}
+
+/// The diagnostic of a `provider/model` that [`resolve_model`] refused.
+pub(super) fn unresolved_problem(
+    text: &str,
+    why: &Unresolved,
+    providers: &BTreeMap<String, ProviderSpec>,
+    context: &str,
+) -> Problem {
+    let Unresolved::UnknownProvider(provider) = why else {
+        return Problem::error(format!(
             "`{text}` is not a model{context}: write `provider/model`"
         ))
-        .help("for example `anthropic/claude-sonnet-4-5` or `openai/gpt-4.1`"));
+        .help("for example `anthropic/claude-sonnet-4-5` or `openai/gpt-4.1`");
     };
-    if !providers.contains_key(&model.provider) {
-        let help = did_you_mean(&model.provider, providers.keys().map(String::as_str))
-            .unwrap_or_else(|| {
-                format!(
-                    "providers are {}; add others under `[providers.NAME]`",
-                    providers
-                        .keys()
-                        .map(|p| format!("`{p}`"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )
-            });
-        return Err(Problem::error(format!(
-            "unknown provider `{}` in `{text}`{context}",
-            model.provider
-        ))
-        .help(help));
-    }
-    Ok(model)
+    let help = did_you_mean(provider, providers.keys().map(String::as_str)).unwrap_or_else(|| {
+        format!(
+            "providers are {}; add others under `[providers.NAME]`",
+            providers
+                .keys()
+                .map(|p| format!("`{p}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    });
+    Problem::error(format!(
+        "unknown provider `{provider}` in `{text}`{context}"
+    ))
+    .help(help)
 }
