@@ -240,6 +240,24 @@ fn runner_models_lists_prices_windows_and_the_source() {
     );
 }
 
+/// The chapters that name the snapshot's version and date name the one runner has.
+#[test]
+fn the_docs_name_the_snapshot_runner_has() {
+    let out = Test::new().args(&["models", "--format", "json"]).run();
+    let doc: Value = serde_json::from_str(&out.stdout).unwrap();
+    let (version, date) = (
+        doc["source"]["version"].as_str().unwrap(),
+        doc["source"]["date"].as_str().unwrap(),
+    );
+    for chapter in ["models.md", "budgets.md"] {
+        let text = std::fs::read_to_string(format!("{REPO}/docs/src/{chapter}")).unwrap();
+        assert!(
+            text.contains(&format!("LiteLLM {version}")) && text.contains(date),
+            "docs/src/{chapter} does not name LiteLLM {version} ({date})"
+        );
+    }
+}
+
 /// scripts/refresh-models.py against a fake installed `litellm` (a folder on PYTHONPATH, with
 /// its package metadata): trimmed to what runner speaks, merged with the snapshot it replaces.
 #[test]
