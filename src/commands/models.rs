@@ -43,67 +43,78 @@ struct JsonModel<'a> {
     retired: Option<&'a Origin>,
 }
 
+/// One model of the snapshot, by name.
+type Known = (&'static str, &'static known::Entry);
+
 pub fn models(args: ModelsArgs, io: &mut Io<'_>) -> Exit {
     let filter = args.filter.as_deref().map(str::to_lowercase);
-    let mut list: Vec<(&str, &known::Entry)> = known::models()
+    let mut list: Vec<Known> = known::models()
         .filter(|(name, entry)| {
-            filter.as_deref().is_none_or(|f| {
-                format!("{}/{name}", entry.litellm_provider)
-                    .to_lowercase()
-                    .contains(f)
-            })
+            filter
+                .as_deref()
+                .is_none_or(|f| model(name, entry).to_lowercase().contains(f))
         })
         .collect();
     list.sort_by(|a, b| (&a.1.litellm_provider, a.0).cmp(&(&b.1.litellm_provider, b.0)));
-    let snapshot = known::snapshot();
-    // Priced as a run prices them: through `Prices`, with no `[prices]` of a workflow.
-    let prices = Prices::default();
-    let price = |name: &str, entry: &known::Entry| {
-        prices
-            .of(&format!("{}/{name}", entry.litellm_provider))
-            .map(|(price, _)| price)
-    };
-    let source =
-        |entry: &'static known::Entry| known::PriceSource::LiteLlm(entry.origin()).to_string();
     if args.format == Format::Json {
-        let doc = JsonModels {
-            source: JsonSource {
-                name: "LiteLLM",
-                version: &snapshot.version,
-                date: &snapshot.date,
-            },
-            models: list
-                .iter()
-                .map(|(name, entry)| JsonModel {
-                    model: format!("{}/{name}", entry.litellm_provider),
-                    provider: &entry.litellm_provider,
-                    name,
-                    mode: &entry.mode,
-                    price: price(name, entry),
-                    context_window: entry.max_input_tokens,
-                    max_output_tokens: entry.max_output_tokens,
-                    prompt_cache_min_tokens: entry.prompt_cache_min_tokens,
-                    deprecation_date: entry.deprecation_date.as_deref(),
-                    source: source(entry),
-                    retired: entry.retired.as_ref(),
-                })
-                .collect(),
-        };
-        let _ = writeln!(
-            io.out,
-            "{}",
-            crate::terminal::to_json_pretty(&doc).unwrap_or_default()
-        );
-        return Exit::Success;
-    }
-    if list.is_empty() {
+        let _ = writeln!(io.out, "{}", json(&list));
+    } else if list.is_empty() {
         let _ = writeln!(
             io.out,
             "no known model matches `{}` (`runner models` lists them all)",
             crate::terminal::clean(args.filter.as_deref().unwrap_or_default())
         );
-        return Exit::Success;
+    } else {
+        let _ = write!(io.out, "{}", text(&list));
     }
+    Exit::Success
+}
+
+/// `provider/model`, as a workflow names it.
+fn model(name: &str, entry: &known::Entry) -> String {
+    format!("{}/{name}", entry.litellm_provider)
+}
+
+/// Its price as a run prices it: through `Prices`, with no `[prices]` of a workflow.
+fn price((name, entry): Known) -> Option<Price> {
+    Prices::default()
+        .of(&model(name, entry))
+        .map(|(price, _)| price)
+}
+
+fn source(entry: &'static known::Entry) -> String {
+    known::PriceSource::LiteLlm(entry.origin()).to_string()
+}
+
+fn json(list: &[Known]) -> String {
+    let snapshot = known::snapshot();
+    let doc = JsonModels {
+        source: JsonSource {
+            name: "LiteLLM",
+            version: &snapshot.version,
+            date: &snapshot.date,
+        },
+        models: list
+            .iter()
+            .map(|&(name, entry)| JsonModel {
+                model: model(name, entry),
+                provider: &entry.litellm_provider,
+                name,
+                mode: &entry.mode,
+                price: price((name, entry)),
+                context_window: entry.max_input_tokens,
+                max_output_tokens: entry.max_output_tokens,
+                prompt_cache_min_tokens: entry.prompt_cache_min_tokens,
+                deprecation_date: entry.deprecation_date.as_deref(),
+                source: source(entry),
+                retired: entry.retired.as_ref(),
+            })
+            .collect(),
+    };
+    crate::terminal::to_json_pretty(&doc).unwrap_or_default()
+}
+
+fn text(list: &[Known]) -> String {
     let header = [
         "MODEL",
         "INPUT",
@@ -117,14 +128,14 @@ pub fn models(args: ModelsArgs, io: &mut Io<'_>) -> Exit {
     let mut rows: Vec<Vec<String>> = vec![header.map(str::to_owned).to_vec()];
     let usd = |usd: Option<f64>| usd.map_or_else(|| "-".to_owned(), |d| format!("${}", dollars(d)));
     let count = |n: Option<u64>| n.map_or_else(|| "-".to_owned(), grouped);
-    rows.extend(list.iter().map(|(name, entry)| {
-        let price = price(name, entry);
+    rows.extend(list.iter().map(|&(name, entry)| {
+        let price = price((name, entry));
         let mut from = source(entry);
         if entry.retired.is_some() {
             from.push_str(", retired");
         }
         vec![
-            format!("{}/{name}", entry.litellm_provider),
+            model(name, entry),
             usd(price.map(|p| p.input)),
             usd(price.map(|p| p.output)),
             usd(price.map(|p| p.cache_read.unwrap_or(p.input))),
@@ -134,15 +145,14 @@ pub fn models(args: ModelsArgs, io: &mut Io<'_>) -> Exit {
             from,
         ]
     }));
-    let _ = write!(io.out, "{}", crate::report::table(&rows));
-    let _ = writeln!(
-        io.out,
-        "{} from LiteLLM {} ({}); USD per million tokens; `[prices]` in a workflow overrides a price, `context_window` a window",
+    let snapshot = known::snapshot();
+    format!(
+        "{}{} from LiteLLM {} ({}); USD per million tokens; `[prices]` in a workflow overrides a price, `context_window` a window\n",
+        crate::report::table(&rows),
         crate::units::count(list.len() as u64, "model", "models"),
         snapshot.version,
         snapshot.date
-    );
-    Exit::Success
+    )
 }
 
 /// `1,000,000`.

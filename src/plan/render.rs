@@ -240,23 +240,28 @@ pub fn to_text(plan: &Plan, support: Support) -> String {
             wave = Some(step.wave);
             let _ = writeln!(out, "\nwave {}", step.wave + 1);
         }
-        // A model without a known price says so: it is not free, and `$0` would read as free.
-        let price = step.model.as_ref().map(|model| match plan.price_of(&model.to_string()) {
-            Some((price, source)) => format!(
-                    "${} in, ${} out per million tokens (cache read ${}, write ${}; {source})",
-                    dollars(price.input),
-                    dollars(price.output),
-                    dollars(price.cache_read.unwrap_or(price.input)),
-                dollars(price.cache_write.unwrap_or(price.input))
-            ),
-            None => format!(
-                "none known (not in `[prices]` nor {}); add `[prices.\"{model}\"]` to count its cost",
-                PriceSource::LiteLlm(crate::provider::known::snapshot())
-            ),
-        });
+        let price = step.model.as_ref().map(|model| price_text(plan, model));
         step_text(&mut out, step, width, support, price);
     }
     out
+}
+
+/// A step's price line. A model without a known price says so: it is not free, and `$0` would
+/// read as free.
+fn price_text(plan: &Plan, model: &crate::provider::ModelRef) -> String {
+    let Some((price, source)) = plan.price_of(&model.to_string()) else {
+        return format!(
+            "none known (not in `[prices]` nor {}); add `[prices.\"{model}\"]` to count its cost",
+            PriceSource::LiteLlm(crate::provider::known::snapshot())
+        );
+    };
+    format!(
+        "${} in, ${} out per million tokens (cache read ${}, write ${}; {source})",
+        dollars(price.input),
+        dollars(price.output),
+        dollars(price.cache_read.unwrap_or(price.input)),
+        dollars(price.cache_write.unwrap_or(price.input))
+    )
 }
 
 // Over 80 lines: one section per part of a step, in the order the plan shows them; splitting would
