@@ -1,16 +1,15 @@
 //! Budgets (docs/src/budgets.md): a step's `max_tokens_total` and the run's `[budget]`, checked before
 //! every model request (a step's and its subagents'), so a ceiling is passed by at most the replies
-//! already on their way. Costs come from `[prices]`; under a cost ceiling a model without a price
+//! already on their way. Costs come from [`Prices`] (`[prices]`, then LiteLLM's map); under a cost ceiling a model without a price
 //! is refused (the plan for a step's model, the request for a subagent's), since its replies could
 //! not be counted.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::provider::ModelRef;
+use crate::provider::known::{PriceSource, Prices};
 use crate::provider::message::Usage;
-use crate::workflow::Price;
 
 /// Costs are kept in billionths of a dollar, so concurrent steps can add them atomically.
 const NANO: f64 = 1e9;
@@ -20,17 +19,13 @@ const NANO: f64 = 1e9;
 pub struct RunBudget {
     pub max_tokens: Option<u64>,
     pub max_cost_usd: Option<f64>,
-    pub prices: BTreeMap<String, Price>,
+    pub prices: Prices,
     tokens: AtomicU64,
     cost_nano: AtomicU64,
 }
 
 impl RunBudget {
-    pub fn new(
-        max_tokens: Option<u64>,
-        max_cost_usd: Option<f64>,
-        prices: BTreeMap<String, Price>,
-    ) -> Self {
+    pub fn new(max_tokens: Option<u64>, max_cost_usd: Option<f64>, prices: Prices) -> Self {
         Self {
             max_tokens,
             max_cost_usd,
@@ -41,12 +36,7 @@ impl RunBudget {
 
     /// What a reply cost, when its model has a price.
     pub fn cost(&self, model: &str, usage: &Usage) -> Option<f64> {
-        // `[prices]` first, then runner's table of list prices.
-        let price = self
-            .prices
-            .get(model)
-            .copied()
-            .or_else(|| crate::provider::known::price(model))?;
+        let (price, _) = self.prices.of(model)?;
         let per = |tokens: u64, usd: f64| tokens as f64 * usd / 1e6;
         Some(
             per(usage.input_tokens, price.input)
@@ -145,12 +135,12 @@ impl Meter {
         // subagent's, say) is refused rather than let through uncounted.
         if let Some(limit) = run.max_cost_usd
             && !self.model.is_empty()
-            && !run.prices.contains_key(&self.model)
-            && crate::provider::known::price(&self.model).is_none()
+            && run.prices.of(&self.model).is_none()
         {
             return Err(format!(
-                "`{}` has no price (in `[prices]` or runner's table), so its replies cannot count against `[budget] max_cost_usd = {limit}`",
-                self.model
+                "`{}` has no known price (neither `[prices]` nor {} has one), so its replies cannot count against `[budget] max_cost_usd = {limit}`",
+                self.model,
+                PriceSource::LiteLlm(crate::provider::known::snapshot())
             ));
         }
         if let Some(limit) = run.max_tokens
@@ -194,7 +184,10 @@ fn add(counter: &std::sync::atomic::AtomicU64, n: u64) {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
+    use crate::workflow::Price;
 
     fn usage(input: u64, output: u64) -> Usage {
         Usage {
@@ -232,7 +225,7 @@ mod tests {
                 cache_write: None,
             },
         )]);
-        let run = Arc::new(RunBudget::new(None, Some(0.01), prices));
+        let run = Arc::new(RunBudget::new(None, Some(0.01), Prices::new(prices)));
         let meter = Meter::new(
             run.clone(),
             "s",
@@ -260,7 +253,7 @@ mod tests {
             unpriced
                 .check()
                 .unwrap_err()
-                .contains("`anthropic/other` has no price")
+                .contains("`anthropic/other` has no known price")
         );
         assert_eq!(unpriced.charge(&usage(5, 5)), None);
         assert_eq!(run.tokens_used(), 12_100 + 10);

@@ -48,6 +48,8 @@ pub(crate) enum Command {
     Show(ShowArgs),
     /// Write a recorded run as one self-contained HTML page: graph, timeline, costs, transcripts
     Report(ReportArgs),
+    /// List the models runner knows: list prices, context windows, and the source and its date
+    Models(ModelsArgs),
     /// MCP servers: `mcp list WORKFLOW` starts a workflow's servers and lists their tools
     #[command(subcommand)]
     Mcp(McpCommand),
@@ -359,6 +361,15 @@ impl RunDirs {
 pub(crate) struct RunsArgs {
     #[command(flatten)]
     pub(crate) dirs: RunDirs,
+    /// `text` for people, `json` for programs
+    #[arg(long, value_enum, default_value_t)]
+    pub(crate) format: Format,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ModelsArgs {
+    /// Only the models whose `provider/model` contains this (any case), e.g. `opus`
+    pub(crate) filter: Option<String>,
     /// `text` for people, `json` for programs
     #[arg(long, value_enum, default_value_t)]
     pub(crate) format: Format,

@@ -152,7 +152,8 @@ pub struct StepRecord {
     /// the step's counts too.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub subagents: Vec<SubagentRecord>,
-    /// USD, subagents included, when `[prices]` knows a model the step used.
+    /// USD, subagents included, when a model the step used has a price (`[prices]`, else
+    /// LiteLLM's map: `provider::known::Prices`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_usd: Option<f64>,
     /// Every run of the step's checks, round by round.

@@ -38,7 +38,10 @@ pub fn tokens(n: u64) -> String {
     if n == u64::MAX {
         return "overflowed (a server reported impossible usage)".to_owned();
     }
-    if n >= 1000 {
+    if n >= 1_000_000 {
+        // A window of a million tokens reads `1.0M`, not `1000.0k`.
+        format!("{:.1}M", n as f64 / 1e6)
+    } else if n >= 1000 {
         format!("{:.1}k", n as f64 / 1000.0)
     } else {
         n.to_string()

@@ -7,6 +7,7 @@ pub mod diff;
 pub mod export;
 pub mod graph;
 pub mod mcp;
+pub mod models;
 pub mod plan;
 pub mod report;
 pub mod run;
@@ -107,6 +108,7 @@ fn dispatch(args: Vec<OsString>, io: &mut Io<'_>) -> Exit {
         Command::Show(args) => show::show(args, io),
         Command::Report(args) => report::report(args, io),
         Command::Mcp(McpCommand::List(args)) => mcp::list(args, io),
+        Command::Models(args) => models::models(args, io),
     }
 }
 

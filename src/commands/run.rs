@@ -20,9 +20,9 @@ use crate::report::junit::JunitSink;
 use crate::report::progress::{LiveProgress, PlainProgress, Warnings};
 use crate::report::summary_table_within;
 use crate::run::executor::ModelExecutor;
+use crate::run::team::Team;
 use crate::run::{self, RunOptions, RunStatus};
 use crate::sandbox::Support;
-use crate::session::subagent::Team;
 use crate::tools::Registry;
 
 /// Each part is a function below: what the run builds on (`previous`), the cassettes

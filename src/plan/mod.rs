@@ -24,6 +24,7 @@ use serde_json::Value;
 use crate::agent::{Agent, AgentCatalog, AgentSource, builtin};
 use crate::error::{Problem, closest, did_you_mean};
 use crate::path;
+use crate::provider::known::{PriceSource, Prices};
 use crate::provider::{ModelRef, ProviderSpec, providers_for};
 use crate::template::{self, Placeholder, STEP_FIELDS};
 use crate::tools::{self, Registry, ToolEntry, ToolSet};
@@ -86,8 +87,8 @@ pub struct Plan {
     pub max_tokens: Option<u64>,
     /// `[budget] max_cost_usd`.
     pub max_cost_usd: Option<f64>,
-    /// USD per million tokens, by `provider/model`.
-    pub prices: BTreeMap<String, crate::workflow::Price>,
+    /// How its models are priced: `[prices]`, then LiteLLM's map.
+    pub prices: Prices,
     pub inputs: BTreeMap<String, String>,
     pub providers: BTreeMap<String, ProviderSpec>,
     /// Model aliases, resolved (`--model` applied): subagents pick their models with them.
@@ -183,12 +184,9 @@ pub struct PlannedStep {
 }
 
 impl Plan {
-    /// What a model costs: `[prices]`'s price, else runner's dated list price; and which.
-    pub fn price_of(&self, model: &str) -> Option<(crate::workflow::Price, &'static str)> {
-        match self.prices.get(model) {
-            Some(price) => Some((*price, "[prices]")),
-            None => crate::provider::known::price(model).map(|price| (price, "list price")),
-        }
+    /// What a model costs and where the price comes from (`[prices]`, else LiteLLM's map).
+    pub fn price_of(&self, model: &str) -> Option<(crate::workflow::Price, PriceSource)> {
+        self.prices.of(model)
     }
 }
 
@@ -224,6 +222,37 @@ pub struct ForEach {
 pub enum ForEachSource {
     Expression(String),
     Items(Vec<Value>),
+}
+
+/// Why a model's text names no model (see [`resolve_model`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unresolved {
+    /// It has a `/` but not the `provider/model` shape (`anthropic/`).
+    NotAModel,
+    /// `provider/model` of a provider the workflow does not have.
+    UnknownProvider(String),
+    /// An alias the workflow does not define (after `small` and `plan` fell back to `default`).
+    UndefinedAlias,
+}
+
+/// The one rule that turns a model's text into a model, for steps (`plan`) and subagents
+/// (`task`): `provider/model` of a known provider, else an alias (`small` and `plan` fall back
+/// to `default`). docs/src/models.md. Each caller says what a miss means where it is.
+pub fn resolve_model(
+    text: &str,
+    aliases: &BTreeMap<String, ModelRef>,
+    providers: &BTreeMap<String, ProviderSpec>,
+) -> Result<ModelRef, Unresolved> {
+    if text.contains('/') {
+        let model = ModelRef::parse(text).ok_or(Unresolved::NotAModel)?;
+        if !providers.contains_key(&model.provider) {
+            return Err(Unresolved::UnknownProvider(model.provider));
+        }
+        return Ok(model);
+    }
+    lookup_alias(aliases, text)
+        .cloned()
+        .ok_or(Unresolved::UndefinedAlias)
 }
 
 /// A model alias as steps and subagents resolve it: its own definition, or for `small` and

@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use super::{Plan, PlannedStep};
 use crate::agent::{AgentSource, PermissionMode};
+use crate::provider::known::PriceSource;
 use crate::sandbox::{Mode, Support};
 use crate::workflow::Isolation;
 use crate::workflow::duration::format_duration;
@@ -73,9 +74,11 @@ struct JsonStep<'a> {
     context_window: Option<u64>,
     compact_at: Option<f64>,
     keep_tool_results: Option<u32>,
-    /// USD per million tokens of its model (`[prices]`, else runner's list price); null when
-    /// unknown or for a command step.
+    /// USD per million tokens of its model (`[prices]`, else LiteLLM's list price); null when
+    /// no price is known or for a command step.
     price: Option<crate::workflow::Price>,
+    /// Where the price comes from: `[prices]` or `LiteLLM <version> (<date>)`; null without one.
+    price_source: Option<String>,
     /// A command step's shell text (null for an agent step).
     run: Option<&'a str>,
     /// Commands that must pass after the agent's final answer.
@@ -123,6 +126,7 @@ fn instances(step: &PlannedStep) -> Option<Vec<JsonInstance>> {
 }
 
 pub fn to_json(plan: &Plan, support: Support) -> String {
+    let priced = |s: &PlannedStep| s.model.as_ref().and_then(|m| plan.price_of(&m.to_string()));
     let doc = JsonPlan {
         name: &plan.name,
         budget: JsonBudget {
@@ -147,11 +151,8 @@ pub fn to_json(plan: &Plan, support: Support) -> String {
                 effort: s.effort.map(|e| e.as_str()),
                 memory: s.agent_memory.map(|m| m.as_str()),
                 model: s.model.as_ref().map(ToString::to_string),
-                price: s
-                    .model
-                    .as_ref()
-                    .and_then(|m| plan.price_of(&m.to_string()))
-                    .map(|(price, _)| price),
+                price: priced(s).map(|(price, _)| price),
+                price_source: priced(s).map(|(_, source)| source.to_string()),
                 // BTreeSet of an Ord enum whose order matches the names' order: sorted.
                 tools: s.tools.iter().map(String::as_str).collect(),
                 needs: &s.needs,
@@ -252,34 +253,34 @@ pub fn to_text(plan: &Plan, support: Support) -> String {
             wave = Some(step.wave);
             let _ = writeln!(out, "\nwave {}", step.wave + 1);
         }
-        let price = step
-            .model
-            .as_ref()
-            .and_then(|m| plan.price_of(&m.to_string()))
-            .map(|(price, source)| {
-                let source = match source {
-                    "list price" => {
-                        format!("list price of {}", crate::provider::known::PRICES_AS_OF)
-                    }
-                    other => other.to_owned(),
-                };
-                format!(
-                    "${} in, ${} out per million tokens (cache read ${}, write ${}; {source})",
-                    dollars(price.input),
-                    dollars(price.output),
-                    dollars(price.cache_read.unwrap_or(price.input)),
-                    dollars(price.cache_write.unwrap_or(price.input))
-                )
-            });
+        let price = step.model.as_ref().map(|model| price_text(plan, model));
         step_text(&mut out, step, width, support, price);
     }
     out
 }
 
+/// A step's price line. A model without a known price says so: it is not free, and `$0` would
+/// read as free.
+fn price_text(plan: &Plan, model: &crate::provider::ModelRef) -> String {
+    let Some((price, source)) = plan.price_of(&model.to_string()) else {
+        return format!(
+            "none known (not in `[prices]` nor {}); add `[prices.\"{model}\"]` to count its cost",
+            PriceSource::LiteLlm(crate::provider::known::snapshot())
+        );
+    };
+    format!(
+        "${} in, ${} out per million tokens (cache read ${}, write ${}; {source})",
+        dollars(price.input),
+        dollars(price.output),
+        dollars(price.cache_read.unwrap_or(price.input)),
+        dollars(price.cache_write.unwrap_or(price.input))
+    )
+}
+
 // Over 80 lines: one section per part of a step, in the order the plan shows them; splitting would
 // scatter the layout.
 /// A price per million tokens: cents (`3.00`, `0.30`), or the digits it has below a cent.
-fn dollars(usd: f64) -> String {
+pub fn dollars(usd: f64) -> String {
     let cents = format!("{usd:.2}");
     if cents.parse::<f64>().is_ok_and(|c| c == usd) {
         cents

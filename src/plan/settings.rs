@@ -46,12 +46,12 @@ impl Builder<'_> {
     }
 
     /// `[prices]`: keys must be `provider/model` of a known provider. With a cost ceiling, a
-    /// step whose model has no price is a warning: its replies cannot be counted.
+    /// step whose model has no known price is an error: its replies could not be counted.
     pub(super) fn check_prices(
         &mut self,
         providers: &BTreeMap<String, ProviderSpec>,
         steps: &[Option<PlannedStep>],
-    ) -> BTreeMap<String, crate::workflow::Price> {
+    ) -> Prices {
         let def = &self.loaded.def;
         let mut prices = BTreeMap::new();
         for (key, price) in &def.prices {
@@ -66,20 +66,22 @@ impl Builder<'_> {
                 }
             }
         }
+        let prices = Prices::new(prices);
         if def.budget.as_ref().and_then(|b| b.max_cost_usd).is_some() {
             let unpriced: BTreeSet<String> = steps
                 .iter()
                 .flatten()
                 .filter_map(|s| s.model.as_ref().map(ToString::to_string))
-                .filter(|m| !prices.contains_key(m) && crate::provider::known::price(m).is_none())
+                .filter(|m| prices.of(m).is_none())
                 .collect();
             if !unpriced.is_empty() {
                 let span = self.key_span(&path!["budget", "max_cost_usd"]);
                 let list: Vec<String> = unpriced.iter().map(|m| format!("`{m}`")).collect();
                 self.problems.push(
                     Problem::error(format!(
-                        "`max_cost_usd` cannot count replies of {}: no price",
-                        list.join(", ")
+                        "`max_cost_usd` cannot count replies of {}: no known price (neither `[prices]` nor {} has one)",
+                        list.join(", "),
+                        PriceSource::LiteLlm(crate::provider::known::snapshot())
                     ))
                     .at(self.file, span, "cost ceiling")
                     .help(format!(
@@ -346,29 +348,41 @@ pub(super) fn model_ref(
     providers: &BTreeMap<String, ProviderSpec>,
     context: &str,
 ) -> Result<ModelRef, Problem> {
-    let Some(model) = ModelRef::parse(text) else {
-        return Err(Problem::error(format!(
+    // Where only `provider/model` will do (a `[prices]` key, an alias's definition), an alias
+    // is no model.
+    let resolved = if text.contains('/') {
+        resolve_model(text, &BTreeMap::new(), providers)
+    } else {
+        Err(Unresolved::NotAModel)
+    };
+    resolved.map_err(|why| unresolved_problem(text, &why, providers, context))
+}
+
+/// The diagnostic of a `provider/model` that [`resolve_model`] refused.
+pub(super) fn unresolved_problem(
+    text: &str,
+    why: &Unresolved,
+    providers: &BTreeMap<String, ProviderSpec>,
+    context: &str,
+) -> Problem {
+    let Unresolved::UnknownProvider(provider) = why else {
+        return Problem::error(format!(
             "`{text}` is not a model{context}: write `provider/model`"
         ))
-        .help("for example `anthropic/claude-sonnet-4-5` or `openai/gpt-4.1`"));
+        .help("for example `anthropic/claude-sonnet-4-5` or `openai/gpt-4.1`");
     };
-    if !providers.contains_key(&model.provider) {
-        let help = did_you_mean(&model.provider, providers.keys().map(String::as_str))
-            .unwrap_or_else(|| {
-                format!(
-                    "providers are {}; add others under `[providers.NAME]`",
-                    providers
-                        .keys()
-                        .map(|p| format!("`{p}`"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )
-            });
-        return Err(Problem::error(format!(
-            "unknown provider `{}` in `{text}`{context}",
-            model.provider
-        ))
-        .help(help));
-    }
-    Ok(model)
+    let help = did_you_mean(provider, providers.keys().map(String::as_str)).unwrap_or_else(|| {
+        format!(
+            "providers are {}; add others under `[providers.NAME]`",
+            providers
+                .keys()
+                .map(|p| format!("`{p}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    });
+    Problem::error(format!(
+        "unknown provider `{provider}` in `{text}`{context}"
+    ))
+    .help(help)
 }

@@ -1,6 +1,6 @@
 //! Resolving one step: its agent, model, limits and output schema.
 
-use super::settings::model_ref;
+use super::settings::unresolved_problem;
 use super::*;
 
 impl Builder<'_> {
@@ -443,22 +443,19 @@ impl Builder<'_> {
                 format!("agent `{}` picks the model", agent.name),
             )
         };
-        if text.contains('/') {
-            let context = if from_step {
-                String::new()
-            } else {
-                format!(" (model of agent `{}`)", agent.name)
-            };
-            return match model_ref(text, providers, &context) {
-                Ok(model) => Some(model),
-                Err(problem) => {
-                    self.problems.push(problem.at(self.file, span, label));
-                    None
-                }
-            };
-        }
-        if let Some(model) = super::lookup_alias(aliases, text) {
-            return Some(model.clone());
+        match super::resolve_model(text, aliases, providers) {
+            Ok(model) => return Some(model),
+            Err(Unresolved::UndefinedAlias) => {}
+            Err(why) => {
+                let context = if from_step {
+                    String::new()
+                } else {
+                    format!(" (model of agent `{}`)", agent.name)
+                };
+                let problem = unresolved_problem(text, &why, providers, &context);
+                self.problems.push(problem.at(self.file, span, label));
+                return None;
+            }
         }
         // `small` and `plan` fall back to a `default` whose definition was already reported.
         if matches!(text, "small" | "plan")

@@ -14,6 +14,7 @@ pub mod resume;
 pub mod scheduler;
 pub mod seal;
 pub mod state;
+pub mod team;
 pub mod walker;
 pub mod worktree;
 

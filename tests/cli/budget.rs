@@ -160,7 +160,9 @@ async fn a_subagent_on_an_unpriced_model_cannot_pass_the_cost_ceiling() {
     assert_eq!(bodies.len(), 2);
     let results = crate::fake::anthropic_results(&bodies[1]);
     assert!(
-        results[0].1.contains("`anthropic/unpriced` has no price"),
+        results[0]
+            .1
+            .contains("`anthropic/unpriced` has no known price"),
         "{results:?}"
     );
 }

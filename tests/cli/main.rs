@@ -23,6 +23,7 @@ mod limits;
 mod live;
 mod mcp;
 mod memory;
+mod models;
 mod newcomer;
 mod no_panic;
 mod otel;

@@ -107,6 +107,7 @@ fn check_json_shape(plan: &serde_json::Value) {
                 "network",
                 "permission_mode",
                 "price",
+                "price_source",
                 "project_memory",
                 "prompt",
                 "read_paths",

@@ -27,7 +27,7 @@ use crate::tools::{Delegate, StepTools, TASK, TASK_OUTPUT, ToolContext, ToolOutp
 use context::context_files;
 pub use context::fork;
 use scope::Saved;
-pub use scope::{EarlierSubagent, StepScope, Team};
+pub use scope::{Crew, EarlierSubagent, StepScope};
 
 /// One agent that may delegate: a step (depth 0), or a subagent allowed to nest.
 pub struct Delegation {
@@ -108,7 +108,7 @@ impl Delegation {
         };
         // A step holds no slot; a subagent goes back to work only with one.
         if last && self.depth > 0 {
-            let again = self.scope.team.slots.clone().acquire_owned().await.ok();
+            let again = self.scope.team.slots().clone().acquire_owned().await.ok();
             let mut hold = self.hold();
             if hold.waits == 0 {
                 hold.permit = again;
@@ -176,7 +176,7 @@ impl Delegation {
             ));
         }
         let agent = team
-            .catalog
+            .catalog()
             .get(agent_name)
             .cloned()
             .ok_or_else(|| format!("agent `{agent_name}` is not defined"))?;
@@ -310,7 +310,7 @@ impl Delegation {
     async fn run(&self, job: Prepared, description: String, background: bool) -> ToolOutput {
         let scope = &self.scope;
         // A subagent starts (and its time counts) once it has a slot.
-        let slot = scope.team.slots.clone().acquire_owned().await.ok();
+        let slot = scope.team.slots().clone().acquire_owned().await.ok();
         // Its start and end are events of the agent that started it; the rest are its own.
         self.events.emit(EventKind::SubagentStarted {
             step: self.events.step().to_owned(),

@@ -1,5 +1,5 @@
-//! What subagents share: the run's [`Team`] (model APIs, aliases, the run-wide limit, the budget)
-//! and a step's [`StepScope`] (who may be spawned, its limits, its background subagents and the
+//! What subagents share: what they need of the run ([`Crew`]: agents, models, APIs, the
+//! run-wide limit) and a step's [`StepScope`] (who may be spawned, its limits, its background subagents and the
 //! conversations `resume` continues).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -10,137 +10,34 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::AgentCatalog;
 use crate::provider::message::Message;
-use crate::provider::{ModelApi, ModelRef, ProviderSpec, Secret, connect};
+use crate::provider::{ModelApi, ModelRef};
 use crate::tools::{Registry, ToolOutput};
 
-/// What every step of a run shares for its subagents.
-pub struct Team {
-    pub registry: Arc<Registry>,
-    pub catalog: Arc<AgentCatalog>,
-    /// Model aliases and providers, to resolve a subagent's model.
-    pub aliases: BTreeMap<String, ModelRef>,
-    pub providers: BTreeMap<String, ProviderSpec>,
-    /// The providers the workflow and its agents name: the only ones a `task` call may route a
-    /// subagent to (a model's `task` call is no place to pick a new endpoint to send the
-    /// conversation to).
-    pub named_providers: BTreeSet<String>,
-    /// APIs by provider; others are connected when a subagent first needs them.
-    pub apis: Mutex<BTreeMap<String, Arc<dyn ModelApi>>>,
+/// What a step's subagents need of their run: the agents they may be, their models and the APIs
+/// to send to, the run-wide and per-step limits. The run's `Team` (`run/team.rs`) is it; the
+/// trait lets this floor use the run's context without importing the floor above it.
+pub trait Crew: Send + Sync {
+    /// The agents a `task` call may name.
+    fn catalog(&self) -> &AgentCatalog;
     /// `max_subagents`: subagents running at once, across the run.
-    pub slots: Arc<Semaphore>,
+    fn slots(&self) -> &Arc<Semaphore>;
     /// `max_subagents_per_step`: subagents one step may have unfinished at once.
-    pub per_step: u32,
-    /// The run's budget, which every step and subagent charges.
-    pub budget: Arc<crate::budget::RunBudget>,
-    /// `--record` / `--replay`: every request goes through the cassettes.
-    pub tapes: Option<Arc<crate::provider::tape::Tapes>>,
-    /// The run's MCP servers.
-    pub mcp: Arc<crate::mcp::Hub>,
-}
-
-impl Team {
-    /// The team of a run of `plan`: its aliases, providers and subagent limit.
-    pub fn new(
-        plan: &crate::plan::Plan,
-        registry: Arc<Registry>,
-        catalog: Arc<AgentCatalog>,
-        apis: BTreeMap<String, Arc<dyn ModelApi>>,
-    ) -> Self {
-        let named_providers = plan
-            .aliases
-            .values()
-            .map(|m| m.provider.clone())
-            .chain(
-                plan.steps()
-                    .iter()
-                    .filter_map(|s| s.model.as_ref().map(|m| m.provider.clone())),
-            )
-            .chain(
-                catalog
-                    .agents()
-                    .filter_map(|a| a.model.as_deref().and_then(ModelRef::parse))
-                    .map(|m| m.provider),
-            )
-            .collect();
-        Self {
-            registry,
-            catalog,
-            named_providers,
-            aliases: plan.aliases.clone(),
-            providers: plan.providers.clone(),
-            apis: Mutex::new(apis),
-            slots: Arc::new(Semaphore::new(plan.max_subagents as usize)),
-            per_step: plan.max_subagents_per_step,
-            budget: Arc::new(crate::budget::RunBudget::new(
-                plan.max_tokens,
-                plan.max_cost_usd,
-                plan.prices.clone(),
-            )),
-            tapes: None,
-            mcp: Arc::default(),
-        }
-    }
-
-    /// The API a step (or its subagent) working in `roots` sends to: the provider's, through
-    /// the cassettes when recording; only the cassettes when replaying (no key, no network).
-    pub fn api_for(
+    fn per_step(&self) -> u32;
+    /// `model` (a `task` call's or an agent's) as a step would resolve it, on a provider the
+    /// workflow names.
+    fn model(&self, text: &str) -> Result<ModelRef, String>;
+    /// The API a subagent working in `roots` sends to.
+    fn api_for(
         &self,
         provider: &str,
         events: &crate::event::Emitter,
         roots: Vec<String>,
-    ) -> Result<Arc<dyn ModelApi>, String> {
-        let spec = self.providers.get(provider);
-        match &self.tapes {
-            Some(tapes) if tapes.replaying() => Ok(tapes.wrap(None, spec, events, roots)),
-            Some(tapes) => Ok(tapes.wrap(Some(self.api(provider)?), spec, events, roots)),
-            None => self.api(provider),
-        }
-    }
-
-    fn api(&self, provider: &str) -> Result<Arc<dyn ModelApi>, String> {
-        let mut apis = self.apis.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(api) = apis.get(provider) {
-            return Ok(api.clone());
-        }
-        let spec = self
-            .providers
-            .get(provider)
-            .ok_or_else(|| format!("there is no provider `{provider}`"))?;
-        let key = match &spec.api_key_env {
-            Some(var) => Some(Secret::new(crate::secrets::var(var).ok_or_else(|| {
-                format!("{var} is not set, so provider `{provider}` cannot be used")
-            })?)),
-            None => None,
-        };
-        let api = connect(spec, key);
-        apis.insert(provider.to_owned(), api.clone());
-        Ok(api)
-    }
-
-    /// `model` as a step would resolve it: an alias (`small` and `plan` fall back to `default`)
-    /// or `provider/model`.
-    pub(super) fn model(&self, text: &str) -> Result<ModelRef, String> {
-        if let Some(model) = ModelRef::parse(text) {
-            return if !self.providers.contains_key(&model.provider) {
-                Err(format!("unknown provider `{}` in `{text}`", model.provider))
-            } else if !self.named_providers.contains(&model.provider) {
-                Err(format!(
-                    "provider `{}` is not one this workflow or its agents use: a subagent runs only on providers the workflow names (use one of its aliases, or name the model in the workflow)",
-                    model.provider
-                ))
-            } else {
-                Ok(model)
-            };
-        }
-        crate::plan::lookup_alias(&self.aliases, text)
-            .cloned()
-            .ok_or_else(|| format!("model alias `{text}` is not defined"))
-    }
+    ) -> Result<Arc<dyn ModelApi>, String>;
 }
 
 /// What the subagents of one step share: who may be spawned, the limits, and what they left.
 pub struct StepScope {
-    pub team: Arc<Team>,
+    pub team: Arc<dyn Crew>,
     /// Agents the step's `task` may spawn.
     pub spawnable: Vec<String>,
     pub max_depth: u32,
@@ -188,7 +85,7 @@ impl StepScope {
     /// `max_subagents_per_step`.
     pub(super) fn start_one(self: &Arc<Self>) -> Result<Unfinished, String> {
         let mut state = self.state();
-        let cap = self.team.per_step;
+        let cap = self.team.per_step();
         if state.unfinished >= cap {
             return Err(format!(
                 "this step already has {cap} subagents unfinished (`max_subagents_per_step = {cap}`); collect some with task_output first"
@@ -210,7 +107,7 @@ pub(super) struct Saved {
 impl StepScope {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
-        team: Arc<Team>,
+        team: Arc<dyn Crew>,
         spawnable: Vec<String>,
         max_depth: u32,
         max_turns: u32,
@@ -251,7 +148,7 @@ impl StepScope {
             }
             let tools = self
                 .team
-                .catalog
+                .catalog()
                 .get(&subagent.agent)
                 .map(|agent| {
                     let mut tools: BTreeSet<String> = crate::tools::resolve(
