@@ -257,8 +257,8 @@ pub struct AgentFile {
         skip_serializing_if = "Option::is_none"
     )]
     pub permission_mode: Option<PermissionMode>,
-    /// Skills whose `SKILL.md` is appended to the system prompt (`.claude/skills/<name>/` of the
-    /// working directory, then `~/.claude/skills/<name>/`).
+    /// Skills whose `SKILL.md` is appended to the system prompt (`~/.claude/skills/<name>/`,
+    /// then `.claude/skills/<name>/` of the working directory).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skills: Option<NameList>,
     /// Claude Code's lifecycle hooks; runner ignores them (with a warning): use `checks`.

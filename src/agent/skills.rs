@@ -1,6 +1,8 @@
 //! An agent file's `skills`: each named skill's `SKILL.md` appended to the agent's system prompt,
-//! as Claude Code preloads them (docs/src/agents.md, "Skills"). A skill is looked for in the
-//! working directory's `.claude/skills/<name>/`, then in `~/.claude/skills/<name>/`; both are read
+//! as Claude Code preloads them (docs/src/agents.md, "Skills"). A skill is looked for in
+//! `~/.claude/skills/<name>/`, then in the working directory's `.claude/skills/<name>/`: as in
+//! Claude Code, the user's own skill wins over the project's of the same name, so a repository
+//! cannot put its text in a trusted agent's prompt under a skill the user wrote. Both are read
 //! through the confined opener, so a link out of either folder is refused, never quoted.
 
 use camino::{Utf8Path, Utf8PathBuf};
@@ -10,7 +12,7 @@ use super::{Agent, AgentSource};
 use crate::error::Problem;
 use crate::tools::confine::Workspace;
 
-/// Where skills are looked for: the working directory, then the home directory.
+/// Where skills are looked for: the home directory, then the working directory.
 pub struct Places {
     workdir: Option<Utf8PathBuf>,
     home: Option<Utf8PathBuf>,
@@ -53,10 +55,11 @@ pub fn append(agent: &mut Agent, places: &Places) -> Result<(), Vec<Problem>> {
         .source
         .path()
         .map_or_else(|| agent.name.clone(), ToString::to_string);
-    let mut roots: Vec<&Utf8Path> = places.workdir.iter().map(Utf8PathBuf::as_path).collect();
+    let mut roots: Vec<&Utf8Path> = Vec::new();
     if !matches!(agent.source, AgentSource::Untrusted(_)) {
         roots.extend(places.home.iter().map(Utf8PathBuf::as_path));
     }
+    roots.extend(places.workdir.iter().map(Utf8PathBuf::as_path));
     let mut problems = Vec::new();
     let mut texts = Vec::new();
     for skill in &agent.skills {
