@@ -159,7 +159,15 @@ impl StepTools {
             .filter_map(|name| self.registry.get(name))
             .map(|tool| ToolDef {
                 name: tool.name().to_owned(),
-                description: tool.description().to_owned(),
+                description: match &self.context.delegate {
+                    Some(delegate) if tool.name() == crate::tools::task::TASK => {
+                        crate::tools::task::describe_with_roster(
+                            tool.description(),
+                            &delegate.roster(),
+                        )
+                    }
+                    _ => tool.description().to_owned(),
+                },
                 input_schema: tool.input_schema(),
             })
             .collect()

@@ -64,8 +64,32 @@ pub trait Delegate: Send + Sync {
     fn task<'a>(&'a self, input: TaskInput, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput>;
     /// The result of a background subagent, waiting for it when `wait`.
     fn output<'a>(&'a self, agent_id: String, wait: bool) -> BoxFuture<'a, ToolOutput>;
+    /// The agents a `task` call may name, each with its description: Claude Code's model picks
+    /// a subagent by its description, so the `task` tool's own description lists them.
+    fn roster(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
     /// For the implementation to find itself behind the trait.
     fn as_any(&self) -> &dyn std::any::Any;
+}
+
+/// The `task` tool's description with the agents it may start, one line each (a description cut
+/// to its first line and 200 characters, so an agent file cannot fill the tool list).
+pub fn describe_with_roster(base: &str, roster: &[(String, String)]) -> String {
+    if roster.is_empty() {
+        return base.to_owned();
+    }
+    let mut text = format!("{base}\n\nAgents you may start (subagent_type):");
+    for (name, description) in roster {
+        let line = description.lines().next().unwrap_or("").trim();
+        let line: String = line.chars().take(200).collect();
+        if line.is_empty() {
+            text.push_str(&format!("\n- {name}"));
+        } else {
+            text.push_str(&format!("\n- {name}: {line}"));
+        }
+    }
+    text
 }
 
 fn unavailable() -> ToolOutput {

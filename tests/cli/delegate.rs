@@ -1039,3 +1039,38 @@ async fn a_task_call_cannot_route_a_subagent_to_a_provider_the_workflow_never_na
         "{result}"
     );
 }
+
+/// Claude Code's model picks a subagent by its description: the `task` tool's description lists
+/// each agent the step may start with the first line of its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_task_tool_lists_the_agents_it_may_start_with_their_descriptions() {
+    let fake = Fake::anthropic(vec![anthropic_text("done")]).await;
+    let agent = "---\nname: db-reader\ndescription: Execute read-only database queries.\n  Use when analysing data.\ntools: Bash\n---\nYou read databases.\n";
+    let workflow =
+        format!("name = \"t\"\n{MODELS}[steps.lead]\nagent = \"code\"\nprompt = \"go\"\n");
+    let test = Test::new()
+        .file("workflows/w.toml", &workflow)
+        .file("agents/db-reader.md", agent);
+    let (out, _test) = against(
+        test,
+        &fake,
+        &["run", "workflows/w.toml", "--format", "json"],
+    )
+    .run_async()
+    .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let body = &fake.bodies().await[0];
+    let task = body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "task")
+        .expect("task offered");
+    let description = task["description"].as_str().unwrap();
+    assert!(
+        description.contains(
+            "\n- db-reader: Execute read-only database queries. Use when analysing data."
+        ) && description.contains("\n- explore: Read-only search"),
+        "{description}"
+    );
+}

@@ -555,6 +555,21 @@ impl Delegate for Delegation {
         })
     }
 
+    fn roster(&self) -> Vec<(String, String)> {
+        let catalog = self.scope.team.catalog();
+        self.scope
+            .spawnable
+            .iter()
+            .map(|name| {
+                let description = catalog
+                    .get(name)
+                    .map(|a| a.description.clone())
+                    .unwrap_or_default();
+                (name.clone(), description)
+            })
+            .collect()
+    }
+
     fn as_any(&self) -> &dyn std::any::Any {
         self
     }
