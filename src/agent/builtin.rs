@@ -83,6 +83,8 @@ pub fn builtins() -> Vec<Agent> {
             skills: Vec::new(),
             skills_at: None,
             required_mcp_servers: Vec::new(),
+            spawn_only: None,
+            spawn_never: Default::default(),
         },
         Agent {
             name: "plan".into(),
@@ -106,6 +108,8 @@ pub fn builtins() -> Vec<Agent> {
             skills: Vec::new(),
             skills_at: None,
             required_mcp_servers: Vec::new(),
+            spawn_only: None,
+            spawn_never: Default::default(),
         },
         Agent {
             name: "code".into(),
@@ -129,6 +133,8 @@ pub fn builtins() -> Vec<Agent> {
             skills: Vec::new(),
             skills_at: None,
             required_mcp_servers: Vec::new(),
+            spawn_only: None,
+            spawn_never: Default::default(),
         },
     ]
 }

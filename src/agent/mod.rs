@@ -131,6 +131,10 @@ pub struct Agent {
     pub skills_at: Option<(Arc<SourceFile>, std::ops::Range<usize>)>,
     /// MCP servers a step using it must have available.
     pub required_mcp_servers: Vec<String>,
+    /// `tools: Agent(a, b)`: the only agents its `task` may start (`None`: any).
+    pub spawn_only: Option<BTreeSet<String>>,
+    /// `disallowedTools: Agent(a)`: agents its `task` may not start.
+    pub spawn_never: BTreeSet<String>,
 }
 
 /// A list of tool names, written as a YAML/TOML list or, as Claude Code does, one
@@ -147,8 +151,24 @@ impl<'de> Deserialize<'de> for ToolList {
                 f.write_str("a list of tool names or a comma-separated string")
             }
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ToolList, E> {
+                // Commas inside parentheses belong to an entry: `Agent(explore, reviewer), Read`.
+                let mut items = Vec::new();
+                let (mut depth, mut start) = (0u32, 0);
+                for (i, c) in v.char_indices() {
+                    match c {
+                        '(' => depth += 1,
+                        ')' => depth = depth.saturating_sub(1),
+                        ',' if depth == 0 => {
+                            items.push(&v[start..i]);
+                            start = i + 1;
+                        }
+                        _ => {}
+                    }
+                }
+                items.push(&v[start..]);
                 Ok(ToolList(
-                    v.split(',')
+                    items
+                        .into_iter()
                         .map(str::trim)
                         .filter(|s| !s.is_empty())
                         .map(str::to_owned)
@@ -530,6 +550,7 @@ fn build_agent(
             "disallowed_tools"
         }
     };
+    let mut spawn_only = None;
     let tools = match &def.tools {
         None => ToolSet::All,
         Some(list) => {
@@ -539,6 +560,7 @@ fn build_agent(
                 "tools",
                 list,
                 registry,
+                &mut spawn_only,
                 &mut errors,
                 &mut warnings,
             );
@@ -549,6 +571,7 @@ fn build_agent(
         }
     };
     let mut disallowed = BTreeSet::new();
+    let mut spawn_never = None;
     let camel = def.disallowed_tools_camel.is_some();
     if let Some(list) = def
         .disallowed_tools_camel
@@ -560,6 +583,7 @@ fn build_agent(
             key_for(camel),
             list,
             registry,
+            &mut spawn_never,
             &mut errors,
             &mut warnings,
         )
@@ -700,6 +724,8 @@ fn build_agent(
             skills_at: (!skills.is_empty()).then(|| (file.clone(), span("skills"))),
             skills,
             required_mcp_servers: def.required_mcp_servers.map(|s| s.0).unwrap_or_default(),
+            spawn_only,
+            spawn_never: spawn_never.unwrap_or_default(),
         },
         warnings,
     })
@@ -712,6 +738,7 @@ fn tool_list(
     key: &str,
     list: &ToolList,
     registry: &Registry,
+    spawns: &mut Option<BTreeSet<String>>,
     errors: &mut Vec<Problem>,
     warnings: &mut Vec<Problem>,
 ) -> Option<ToolSet> {
@@ -743,6 +770,15 @@ fn tool_list(
                     span_of(i, &name),
                     "left out",
                 ))
+            }
+            ToolEntry::Spawn(agents) => {
+                // In `tools`, it grants `task` for those agents only; in `disallowedTools`, it
+                // takes those agents away, not `task`.
+                if key == "tools" {
+                    set.insert(crate::tools::TASK.to_owned());
+                    set.insert(crate::tools::TASK_OUTPUT.to_owned());
+                }
+                spawns.get_or_insert_with(BTreeSet::new).extend(agents);
             }
             ToolEntry::Unknown(name) => errors.push(
                 Problem::error(format!("unknown tool `{name}`"))

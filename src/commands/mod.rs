@@ -183,7 +183,8 @@ pub(crate) fn plan_options(
         match raw.split_once('=') {
             Some((alias, model)) => models.push((alias.trim().to_owned(), model.trim().to_owned())),
             None => problems.push(Problem::error(format!(
-                "`--model {raw}` must be ALIAS=provider/model, e.g. `--model default=anthropic/claude-sonnet-4-5`"
+                "`--model {raw}` must be ALIAS=provider/model, e.g. `--model default={}`",
+                crate::provider::known::newest_claude("sonnet")
             ))),
         }
     }

@@ -237,7 +237,8 @@ pub enum Unresolved {
 
 /// The one rule that turns a model's text into a model, for steps (`plan`) and subagents
 /// (`task`): `provider/model` of a known provider, else an alias (`small` and `plan` fall back
-/// to `default`). docs/src/models.md. Each caller says what a miss means where it is.
+/// to `default`), else a model id the model map knows (`claude-opus-4-6`) on its provider.
+/// docs/src/models.md. Each caller says what a miss means where it is.
 pub fn resolve_model(
     text: &str,
     aliases: &BTreeMap<String, ModelRef>,
@@ -250,8 +251,19 @@ pub fn resolve_model(
         }
         return Ok(model);
     }
-    lookup_alias(aliases, text)
-        .cloned()
+    if let Some(model) = lookup_alias(aliases, text) {
+        return Ok(model.clone());
+    }
+    // A full model id as Claude Code's agent files write it (`model: claude-opus-4-6`): the
+    // provider the model map lists it under, when the workflow has that provider. An alias of
+    // the same name wins.
+    crate::provider::known::entry(text)
+        .map(|entry| entry.litellm_provider.as_str())
+        .filter(|provider| providers.contains_key(*provider))
+        .map(|provider| ModelRef {
+            provider: provider.to_owned(),
+            model: text.to_owned(),
+        })
         .ok_or(Unresolved::UndefinedAlias)
 }
 

@@ -369,7 +369,10 @@ pub(super) fn unresolved_problem(
         return Problem::error(format!(
             "`{text}` is not a model{context}: write `provider/model`"
         ))
-        .help("for example `anthropic/claude-sonnet-4-5` or `openai/gpt-4.1`");
+        .help(format!(
+            "for example `{}` or `openai/gpt-4.1`",
+            crate::provider::known::newest_claude("sonnet")
+        ));
     };
     let help = did_you_mean(provider, providers.keys().map(String::as_str)).unwrap_or_else(|| {
         format!(

@@ -87,6 +87,7 @@ impl Builder<'_> {
         };
         let checks = self.resolve_checks(id, step);
         let subagents = self.subagents(id, step, catalog, tools.as_ref());
+        let subagents = self.limit_subagents(id, step, agent, catalog, subagents);
         self.warn_subagent_isolation(id, &subagents, catalog);
         let env = self.step_env(ctx, step, inputs, env);
         let settings = self.resolve_settings(
@@ -379,6 +380,61 @@ impl Builder<'_> {
         }
     }
 
+    /// The step's subagents within what its agent's file allows (`tools: Agent(a, b)`,
+    /// `disallowedTools: Agent(c)`, as Claude Code writes them); a name the step lists that the
+    /// agent does not allow is left out with a warning.
+    fn limit_subagents(
+        &mut self,
+        id: &str,
+        step: &Step,
+        agent: Option<&Agent>,
+        catalog: &AgentCatalog,
+        subagents: Vec<String>,
+    ) -> Vec<String> {
+        let Some(agent) = agent else {
+            return subagents;
+        };
+        if agent.spawn_only.is_none() && agent.spawn_never.is_empty() {
+            return subagents;
+        }
+        let file = agent
+            .source
+            .path()
+            .map_or_else(|| agent.name.clone(), ToString::to_string);
+        for name in agent.spawn_only.iter().flatten().chain(&agent.spawn_never) {
+            if catalog.get(name).is_none() {
+                let span = self.span(&path!["steps", id, "agent"]);
+                self.problems.push(
+                    Problem::warning(format!(
+                        "`{file}` names the agent `{name}` in `Agent(...)`, and there is no such agent"
+                    ))
+                    .at(self.file, span, "this step's agent"),
+                );
+            }
+        }
+        let allowed = |name: &String| {
+            agent
+                .spawn_only
+                .as_ref()
+                .is_none_or(|only| only.contains(name))
+                && !agent.spawn_never.contains(name)
+        };
+        let listed = step.subagents.is_some();
+        let (kept, left): (Vec<String>, Vec<String>) = subagents.into_iter().partition(allowed);
+        if listed && !left.is_empty() {
+            let span = self.key_span(&path!["steps", id, "subagents"]);
+            self.problems.push(
+                Problem::warning(format!(
+                    "step `{id}` lists {} in `subagents`, which its agent `{}` may not start (`{file}`); left out",
+                    left.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", "),
+                    agent.name
+                ))
+                .at(self.file, span, "left out"),
+            );
+        }
+        kept
+    }
+
     pub(super) fn resolve_agent<'c>(
         &mut self,
         id: &str,
@@ -492,11 +548,13 @@ impl Builder<'_> {
             .unwrap_or_else(|| "add ".to_owned());
         let help = if matches!(text, "small" | "plan") && !aliases.contains_key("default") {
             format!(
-                "{alias_hint}`default = \"anthropic/claude-sonnet-4-5\"` (or any provider/model) under `models`, or `{text} = ...` for this kind of agent alone; or pass `--model default=provider/model`"
+                "{alias_hint}`default = \"{}\"` (or any provider/model) under `models`, or `{text} = ...` for this kind of agent alone; or pass `--model default=provider/model`",
+                crate::provider::known::newest_claude("default")
             )
         } else {
             format!(
-                "{alias_hint}`{text} = \"anthropic/claude-sonnet-4-5\"` (or any provider/model) under `models`, or pass `--model {text}=provider/model`"
+                "{alias_hint}`{text} = \"{}\"` (or any provider/model) under `models`, or pass `--model {text}=provider/model`",
+                crate::provider::known::newest_claude(text)
             )
         };
         self.missing_aliases.insert(

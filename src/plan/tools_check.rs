@@ -149,6 +149,12 @@ impl Builder<'_> {
                 ToolEntry::Unsupported(name) => self.problems.push(
                     Problem::warning(crate::tools::left_out(&name)).at(self.file, span, "left out"),
                 ),
+                ToolEntry::Spawn(_) => self.problems.push(
+                    Problem::warning(format!(
+                        "`{name}` limits the subagents of an agent file; in a workflow, give the step `task` and say `subagents = [...]`"
+                    ))
+                    .at(self.file, span, "left out"),
+                ),
                 ToolEntry::Unknown(name) => {
                     ok = false;
                     let help = Some(self.registry.unknown_help(&name));

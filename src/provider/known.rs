@@ -105,6 +105,35 @@ pub fn entry(name: &str) -> Option<&'static Entry> {
     })
 }
 
+/// The newest Claude model of a family the snapshot lists (`sonnet`, `opus`, `haiku`; any other
+/// name asks for `sonnet`), as `anthropic/<name>`: the example a message about a missing model
+/// gives, so it stays current with the snapshot instead of naming a model of the year it was
+/// written. Only undated names of versions (`claude-opus-4-6`), not retired ones.
+pub fn newest_claude(family: &str) -> String {
+    let family = match family {
+        "opus" | "haiku" => family,
+        _ => "sonnet",
+    };
+    let prefix = format!("claude-{family}-");
+    SNAPSHOT
+        .models
+        .iter()
+        .filter(|(_, e)| e.litellm_provider == "anthropic" && e.retired.is_none())
+        .filter_map(|(name, _)| {
+            let version: Option<Vec<u32>> = name
+                .strip_prefix(&prefix)?
+                .split('-')
+                .map(|p| p.parse::<u32>().ok().filter(|_| p.len() <= 2))
+                .collect();
+            Some((version?, name))
+        })
+        .max()
+        .map_or_else(
+            || format!("anthropic/claude-{family}-4-6"),
+            |(_, name)| format!("anthropic/{name}"),
+        )
+}
+
 /// The known context window of `model` (the name after `provider/`), if runner knows it: the
 /// map's `max_input_tokens`, on any provider (a proxy's model named alike has the same window
 /// more often than not, and a refusal for length corrects it).
@@ -194,6 +223,30 @@ impl Prices {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn examples_name_the_newest_model_of_the_family() {
+        for family in ["sonnet", "opus", "haiku"] {
+            let newest = newest_claude(family);
+            let name = newest.strip_prefix("anthropic/").unwrap();
+            assert!(name.starts_with(&format!("claude-{family}-")), "{newest}");
+            assert!(entry(name).is_some_and(|e| e.retired.is_none()), "{newest}");
+            // No undated, current model of the family has a higher version.
+            let version = |n: &str| -> Vec<u32> {
+                n.trim_start_matches(&format!("claude-{family}-"))
+                    .split('-')
+                    .map(|p| p.parse().unwrap_or(0))
+                    .collect()
+            };
+            assert!(models().all(|(n, e)| {
+                !n.starts_with(&format!("claude-{family}-"))
+                    || e.retired.is_some()
+                    || n.split('-').any(|p| p.len() > 2)
+                    || version(n) <= version(name)
+            }));
+        }
+        assert_eq!(newest_claude("default"), newest_claude("sonnet"));
+    }
 
     #[test]
     fn the_snapshot_parses() {

@@ -203,6 +203,8 @@ pub enum ToolEntry {
     /// An MCP server's tool (`mcp__<server>__<tool>`) or all of a server's (`mcp__<server>`),
     /// kept by name: which exist is known once the server runs.
     Mcp(String),
+    /// Claude Code's `Agent(a, b)` (or `Task(a, b)`): `task` limited to starting those agents.
+    Spawn(Vec<String>),
     Unknown(String),
 }
 

@@ -74,6 +74,23 @@ impl Registry {
         {
             return ToolEntry::Tool(tool.name().to_owned());
         }
+        // `Agent(explore, reviewer)`: Claude Code's way to say which subagents `task` may start,
+        // which runner enforces (docs/src/agents.md, "Fields").
+        if let Some((bare, inner)) = spelled
+            .strip_suffix(')')
+            .and_then(|s| s.split_once('('))
+            .filter(|(bare, _)| matches!(bare.trim(), "Agent" | "Task" | "task"))
+        {
+            let _ = bare;
+            return ToolEntry::Spawn(
+                inner
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned)
+                    .collect(),
+            );
+        }
         // Claude Code permission rules such as `Bash(git diff:*)` narrow a tool to some commands;
         // runner cannot enforce that narrowing, and granting the whole tool would widen access.
         let bare = spelled.split('(').next().unwrap_or(spelled).trim();

@@ -688,3 +688,57 @@ fn user_agents_are_found_last_and_marked_user_with_descriptions() {
         text.stdout
     );
 }
+
+/// `tools: Agent(worker, researcher)` (Claude Code's way to restrict which subagents an agent may
+/// start) grants `task` for those agents only; `disallowedTools: Agent(x)` takes one away; a step
+/// listing an agent outside them is warned and the agent left out.
+#[test]
+fn agent_in_tools_limits_the_subagents_it_may_start() {
+    let agent = |name: &str| {
+        format!("---\nname: {name}\ndescription: {name}\ntools: Read\n---\nYou are {name}.\n")
+    };
+    let base = || {
+        test()
+            .file("agents/coordinator.md", &example("coordinator.md"))
+            .file("agents/worker.md", &agent("worker"))
+            .file("agents/researcher.md", &agent("researcher"))
+    };
+    let (step, out) = plan_step(base().file("workflows/w.toml", &workflow("coordinator", "")));
+    assert_eq!(step["subagents"], json!(["researcher", "worker"]), "{step}");
+    assert!(
+        step["tools"].as_array().unwrap().contains(&json!("task")),
+        "{step}"
+    );
+    assert!(!out.stderr.contains("left out"), "{}", out.stderr);
+
+    // A step naming an agent outside the list: warned, left out.
+    let (step, out) = plan_step(base().file(
+        "workflows/w.toml",
+        &workflow("coordinator", "subagents = [\"worker\", \"explore\"]\n"),
+    ));
+    assert_eq!(step["subagents"], json!(["worker"]), "{step}");
+    assert!(
+        out.stderr
+            .contains("`explore` in `subagents`, which its agent `coordinator` may not start"),
+        "{}",
+        out.stderr
+    );
+
+    // `disallowedTools: Agent(worker)`: every agent but the worker.
+    let narrowed =
+        "---\nname: lead\ndescription: lead\ndisallowedTools: Agent(worker)\n---\nLead.\n";
+    let (step, _) = plan_step(
+        base()
+            .file("agents/lead.md", narrowed)
+            .file("workflows/w.toml", &workflow("lead", "")),
+    );
+    let names = step["subagents"].as_array().unwrap();
+    assert!(
+        names.contains(&json!("researcher")) && !names.contains(&json!("worker")),
+        "{step}"
+    );
+    assert!(
+        step["tools"].as_array().unwrap().contains(&json!("task")),
+        "{step}"
+    );
+}

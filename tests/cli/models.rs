@@ -376,3 +376,34 @@ fn the_refresh_script_trims_and_merges_the_installed_map() {
     );
     assert_eq!(std::fs::read_to_string(&snapshot).unwrap(), before);
 }
+
+/// Claude Code's agent files name models by id (`model: claude-opus-4-6`): the id resolves on the
+/// provider the model map lists it under; an alias of the same name wins; an id the map does not
+/// know stays an undefined alias.
+#[test]
+fn a_model_id_resolves_on_its_provider_and_an_alias_wins() {
+    let plan = plan_json(&workflow(&["claude-opus-4-6", "gpt-4.1"], ""));
+    let steps = plan["steps"].as_array().unwrap();
+    assert_eq!(steps[0]["model"], "anthropic/claude-opus-4-6");
+    assert_eq!(steps[0]["price"]["input"], 5.0);
+    assert_eq!(steps[1]["model"], "openai/gpt-4.1");
+
+    let aliased = workflow(&["claude-opus-4-6"], "").replace(
+        "[models]\n",
+        "[models]\n\"claude-opus-4-6\" = \"anthropic/claude-opus-4-1\"\n",
+    );
+    let plan = plan_json(&aliased);
+    assert_eq!(plan["steps"][0]["model"], "anthropic/claude-opus-4-1");
+
+    let out = Test::new()
+        .file("w.toml", &workflow(&["claude-opus-9-9"], ""))
+        .args(&["plan", "w.toml"])
+        .run();
+    assert_ne!(out.status, 0, "{}", out.transcript());
+    assert!(
+        out.stderr
+            .contains("model alias `claude-opus-9-9` is not defined"),
+        "{}",
+        out.stderr
+    );
+}
