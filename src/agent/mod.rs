@@ -554,16 +554,16 @@ fn build_agent(
     let tools = match &def.tools {
         None => ToolSet::All,
         Some(list) => {
-            let set = tool_list(
+            let (set, spawns) = tool_list(
                 file,
                 tree,
                 "tools",
                 list,
                 registry,
-                &mut spawn_only,
                 &mut errors,
                 &mut warnings,
             );
+            spawn_only = spawns;
             match set {
                 Some(set) => set,
                 None => ToolSet::All,
@@ -577,18 +577,20 @@ fn build_agent(
         .disallowed_tools_camel
         .as_ref()
         .or(def.disallowed_tools.as_ref())
-        && let Some(set) = tool_list(
+    {
+        let (set, spawns) = tool_list(
             file,
             tree,
             key_for(camel),
             list,
             registry,
-            &mut spawn_never,
             &mut errors,
             &mut warnings,
-        )
-    {
-        disallowed = set.expand(registry);
+        );
+        spawn_never = spawns;
+        if let Some(set) = set {
+            disallowed = set.expand(registry);
+        }
     }
 
     let model = match def.model.as_deref().map(str::trim) {
@@ -738,10 +740,10 @@ fn tool_list(
     key: &str,
     list: &ToolList,
     registry: &Registry,
-    spawns: &mut Option<BTreeSet<String>>,
     errors: &mut Vec<Problem>,
     warnings: &mut Vec<Problem>,
-) -> Option<ToolSet> {
+) -> (Option<ToolSet>, Option<BTreeSet<String>>) {
+    let mut spawns: Option<BTreeSet<String>> = None;
     let node = tree.get(key);
     let span_of = |i: usize, name: &str| -> std::ops::Range<usize> {
         match node.map(|n| &n.value) {
@@ -760,7 +762,7 @@ fn tool_list(
     let mut set = BTreeSet::new();
     for (i, name) in list.0.iter().enumerate() {
         match registry.entry(name) {
-            ToolEntry::All => return Some(ToolSet::All),
+            ToolEntry::All => return (Some(ToolSet::All), spawns),
             ToolEntry::Tool(tool) | ToolEntry::Mcp(tool) => {
                 set.insert(tool);
             }
@@ -787,5 +789,5 @@ fn tool_list(
             ),
         }
     }
-    Some(ToolSet::Some(set))
+    (Some(ToolSet::Some(set)), spawns)
 }
