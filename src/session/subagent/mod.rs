@@ -308,7 +308,9 @@ impl Delegation {
     async fn run(&self, job: Prepared, description: String, background: bool) -> ToolOutput {
         let scope = &self.scope;
         // A subagent starts (and its time counts) once it has a slot.
+        let asked = Instant::now();
         let slot = scope.team.slots.clone().acquire_owned().await.ok();
+        let queued = asked.elapsed();
         // Its start and end are events of the agent that started it; the rest are its own.
         self.events.emit(EventKind::SubagentStarted {
             step: self.events.step().to_owned(),
@@ -361,7 +363,8 @@ impl Delegation {
         }
         drop(held);
         let elapsed = started.elapsed();
-        let record = record(&job.id, &job.agent.name, &job.model, &conversation, elapsed);
+        let mut record = record(&job.id, &job.agent.name, &job.model, &conversation, elapsed);
+        record.queue_ms = Some(queued.as_millis() as u64);
         scope.state().conversations.insert(
             job.id.clone(),
             Saved {
@@ -450,6 +453,7 @@ fn record(
         cache_read_input_tokens: conversation.usage.cache_read_input_tokens,
         duration_ms: elapsed.as_millis() as u64,
         error,
+        queue_ms: None,
     }
 }
 impl Delegate for Delegation {
