@@ -6,6 +6,7 @@ mod budget;
 mod ci;
 mod clean;
 mod context;
+mod critical_path;
 mod delegate;
 mod demo;
 mod diagnostics;
