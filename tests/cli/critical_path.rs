@@ -302,3 +302,44 @@ async fn an_older_record_without_queue_waits_still_loads() {
         out.stdout
     );
 }
+
+/// Subagents waiting for `max_subagents` are counted in `queue_waits.subagents`, each with its
+/// own `queue_ms`.
+#[tokio::test(flavor = "multi_thread")]
+async fn subagent_queue_waits_are_recorded() {
+    use crate::fake::anthropic_tools;
+    let task = |prompt: &str| serde_json::json!({"description": "look", "prompt": prompt, "subagent_type": "explore"});
+    let fake = Fake::anthropic_routed(vec![
+        (
+            "MARK-lead",
+            vec![
+                anthropic_tools(&[
+                    ("t1", "task", task("MARK-a look")),
+                    ("t2", "task", task("MARK-b look")),
+                ]),
+                anthropic_text("both looked"),
+            ],
+        ),
+        ("MARK-a", vec![anthropic_text("a seen")]),
+        ("MARK-b", vec![anthropic_text("b seen")]),
+    ])
+    .await;
+    let workflow = "name = \"subs\"\nmax_subagents = 1\n[models]\ndefault = \"anthropic/claude-test\"\n[steps.lead]\nagent = \"code\"\nprompt = \"MARK-lead look twice\"\n";
+    let (out, _test) = project(workflow, &fake)
+        .args(&["run", "w.toml", "--format", "json"])
+        .run_async()
+        .await;
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let record: Value = serde_json::from_str(&out.stdout).unwrap();
+    let subagents = record["steps"]["lead"]["subagents"].as_array().unwrap();
+    assert_eq!(subagents.len(), 2);
+    assert!(
+        subagents.iter().all(|s| s["queue_ms"].is_u64()),
+        "{subagents:?}"
+    );
+    assert_eq!(
+        record["queue_waits"]["subagents"]["count"], 2,
+        "{}",
+        record["queue_waits"]
+    );
+}

@@ -256,10 +256,19 @@ impl Scheduler<'_> {
             }
             // Start what the limit allows, longest remaining path first.
             while self.running.len() < max_parallel {
-                let Some(Queued { unit, .. }) = self.to_start.pop_first() else {
+                let Some(Queued {
+                    unit,
+                    remaining,
+                    declared,
+                }) = self.to_start.pop_first()
+                else {
                     break;
                 };
-                if let Some(future) = self.start(unit, &executor, &workdir) {
+                let priority = crate::session::subagent::Priority {
+                    remaining: remaining.0,
+                    declared: std::cmp::Reverse(declared),
+                };
+                if let Some(future) = self.start(unit, priority, &executor, &workdir) {
                     let cancelled = self.cancel.clone();
                     let timeout = self.plan.steps()[unit.step].settings.timeout;
                     let handle = tasks.spawn(async move {
@@ -495,6 +504,7 @@ impl Scheduler<'_> {
     fn start(
         &mut self,
         unit: Unit,
+        priority: crate::session::subagent::Priority,
         executor: &Arc<dyn Executor>,
         workdir: &camino::Utf8Path,
     ) -> Option<futures_util::future::BoxFuture<'static, crate::session::StepOutcome>> {
@@ -590,6 +600,7 @@ impl Scheduler<'_> {
             step,
             history,
             subagents,
+            priority,
         }))
     }
 

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::AgentCatalog;
@@ -26,8 +26,9 @@ pub struct Team {
     pub named_providers: BTreeSet<String>,
     /// APIs by provider; others are connected when a subagent first needs them.
     pub apis: Mutex<BTreeMap<String, Arc<dyn ModelApi>>>,
-    /// `max_subagents`: subagents running at once, across the run.
-    pub slots: Arc<Semaphore>,
+    /// `max_subagents`: subagents running at once, across the run, handed out by their
+    /// steps' priority.
+    pub slots: Arc<super::Slots>,
     /// `max_subagents_per_step`: subagents one step may have unfinished at once.
     pub per_step: u32,
     /// The run's budget, which every step and subagent charges.
@@ -69,7 +70,7 @@ impl Team {
             aliases: plan.aliases.clone(),
             providers: plan.providers.clone(),
             apis: Mutex::new(apis),
-            slots: Arc::new(Semaphore::new(plan.max_subagents as usize)),
+            slots: super::Slots::new(plan.max_subagents as usize),
             per_step: plan.max_subagents_per_step,
             budget: Arc::new(crate::budget::RunBudget::new(
                 plan.max_tokens,
@@ -158,6 +159,8 @@ pub struct StepScope {
     /// The project memory the step got, which its subagents get too unless their agent omits
     /// it (`omitClaudeMd`).
     pub memory: Option<(&'static str, String)>,
+    /// The step's place in the scheduler's order: its subagents wait for a slot by it.
+    pub priority: super::Priority,
     state: Mutex<State>,
 }
 
@@ -233,6 +236,7 @@ impl StepScope {
             retries,
             window,
             cancel: CancellationToken::new(),
+            priority: super::Priority::default(),
             state: Mutex::default(),
         }
     }
