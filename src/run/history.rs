@@ -107,12 +107,14 @@ impl History {
     /// first. Records that cannot be read are passed over (`runner runs` says why).
     pub fn read(state_dir: &Utf8Path, plan: &Plan) -> Self {
         let listing = super::records::list(state_dir);
+        // A listing keeps the first 200 characters of a name: the whole record says the rest.
+        let listed: String = plan.name.chars().take(200).collect();
         let records = listing
             .runs
             .iter()
-            .filter(|run| run.ours && run.workflow == plan.name)
+            .filter(|run| run.ours && run.workflow == listed)
             .filter_map(|run| super::records::read(state_dir, &run.run_id).ok())
-            .filter(|record| record.recorded_here)
+            .filter(|record| record.recorded_here && record.workflow == plan.name)
             .take(RUNS);
         Self::of(plan, records)
     }
