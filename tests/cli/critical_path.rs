@@ -237,7 +237,7 @@ async fn queue_waits_are_recorded_and_shown() {
         .filter_map(|(_, s)| s["queue_ms"].as_u64())
         .max();
     assert_eq!(waits["steps"]["max_ms"].as_u64(), longest, "{waits}");
-    let (shown, _test) = test
+    let (shown, test) = test
         .clear_args()
         .args(&["show", "latest"])
         .run_async()
@@ -256,6 +256,25 @@ async fn queue_waits_are_recorded_and_shown() {
         line.contains("; instances ") && line.contains("(2 started)"),
         "{line}"
     );
+    // The report shows the same, in a table under its totals.
+    let (wrote, test) = test
+        .clear_args()
+        .args(&["report", "-o", "r.html"])
+        .run_async()
+        .await;
+    assert_eq!(wrote.status, 0, "{}", wrote.transcript());
+    let page = std::fs::read_to_string(test.path().join("r.html")).unwrap();
+    assert!(
+        page.contains("<table class=\"queue-waits\">"),
+        "no queue waits"
+    );
+    for kind in ["steps", "instances"] {
+        assert!(
+            page.contains(&format!("<tr data-kind=\"{kind}\"><td>{kind}</td>")),
+            "{kind}"
+        );
+    }
+    assert!(!page.contains("data-kind=\"subagents\""));
 }
 
 /// A record from before queue waits (and step agents) loads and shows as it did.
