@@ -132,6 +132,9 @@ pub async fn execute(
     // Checked (or made) before anything is written into it: no link a checkout planted there
     // redirects a record.
     super::state::prepare(&options.state_dir).map_err(RunError::Storage)?;
+    // Read before this run records anything: its own record is not history.
+    let history = super::history::History::read(&options.state_dir, plan);
+    let paths = history.paths(plan);
     let mut record = RunRecord::new(plan, options.run_id.as_deref());
     let left_out = left_out(plan, &record, options);
     for &i in &left_out {
@@ -165,9 +168,6 @@ pub async fn execute(
         .map(|i| plan.needs_of(i).to_vec())
         .collect();
     let mut walker = Walker::new(&needs);
-    // Read before this run records anything: its own record is not history.
-    let history = super::history::History::read(&options.state_dir, plan);
-    let paths = history.paths(plan);
     let ready = walker.start().into_iter().collect();
     let mut scheduler = Scheduler {
         plan,
