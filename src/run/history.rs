@@ -203,6 +203,58 @@ impl History {
 mod tests {
     use super::*;
 
+    fn plan(agent: &str) -> Plan {
+        let dir = tempfile::tempdir().unwrap();
+        let path = camino::Utf8PathBuf::from_path_buf(dir.path().join("w.toml")).unwrap();
+        std::fs::write(
+            &path,
+            format!("name = \"h\"\n[models]\ndefault = \"anthropic/x\"\n[steps.s]\nagent = \"{agent}\"\nprompt = \"p\"\n"),
+        )
+        .unwrap();
+        let loaded = crate::workflow::load_workflow(&path).unwrap();
+        let registry = crate::tools::Registry::builtin();
+        let (plan, problems) = crate::plan::build_plan(
+            &loaded,
+            &crate::agent::AgentCatalog::load(&[], &registry),
+            &registry,
+            &crate::plan::PlanOptions::default(),
+        );
+        plan.unwrap_or_else(|| panic!("{problems:?}"))
+    }
+
+    /// A run of `plan` in which step `s` ended as `status` after `ms`.
+    fn ran(plan: &Plan, status: StepStatus, ms: u64, reused: bool) -> RunRecord {
+        let mut record = RunRecord::new(plan, None);
+        let step = record.step_mut("s");
+        step.status = status;
+        step.duration_ms = ms;
+        step.reused_from = reused.then(|| "earlier".to_owned());
+        record
+    }
+
+    #[test]
+    fn only_successes_of_the_same_agent_done_in_their_run_count() {
+        let explore = plan("explore");
+        let records = vec![
+            ran(&explore, StepStatus::Succeeded, 300, false),
+            ran(&explore, StepStatus::Failed, 9_000, false),
+            ran(&explore, StepStatus::Succeeded, 1, true),
+            ran(&explore, StepStatus::Succeeded, 100, false),
+            ran(&plan("code"), StepStatus::Succeeded, 50_000, false),
+        ];
+        let history = History::of(&explore, records);
+        assert_eq!(history.runs.len(), 5);
+        let step = history.step("s").unwrap();
+        assert_eq!(
+            step.duration(),
+            Some(Spread {
+                median: 100,
+                high: 300
+            })
+        );
+        assert_eq!(history.durations(&explore), vec![Some(100)]);
+    }
+
     #[test]
     fn the_median_is_the_lower_middle_and_the_high_the_largest() {
         assert_eq!(spread::<u64>(Vec::new()), None);
