@@ -191,6 +191,10 @@ pub(crate) struct PlanArgs {
     pub(crate) resolve: ResolveArgs,
     #[command(flatten)]
     pub(crate) limits: LimitArgs,
+    /// Where earlier runs are recorded, whose durations give the critical path and the ETA
+    /// [default: <workdir>/.runner]
+    #[arg(long, value_name = "DIR")]
+    pub(crate) state_dir: Option<Utf8PathBuf>,
     /// Output format: `text` for people, `json` for programs
     #[arg(long, value_enum, default_value_t)]
     pub(crate) format: Format,

@@ -441,6 +441,7 @@ impl Tally {
                     cache_read_input_tokens: 0,
                     duration_ms: 0,
                     error: None,
+                    queue_ms: None,
                 };
                 self.running
                     .insert(id.clone(), (record, std::time::Instant::now()));

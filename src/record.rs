@@ -13,6 +13,9 @@ use sha2::{Digest, Sha256};
 use crate::plan::{Plan, PlannedStep};
 use crate::provider::message::Usage;
 
+mod waits;
+pub use waits::{Percentiles, QueueWaits};
+
 /// What defines a step for `--resume`: everything that decides what it does or sees (agent,
 /// model, tools, system prompt, the rendered prompt and `env`, output schema, isolation, sandbox,
 /// command, checks, subagents, MCP servers, project memory, the agent file's effort, permission
@@ -118,6 +121,10 @@ pub struct StepRecord {
     pub output: Value,
     pub error: Option<String>,
     pub model: String,
+    /// The step's agent: what the history of a step is matched by, with its id
+    /// (`run::history`). Empty in records of older runners and in a fan-out's instances.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub agent: String,
     pub turns: u32,
     pub tool_calls: u32,
     pub input_tokens: u64,
@@ -225,6 +232,7 @@ impl StepRecord {
             output: Value::Null,
             error: None,
             model: model.to_owned(),
+            agent: String::new(),
             turns: 0,
             tool_calls: 0,
             input_tokens: 0,
@@ -363,6 +371,9 @@ pub struct SubagentRecord {
     pub cache_read_input_tokens: u64,
     pub duration_ms: u64,
     pub error: Option<String>,
+    /// How long it waited for a slot of the run's `max_subagents`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_ms: Option<u64>,
 }
 
 impl SubagentRecord {
@@ -413,6 +424,10 @@ pub struct RunRecord {
     /// Replayed requests that differed from their recording, across the steps this run did.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub replay_drift: u32,
+    /// How long steps, fan-out instances and subagents waited for a slot: median, 90th and
+    /// 99th percentile (absent in records of older runners, and when nothing started).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_waits: Option<QueueWaits>,
     /// Whether this user's seal is on the record as it was read (`run::records`): only such a
     /// run is `latest`. Never in the file: the seal is.
     #[serde(skip)]
@@ -544,7 +559,13 @@ impl RunRecord {
         let steps = plan
             .steps()
             .iter()
-            .map(|s| (s.id.clone(), StepRecord::pending(&s.model_label())))
+            .map(|s| {
+                let step = StepRecord {
+                    agent: s.agent.clone(),
+                    ..StepRecord::pending(&s.model_label())
+                };
+                (s.id.clone(), step)
+            })
             .collect();
         Self {
             workflow: plan.name.clone(),
@@ -564,6 +585,7 @@ impl RunRecord {
                 .collect(),
             cost_usd: None,
             replay_drift: 0,
+            queue_waits: None,
             storage_error: None,
         }
     }
@@ -653,6 +675,7 @@ impl RunRecord {
             .filter_map(|s| s.cost_usd)
             .reduce(|a, b| a + b);
         self.replay_drift = self.done_here().map(|s| s.replay_drift).sum();
+        self.queue_waits = QueueWaits::of(self);
         for step in self.steps.values_mut() {
             if !step.status.is_finished() {
                 step.status = StepStatus::Cancelled;

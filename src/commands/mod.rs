@@ -95,7 +95,15 @@ fn dispatch(args: Vec<OsString>, io: &mut Io<'_>) -> Exit {
     match cli.command {
         Command::Run(args) => run::run(args, io),
         Command::Plan(args) => {
-            plan::plan(&args.workflow, &args.resolve, args.limits, args.format, io)
+            let state_dir = args.state_dir.as_deref();
+            plan::plan(
+                &args.workflow,
+                &args.resolve,
+                args.limits,
+                state_dir,
+                args.format,
+                io,
+            )
         }
         Command::Validate(args) => validate::validate(args, io),
         Command::Graph(args) => graph::graph(args, io),

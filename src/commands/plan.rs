@@ -12,6 +12,7 @@ pub fn plan(
     workflow: &Utf8Path,
     args: &ResolveArgs,
     limits: LimitArgs,
+    state_dir: Option<&Utf8Path>,
     format: Format,
     io: &mut Io<'_>,
 ) -> Exit {
@@ -21,13 +22,22 @@ pub fn plan(
     if !super::endpoints_ok(&plan, io) {
         return Exit::Invalid;
     }
+    // The earlier runs of this workflow: its critical path by their durations, and an ETA.
+    let (_, state_dir) = crate::run::directories(args.workdir.as_deref(), state_dir);
+    let history = crate::run::history::History::read(&state_dir, &plan);
+    let paths = history.paths(&plan);
+    let path = render::PathView {
+        paths: &paths,
+        runs: history.runs.len(),
+    };
     let text = match format {
         // The plan quotes the workflow (prompts, names): none of its control characters reach
         // a terminal. JSON escapes them itself.
         Format::Text => {
-            crate::terminal::clean(&render::to_text(&plan, Support::probe())).into_owned()
+            crate::terminal::clean(&render::to_text_with(&plan, Support::probe(), &path))
+                .into_owned()
         }
-        Format::Json => render::to_json(&plan, Support::probe()),
+        Format::Json => render::to_json_with(&plan, Support::probe(), &path),
     };
     let _ = write!(io.out, "{text}");
     Exit::Success

@@ -134,7 +134,15 @@ fn dry_run(args: &RunArgs, io: &mut Io<'_>) -> Exit {
             return Exit::Invalid;
         }
     };
-    super::plan::plan(&args.workflow, &args.resolve, args.limits, format, io)
+    let state_dir = args.state_dir.as_deref();
+    super::plan::plan(
+        &args.workflow,
+        &args.resolve,
+        args.limits,
+        state_dir,
+        format,
+        io,
+    )
 }
 
 /// The run this one builds on: `--resume`'s (its leftovers cleaned up), else the run of

@@ -67,6 +67,9 @@ fn show_run(record: &RunRecord, run_dir: &Utf8Path, format: Format, io: &mut Io<
         ]
     }));
     let _ = write!(io.out, "{}", crate::report::table(&rows));
+    if let Some(waits) = &record.queue_waits {
+        let _ = writeln!(io.out, "{}", queue_line(waits));
+    }
     // Why each step that did not succeed did not, under its own heading: a skipped step did
     // not fail.
     for (id, step) in &steps {
@@ -95,6 +98,25 @@ fn show_run(record: &RunRecord, run_dir: &Utf8Path, format: Format, io: &mut Io<
         let _ = write!(io.out, "\n{answers}");
     }
     Exit::Success
+}
+
+/// `queue waits: steps 0ms median, 1.2s p90, 3.4s p99 (6 started); ...`: how long work waited
+/// for a slot, as the record computed it.
+pub(crate) fn queue_line(waits: &crate::record::QueueWaits) -> String {
+    let kinds: Vec<String> = waits
+        .lines()
+        .into_iter()
+        .map(|(kind, p)| {
+            format!(
+                "{kind} {} median, {} p90, {} p99 ({} started)",
+                crate::units::seconds(p.p50_ms),
+                crate::units::seconds(p.p90_ms),
+                crate::units::seconds(p.p99_ms),
+                p.count
+            )
+        })
+        .collect();
+    format!("queue waits: {}", kinds.join("; "))
 }
 
 /// How long the run took; for one still running, how long it has been going.

@@ -2,6 +2,7 @@
 //! prompt resolved, the graph checked and cut into waves. Every problem is collected; a plan
 //! exists only when there are no errors.
 
+pub mod critical;
 pub mod graph;
 pub mod render;
 mod settings;
@@ -102,6 +103,9 @@ pub struct Plan {
     steps: Vec<PlannedStep>,
     /// Each step's needs, as indexes into `steps`.
     needs: Vec<Vec<usize>>,
+    /// Each step's place in the workflow file (0 for the first step declared): the tie-break of
+    /// the scheduler's order (docs/src/runs.md "The order steps start in").
+    declared: Vec<usize>,
     index: std::collections::HashMap<String, usize>,
 }
 
@@ -127,6 +131,11 @@ impl Plan {
     /// The steps step `i` needs, as indexes into [`Plan::steps`].
     pub fn needs_of(&self, i: usize) -> &[usize] {
         self.needs.get(i).map_or(&[], Vec::as_slice)
+    }
+
+    /// Step `i`'s place in the workflow file, 0 for the first declared.
+    pub fn declared(&self, i: usize) -> usize {
+        self.declared.get(i).copied().unwrap_or(i)
     }
 
     /// Lowers `max_parallel` (a flag given after planning, as `--max-parallel`).
@@ -417,6 +426,25 @@ pub fn build_plan(
             steps.push(step);
         }
     }
+    // The file's order: `def.steps` is sorted by id once it has passed through JSON, the
+    // parsed tree keeps the keys as written.
+    let written: BTreeMap<&str, usize> = match loaded.tree.get("steps").map(|n| &n.value) {
+        Some(crate::workflow::source::Node::Map(entries)) => entries
+            .keys()
+            .enumerate()
+            .map(|(k, id)| (id.as_str(), k))
+            .collect(),
+        _ => BTreeMap::new(),
+    };
+    let mut declared = vec![0; steps.len()];
+    for (original, &at) in position.iter().enumerate() {
+        if let Some(slot) = declared.get_mut(at) {
+            *slot = written
+                .get(ids[original].as_str())
+                .copied()
+                .unwrap_or(written.len() + original);
+        }
+    }
     let mut needs = vec![Vec::new(); steps.len()];
     for (original, edges) in needs_idx.iter().enumerate() {
         if let Some(slot) = needs.get_mut(position[original]) {
@@ -453,6 +481,7 @@ pub fn build_plan(
         waves,
         steps,
         needs,
+        declared,
         index,
         providers,
     };

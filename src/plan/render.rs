@@ -19,7 +19,98 @@ struct JsonPlan<'a> {
     /// Subagents running at once across the run.
     max_subagents: u32,
     waves: &'a [Vec<String>],
+    /// The predicted critical path, and with history the run's ETA.
+    critical_path: JsonCritical,
     steps: Vec<JsonStep<'a>>,
+}
+
+#[derive(Serialize)]
+struct JsonCritical {
+    /// Its steps, first to last.
+    steps: Vec<String>,
+    /// Its length by the history's median durations; null without history (then by steps).
+    duration_ms: Option<u64>,
+    /// How long the run should take with `max_parallel`; null without history.
+    eta_ms: Option<u64>,
+    /// Earlier runs the durations come from.
+    runs: usize,
+    /// Steps with no history, counted as a typical step of the workflow.
+    without_history: Vec<String>,
+}
+
+/// What `plan` says of the path: the critical path, by the earlier runs' durations when there
+/// are some (`run::history`), else by step count.
+pub struct PathView<'a> {
+    pub paths: &'a super::critical::Paths,
+    /// Earlier runs read.
+    pub runs: usize,
+}
+
+impl PathView<'_> {
+    fn json(&self, plan: &Plan) -> JsonCritical {
+        let timed = self.paths.weigh == super::critical::Weigh::Time;
+        let path = self.paths.critical_path(plan);
+        JsonCritical {
+            duration_ms: path
+                .first()
+                .filter(|_| timed)
+                .map(|&i| self.paths.remaining[i]),
+            eta_ms: timed.then(|| self.paths.makespan(plan, plan.max_parallel)),
+            steps: path.iter().map(|&i| plan.steps()[i].id.clone()).collect(),
+            runs: self.runs,
+            without_history: if timed {
+                (0..plan.steps().len())
+                    .filter(|&i| !self.paths.known[i])
+                    .map(|i| plan.steps()[i].id.clone())
+                    .collect()
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
+    fn text(&self, plan: &Plan, out: &mut String) {
+        let doc = self.json(plan);
+        if doc.steps.is_empty() {
+            return;
+        }
+        let steps = doc.steps.len();
+        let _ = write!(out, "critical path: {}", doc.steps.join(" -> "));
+        let (Some(length), Some(eta)) = (doc.duration_ms, doc.eta_ms) else {
+            let _ = writeln!(
+                out,
+                " ({steps} step{}; no history yet, so by step count)",
+                plural(steps)
+            );
+            return;
+        };
+        let _ = writeln!(
+            out,
+            " ({}, median of the last {} run{})",
+            crate::units::seconds(length),
+            self.runs,
+            plural(self.runs)
+        );
+        let _ = write!(
+            out,
+            "eta: {} with at most {} at once",
+            crate::units::seconds(eta),
+            plan.max_parallel
+        );
+        let unknown = doc.without_history.len();
+        if unknown > 0 {
+            let typical = (0..plan.steps().len())
+                .find(|&i| !self.paths.known[i])
+                .map_or(0, |i| self.paths.weight[i]);
+            let _ = write!(
+                out,
+                " ({unknown} step{} with no history counted as {} each)",
+                plural(unknown),
+                crate::units::seconds(typical)
+            );
+        }
+        out.push('\n');
+    }
 }
 
 #[derive(Serialize)]
@@ -126,8 +217,22 @@ fn instances(step: &PlannedStep) -> Option<Vec<JsonInstance>> {
 }
 
 pub fn to_json(plan: &Plan, support: Support) -> String {
+    let paths = super::critical::Paths::new(plan, &[]);
+    to_json_with(
+        plan,
+        support,
+        &PathView {
+            paths: &paths,
+            runs: 0,
+        },
+    )
+}
+
+/// The plan as JSON, its critical path by `path`.
+pub fn to_json_with(plan: &Plan, support: Support, path: &PathView<'_>) -> String {
     let priced = |s: &PlannedStep| s.model.as_ref().and_then(|m| plan.price_of(&m.to_string()));
     let doc = JsonPlan {
+        critical_path: path.json(plan),
         name: &plan.name,
         budget: JsonBudget {
             max_tokens: plan.max_tokens,
@@ -208,6 +313,19 @@ pub fn to_json(plan: &Plan, support: Support) -> String {
 }
 
 pub fn to_text(plan: &Plan, support: Support) -> String {
+    let paths = super::critical::Paths::new(plan, &[]);
+    to_text_with(
+        plan,
+        support,
+        &PathView {
+            paths: &paths,
+            runs: 0,
+        },
+    )
+}
+
+/// The plan as people read it, its critical path by `path`.
+pub fn to_text_with(plan: &Plan, support: Support, path: &PathView<'_>) -> String {
     let mut out = String::new();
     let _ = write!(out, "{}", plan.name);
     if let Some(description) = &plan.description {
@@ -245,6 +363,7 @@ pub fn to_text(plan: &Plan, support: Support) -> String {
             .collect();
         let _ = writeln!(out, "inputs: {}", inputs.join(", "));
     }
+    path.text(plan, &mut out);
     let width = plan.steps().iter().map(|s| s.id.len()).max().unwrap_or(0);
     // Steps are stored wave by wave: one pass over them prints every wave.
     let mut wave = None;

@@ -124,6 +124,16 @@ fn run_facts(record: &RunRecord) -> Value {
         "input_tokens": tokens(usage.total_input()),
         "output_tokens": tokens(usage.output_tokens),
         "cache_share": cache_share(&usage),
+        // As the record computed them when the run settled (`record::QueueWaits`).
+        "queue_waits": record.queue_waits.as_ref().map(|w| {
+            w.lines().into_iter().map(|(kind, p)| json!({
+                "kind": kind,
+                "count": p.count,
+                "p50": seconds(p.p50_ms),
+                "p90": seconds(p.p90_ms),
+                "p99": seconds(p.p99_ms),
+            })).collect::<Vec<_>>()
+        }),
     })
 }
 

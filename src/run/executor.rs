@@ -33,6 +33,9 @@ pub struct StepJob {
     /// subagents it had, to be resumed by their ids.
     pub history: Vec<crate::provider::message::Message>,
     pub subagents: Vec<crate::session::subagent::EarlierSubagent>,
+    /// Its place in the scheduler's order (longest remaining path first): its subagents wait
+    /// for `max_subagents` by it.
+    pub priority: crate::session::subagent::Priority,
 }
 
 pub trait Executor: Send + Sync + 'static {
@@ -148,7 +151,7 @@ impl Executor for ModelExecutor {
                 .and_then(|_| session::prompt::project_memory(&tools.context.workspace));
             let mut subagents = job.subagents;
             let scope = step.tools.contains(TASK).then(|| {
-                let scope = Arc::new(StepScope::new(
+                let mut scope = StepScope::new(
                     team,
                     step.subagents.clone(),
                     step.settings.max_subagent_depth,
@@ -159,7 +162,9 @@ impl Executor for ModelExecutor {
                     meter.clone(),
                     tools.registry.clone(),
                     memory.clone(),
-                ));
+                );
+                scope.priority = job.priority;
+                let scope = Arc::new(scope);
                 scope.carry_over(std::mem::take(&mut subagents), &tools.allowed);
                 scope
             });

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use tokio::sync::Semaphore;
+use crate::session::subagent::Slots;
 
 use crate::agent::AgentCatalog;
 use crate::plan::Unresolved;
@@ -27,8 +27,9 @@ pub struct Team {
     pub named_providers: BTreeSet<String>,
     /// APIs by provider; others are connected when a subagent first needs them.
     pub apis: Mutex<BTreeMap<String, Arc<dyn ModelApi>>>,
-    /// `max_subagents`: subagents running at once, across the run.
-    pub slots: Arc<Semaphore>,
+    /// `max_subagents`: subagents running at once, across the run, handed out by their
+    /// steps' priority.
+    pub slots: Arc<Slots>,
     /// `max_subagents_per_step`: subagents one step may have unfinished at once.
     pub per_step: u32,
     /// The run's budget, which every step and subagent charges.
@@ -70,7 +71,7 @@ impl Team {
             aliases: plan.aliases.clone(),
             providers: plan.providers.clone(),
             apis: Mutex::new(apis),
-            slots: Arc::new(Semaphore::new(plan.max_subagents as usize)),
+            slots: Slots::new(plan.max_subagents as usize),
             per_step: plan.max_subagents_per_step,
             budget: Arc::new(crate::budget::RunBudget::new(
                 plan.max_tokens,
@@ -149,7 +150,7 @@ impl Crew for Team {
         &self.catalog
     }
 
-    fn slots(&self) -> &Arc<Semaphore> {
+    fn slots(&self) -> &Arc<Slots> {
         &self.slots
     }
 

@@ -7,6 +7,7 @@ mod ci;
 mod claude_code_agents;
 mod clean;
 mod context;
+mod critical_path;
 mod delegate;
 mod demo;
 mod diagnostics;

@@ -68,7 +68,17 @@ fn check_json_shape(plan: &serde_json::Value) {
         .map(String::as_str)
         .collect();
     keys.sort();
-    assert_eq!(keys, ["budget", "max_subagents", "name", "steps", "waves"]);
+    assert_eq!(
+        keys,
+        [
+            "budget",
+            "critical_path",
+            "max_subagents",
+            "name",
+            "steps",
+            "waves"
+        ]
+    );
     for wave in plan["waves"].as_array().unwrap() {
         assert_sorted_strings(wave);
     }

@@ -63,8 +63,7 @@ impl Scheduler<'_> {
                     }
                     entry.fingerprint = fingerprint;
                     self.prompts.insert(unit, (prompt, env));
-                    self.to_start.insert(unit);
-                    self.ready_at.insert(unit, std::time::Instant::now());
+                    self.queue(unit, Some(&id));
                 }
                 Prepared::Reuse(previous) => {
                     entry = *previous;

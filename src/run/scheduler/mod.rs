@@ -61,6 +61,16 @@ impl Unit {
     }
 }
 
+/// A unit waiting for a slot, in the order units start: the longest remaining path to the end
+/// of the DAG first, then the step declared first, then the instance first in its list
+/// (docs/src/runs.md "The order steps start in").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Queued {
+    remaining: std::cmp::Reverse<u64>,
+    declared: usize,
+    unit: Unit,
+}
+
 /// Everything the loop changes as it goes.
 struct Scheduler<'a> {
     plan: &'a Plan,
@@ -70,7 +80,10 @@ struct Scheduler<'a> {
     record: RunRecord,
     walker: Walker,
     ready: BTreeSet<usize>,
-    to_start: BTreeSet<Unit>,
+    to_start: BTreeSet<Queued>,
+    /// Each step's longest remaining path, from the earlier runs' durations (else step counts).
+    paths: crate::plan::critical::Paths,
+    history: super::history::History,
     prompts: BTreeMap<Unit, (String, BTreeMap<String, String>)>,
     /// `--continue`: the resumed run's records of steps that go on from where they were.
     continues: BTreeMap<Unit, Box<StepRecord>>,
@@ -119,6 +132,9 @@ pub async fn execute(
     // Checked (or made) before anything is written into it: no link a checkout planted there
     // redirects a record.
     super::state::prepare(&options.state_dir).map_err(RunError::Storage)?;
+    // Read before this run records anything: its own record is not history.
+    let history = super::history::History::read(&options.state_dir, plan);
+    let paths = history.paths(plan);
     let mut record = RunRecord::new(plan, options.run_id.as_deref());
     let left_out = left_out(plan, &record, options);
     for &i in &left_out {
@@ -161,6 +177,8 @@ pub async fn execute(
         walker,
         ready,
         to_start: BTreeSet::new(),
+        paths,
+        history,
         prompts: BTreeMap::new(),
         continues: BTreeMap::new(),
         ready_at: BTreeMap::new(),
@@ -226,19 +244,31 @@ impl Scheduler<'_> {
             }
             self.decide_ready(&env);
             if self.stopping {
-                for unit in std::mem::take(&mut self.to_start) {
-                    self.finish_unstarted(unit, Outcome::Cancelled(CancelReason::RunStopped));
+                for queued in std::mem::take(&mut self.to_start) {
+                    self.finish_unstarted(
+                        queued.unit,
+                        Outcome::Cancelled(CancelReason::RunStopped),
+                    );
                 }
                 if !self.ready.is_empty() {
                     continue;
                 }
             }
-            // Start what the limit allows, in plan order (instances in list order).
+            // Start what the limit allows, longest remaining path first.
             while self.running.len() < max_parallel {
-                let Some(unit) = self.to_start.pop_first() else {
+                let Some(Queued {
+                    unit,
+                    remaining,
+                    declared,
+                }) = self.to_start.pop_first()
+                else {
                     break;
                 };
-                if let Some(future) = self.start(unit, &executor, &workdir) {
+                let priority = crate::session::subagent::Priority {
+                    remaining: remaining.0,
+                    declared: std::cmp::Reverse(declared),
+                };
+                if let Some(future) = self.start(unit, priority, &executor, &workdir) {
                     let cancelled = self.cancel.clone();
                     let timeout = self.plan.steps()[unit.step].settings.timeout;
                     let handle = tasks.spawn(async move {
@@ -348,8 +378,7 @@ impl Scheduler<'_> {
                     }
                     self.record.step_mut(&step.id).fingerprint = fingerprint;
                     self.prompts.insert(Unit::step(i), (prompt, env));
-                    self.to_start.insert(Unit::step(i));
-                    self.ready_at.insert(Unit::step(i), Instant::now());
+                    self.queue(Unit::step(i), None);
                 }
                 Prepared::FanOut(instances) => self.fan_out(i, instances),
                 // Expanded above; a second `Expand` would be a fan-out of a fan-out.
@@ -359,6 +388,36 @@ impl Scheduler<'_> {
                 ),
             }
         }
+    }
+
+    /// Queues a unit to start when a slot is free, by its remaining path: a step's, or for
+    /// instance `id` its own recorded time (else its step's typical instance's) and what comes
+    /// after its step.
+    fn queue(&mut self, unit: Unit, id: Option<&str>) {
+        use crate::plan::critical::Weigh;
+        let paths = &self.paths;
+        let remaining = match (unit.instance, paths.weigh) {
+            (None, _) | (Some(_), Weigh::Steps) => paths.remaining[unit.step],
+            (Some(_), Weigh::Time) => {
+                let step = self.history.step(&self.plan.steps()[unit.step].id);
+                let own = step.zip(id).and_then(|(h, id)| h.instance_duration(id));
+                let typical = || {
+                    let all = step?.instances.values().flatten();
+                    super::history::spread(all.map(|s| s.duration_ms).collect()).map(|s| s.median)
+                };
+                let weight = own
+                    .or_else(typical)
+                    .unwrap_or(paths.weight[unit.step])
+                    .max(1);
+                paths.after(unit.step).saturating_add(weight)
+            }
+        };
+        self.to_start.insert(Queued {
+            remaining: std::cmp::Reverse(remaining),
+            declared: self.plan.declared(unit.step),
+            unit,
+        });
+        self.ready_at.insert(unit, Instant::now());
     }
 
     /// The id a unit runs as: the step's, or the instance's (`X[0]`).
@@ -445,6 +504,7 @@ impl Scheduler<'_> {
     fn start(
         &mut self,
         unit: Unit,
+        priority: crate::session::subagent::Priority,
         executor: &Arc<dyn Executor>,
         workdir: &camino::Utf8Path,
     ) -> Option<futures_util::future::BoxFuture<'static, crate::session::StepOutcome>> {
@@ -540,6 +600,7 @@ impl Scheduler<'_> {
             step,
             history,
             subagents,
+            priority,
         }))
     }
 

@@ -6,13 +6,14 @@
 
 mod context;
 mod scope;
+mod slots;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use futures_util::future::BoxFuture;
-use tokio::sync::{OwnedSemaphorePermit, watch};
+use tokio::sync::watch;
 
 use super::{Conversation, Session, StepOutcome, prompt};
 use crate::agent::{Agent, AgentSource};
@@ -28,6 +29,7 @@ use context::context_files;
 pub use context::fork;
 use scope::Saved;
 pub use scope::{Crew, EarlierSubagent, StepScope};
+pub use slots::{Permit, Priority, Slots};
 
 /// One agent that may delegate: a step (depth 0), or a subagent allowed to nest.
 pub struct Delegation {
@@ -50,7 +52,7 @@ pub struct Delegation {
 struct Hold {
     /// `task` and `task_output` calls of this agent waiting on subagents right now.
     waits: usize,
-    permit: Option<OwnedSemaphorePermit>,
+    permit: Option<Permit>,
 }
 
 impl Delegation {
@@ -108,7 +110,7 @@ impl Delegation {
         };
         // A step holds no slot; a subagent goes back to work only with one.
         if last && self.depth > 0 {
-            let again = self.scope.team.slots().clone().acquire_owned().await.ok();
+            let again = Some(self.scope.team.slots().acquire(self.scope.priority).await);
             let mut hold = self.hold();
             if hold.waits == 0 {
                 hold.permit = again;
@@ -310,7 +312,9 @@ impl Delegation {
     async fn run(&self, job: Prepared, description: String, background: bool) -> ToolOutput {
         let scope = &self.scope;
         // A subagent starts (and its time counts) once it has a slot.
-        let slot = scope.team.slots().clone().acquire_owned().await.ok();
+        let asked = Instant::now();
+        let slot = Some(scope.team.slots().acquire(scope.priority).await);
+        let queued = asked.elapsed();
         // Its start and end are events of the agent that started it; the rest are its own.
         self.events.emit(EventKind::SubagentStarted {
             step: self.events.step().to_owned(),
@@ -375,7 +379,8 @@ impl Delegation {
         }
         drop(held);
         let elapsed = started.elapsed();
-        let record = record(&job.id, &job.agent.name, &job.model, &conversation, elapsed);
+        let mut record = record(&job.id, &job.agent.name, &job.model, &conversation, elapsed);
+        record.queue_ms = Some(queued.as_millis() as u64);
         scope.state().conversations.insert(
             job.id.clone(),
             Saved {
@@ -464,6 +469,7 @@ fn record(
         cache_read_input_tokens: conversation.usage.cache_read_input_tokens,
         duration_ms: elapsed.as_millis() as u64,
         error,
+        queue_ms: None,
     }
 }
 impl Delegate for Delegation {

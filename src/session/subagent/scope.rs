@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::AgentCatalog;
@@ -20,7 +20,7 @@ pub trait Crew: Send + Sync {
     /// The agents a `task` call may name.
     fn catalog(&self) -> &AgentCatalog;
     /// `max_subagents`: subagents running at once, across the run.
-    fn slots(&self) -> &Arc<Semaphore>;
+    fn slots(&self) -> &Arc<super::Slots>;
     /// `max_subagents_per_step`: subagents one step may have unfinished at once.
     fn per_step(&self) -> u32;
     /// `model` (a `task` call's or an agent's) as a step would resolve it, on a provider the
@@ -55,6 +55,8 @@ pub struct StepScope {
     /// The project memory the step got, which its subagents get too unless their agent omits
     /// it (`omitClaudeMd`).
     pub memory: Option<(&'static str, String)>,
+    /// The step's place in the scheduler's order: its subagents wait for a slot by it.
+    pub priority: super::Priority,
     state: Mutex<State>,
 }
 
@@ -130,6 +132,7 @@ impl StepScope {
             retries,
             window,
             cancel: CancellationToken::new(),
+            priority: super::Priority::default(),
             state: Mutex::default(),
         }
     }
