@@ -219,9 +219,16 @@ async fn a_server_that_closes_after_each_streamed_reply_costs_no_retry() {
     );
     assert_eq!(record["steps"]["s"]["summary"], "It says hello.");
     assert_eq!(record["steps"]["s"]["turns"], 3);
-    // Each later request went out on the kept connection first, met it closed, and went again
-    // on a new one.
-    assert_eq!(*seen.lock().unwrap(), [2, 2, 1]);
+    // A later request goes out on the kept connection when the client still holds it, meets it
+    // closed, and goes again on a new one; whether the client still holds it depends on when it
+    // read the close, so only the bounds are certain: no connection carried more than the one
+    // answered request and the one it dropped, and no request was sent on more than two.
+    let seen = seen.lock().unwrap().clone();
+    assert!(
+        seen.iter().all(|n| (1..=2).contains(n)) && seen.len() <= 3,
+        "{seen:?}"
+    );
+    assert!((3..=5).contains(&seen.iter().sum::<usize>()), "{seen:?}");
 }
 
 /// No total limit cuts a reply that keeps streaming: pauses under the idle limit add up to far
