@@ -37,19 +37,7 @@ impl RunBudget {
     /// What a reply cost, when its model has a price.
     pub fn cost(&self, model: &str, usage: &Usage) -> Option<f64> {
         let (price, _) = self.prices.of(model)?;
-        let per = |tokens: u64, usd: f64| tokens as f64 * usd / 1e6;
-        Some(
-            per(usage.input_tokens, price.input)
-                + per(usage.output_tokens, price.output)
-                + per(
-                    usage.cache_read_input_tokens,
-                    price.cache_read.unwrap_or(price.input),
-                )
-                + per(
-                    usage.cache_creation_input_tokens,
-                    price.cache_write.unwrap_or(price.input),
-                ),
-        )
+        Some(cost(&price, usage))
     }
 
     pub fn tokens_used(&self) -> u64 {
@@ -59,6 +47,22 @@ impl RunBudget {
     pub fn cost_used(&self) -> f64 {
         self.cost_nano.load(Ordering::Relaxed) as f64 / NANO
     }
+}
+
+/// What `usage` costs at `price`; cache reads and writes at the input price when the price
+/// names none. The meter and the forecast (`run::forecast`) both price by it.
+pub fn cost(price: &crate::workflow::Price, usage: &Usage) -> f64 {
+    let per = |tokens: u64, usd: f64| tokens as f64 * usd / 1e6;
+    per(usage.input_tokens, price.input)
+        + per(usage.output_tokens, price.output)
+        + per(
+            usage.cache_read_input_tokens,
+            price.cache_read.unwrap_or(price.input),
+        )
+        + per(
+            usage.cache_creation_input_tokens,
+            price.cache_write.unwrap_or(price.input),
+        )
 }
 
 /// A step's ceiling and what it (with its subagents) has used.
