@@ -93,8 +93,10 @@ pub struct Held<'a> {
 }
 
 impl Held<'_> {
+    /// Past the ceiling; a billionth of a dollar is allowed for the sum's rounding (0.1 + 0.2
+    /// is not 0.3 in floating point), so a forecast exactly at the ceiling is within it.
     pub fn over(&self) -> bool {
-        self.high > self.ceiling
+        self.high > self.ceiling + 1e-9
     }
 }
 
@@ -321,4 +323,63 @@ pub fn step_json(forecast: &Forecast, i: usize) -> serde_json::Value {
         .get(i)
         .and_then(|s| serde_json::to_value(s).ok())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(steps: &[&str]) -> Plan {
+        let dir = tempfile::tempdir().unwrap();
+        let path = camino::Utf8PathBuf::from_path_buf(dir.path().join("w.toml")).unwrap();
+        let steps: String = steps
+            .iter()
+            .map(|id| format!("[steps.{id}]\nagent = \"explore\"\nprompt = \"p\"\n"))
+            .collect();
+        std::fs::write(
+            &path,
+            format!("name = \"f\"\n[models]\ndefault = \"anthropic/x\"\n{steps}"),
+        )
+        .unwrap();
+        let loaded = crate::workflow::load_workflow(&path).unwrap();
+        let registry = crate::tools::Registry::builtin();
+        let (plan, problems) = super::super::build_plan(
+            &loaded,
+            &crate::agent::AgentCatalog::load(&[], &registry),
+            &registry,
+            &super::super::PlanOptions::default(),
+        );
+        plan.unwrap_or_else(|| panic!("{problems:?}"))
+    }
+
+    fn costing(high: Option<f64>) -> StepForecast {
+        StepForecast {
+            runs: usize::from(high.is_some()),
+            cost_usd: high.map(|high| Estimate { median: 0.0, high }),
+            ..StepForecast::default()
+        }
+    }
+
+    /// The three costliest steps at their high, most first, ties in the plan's order; steps
+    /// with no history are named apart and left out of the sum; the ceiling itself is within.
+    #[test]
+    fn the_costliest_three_are_named_and_unknown_steps_apart() {
+        let plan = plan(&["a", "b", "c", "d", "e"]);
+        let forecast = Forecast {
+            runs: 1,
+            steps: vec![
+                costing(Some(0.1)),
+                costing(Some(0.5)),
+                costing(None),
+                costing(Some(0.1)),
+                costing(Some(0.3)),
+            ],
+            duration_ms: None,
+        };
+        let held = forecast.held_to(&plan, 1.0);
+        assert_eq!(held.costliest, [("b", 0.5), ("e", 0.3), ("a", 0.1)]);
+        assert_eq!(held.unknown, ["c"]);
+        assert!((held.high - 1.0).abs() < 1e-9 && !held.over());
+        assert!(forecast.held_to(&plan, 0.99).over());
+    }
 }
