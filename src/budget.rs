@@ -19,6 +19,8 @@ const NANO: f64 = 1e9;
 pub struct RunBudget {
     pub max_tokens: Option<u64>,
     pub max_cost_usd: Option<f64>,
+    /// `max_cost_usd` came from `--max-cost`: its messages say so.
+    pub max_cost_from_flag: bool,
     pub prices: Prices,
     tokens: AtomicU64,
     cost_nano: AtomicU64,
@@ -32,6 +34,12 @@ impl RunBudget {
             prices,
             ..Self::default()
         }
+    }
+
+    /// The same, its cost ceiling named as `--max-cost` when `flag`.
+    pub fn from_flag(mut self, flag: bool) -> Self {
+        self.max_cost_from_flag = flag;
+        self
     }
 
     /// What a reply cost, when its model has a price.
@@ -158,8 +166,13 @@ impl Meter {
         if let Some(limit) = run.max_cost_usd
             && run.cost_used() >= limit
         {
+            let ceiling = if run.max_cost_from_flag {
+                format!("--max-cost {limit}")
+            } else {
+                format!("[budget] max_cost_usd = {limit}")
+            };
             return Err(format!(
-                "the run cost ${:.4} of its budget `[budget] max_cost_usd = {limit}`",
+                "the run cost ${:.4} of its budget `{ceiling}`",
                 run.cost_used()
             ));
         }

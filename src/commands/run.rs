@@ -152,7 +152,7 @@ fn hold_forecast(
     };
     let reused = |id: &str| !selected(id) || finished(id);
     let forecast = run::forecast::forecast(plan, &history, &reused);
-    match run::forecast::hold(plan, &forecast, args.limits.max_cost.is_some()) {
+    match run::forecast::hold(plan, &forecast) {
         Ok(None) => Ok(()),
         Ok(Some(warning)) => {
             let _ = writeln!(io.err, "warning: {warning}");

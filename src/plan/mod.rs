@@ -93,6 +93,8 @@ pub struct Plan {
     pub max_tokens: Option<u64>,
     /// `--max-cost`, else `[budget] max_cost_usd`.
     pub max_cost_usd: Option<f64>,
+    /// Whether `max_cost_usd` is `--max-cost`'s: messages name the ceiling as the user set it.
+    pub max_cost_from_flag: bool,
     /// `--unknown-cost`, else `[budget] unknown_cost`: whether a step with no history counts
     /// as over the cost ceiling before the run (docs/src/budgets.md "Cost before you pay").
     pub unknown_cost: crate::workflow::UnknownCost,
@@ -489,6 +491,7 @@ pub fn build_plan(
         max_cost_usd: options
             .max_cost_usd
             .or(def.budget.as_ref().and_then(|b| b.max_cost_usd)),
+        max_cost_from_flag: options.max_cost_usd.is_some(),
         unknown_cost: options
             .unknown_cost
             .or(def.budget.as_ref().and_then(|b| b.unknown_cost))

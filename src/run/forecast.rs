@@ -184,12 +184,12 @@ pub fn ceiling_name(ceiling: f64, from_flag: bool) -> String {
 /// Holds `forecast` to the plan's cost ceiling before the run: `Err` refuses to start (the
 /// high passes it, or a step's cost is unknown under `unknown_cost = "refuse"`); `Ok` carries
 /// the warning to print when the forecast is incomplete.
-pub fn hold(plan: &Plan, forecast: &Forecast, from_flag: bool) -> Result<Option<String>, Problem> {
+pub fn hold(plan: &Plan, forecast: &Forecast) -> Result<Option<String>, Problem> {
     let Some(ceiling) = plan.max_cost_usd else {
         return Ok(None);
     };
     let held = forecast.held_to(plan, ceiling);
-    let name = ceiling_name(ceiling, from_flag);
+    let name = ceiling_name(ceiling, plan.max_cost_from_flag);
     let unknown = (!held.unknown.is_empty()).then(|| {
         format!(
             "the forecast is incomplete: no history for {} (their cost is not counted)",

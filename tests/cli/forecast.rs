@@ -392,3 +392,33 @@ async fn replay_and_reused_steps_are_not_refused() {
     assert_eq!(out.status, 0, "{}", out.transcript());
     assert_eq!(fake.requests().await.len(), before, "nothing was sent");
 }
+
+/// `--max-cost` is the run's live ceiling too, over the file's: with no history the run starts,
+/// and the request after the ceiling is reached is not sent, the step's error naming the flag.
+#[tokio::test(flavor = "multi_thread")]
+async fn max_cost_is_also_the_live_ceiling() {
+    let fake = answering().await;
+    let b = "[steps.b]\nagent = \"explore\"\nneeds = [\"a\"]\nprompt = \"MARK-b look\"\n";
+    let test = project(
+        &workflow(
+            &format!("[budget]\nmax_cost_usd = 100.0\n{PRICES}"),
+            &format!("{A}{b}"),
+        ),
+        &fake,
+    );
+    // `a` costs $0.00093, past $0.0005: `b` is refused before its request.
+    let (out, _test) = run(
+        test,
+        &["run", "w.toml", "--max-cost", "0.0005", "--format", "json"],
+    )
+    .await;
+    assert_eq!(out.status, 1, "{}", out.transcript());
+    let record: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(record["steps"]["a"]["status"], "succeeded");
+    assert_eq!(record["steps"]["b"]["status"], "failed");
+    assert_eq!(
+        record["steps"]["b"]["error"],
+        "the run cost $0.0009 of its budget `--max-cost 0.0005`"
+    );
+    assert_eq!(fake.count("MARK-b").await, 0);
+}
