@@ -132,12 +132,22 @@ impl Forecast {
         self.sum(|s| s.cost_usd)
     }
 
-    /// The steps whose cost is unknown: no earlier run to go by.
+    /// The steps with no earlier run to go by.
     pub fn without_history<'p>(&self, plan: &'p Plan) -> Vec<&'p str> {
+        self.named(plan, |f| f.tokens.is_none())
+    }
+
+    /// The steps whose cost is unknown: no history, or (with no cost ceiling, which needs
+    /// prices) a model with no price.
+    pub fn cost_unknown<'p>(&self, plan: &'p Plan) -> Vec<&'p str> {
+        self.named(plan, |f| f.cost_usd.is_none())
+    }
+
+    fn named<'p>(&self, plan: &'p Plan, pick: impl Fn(&StepForecast) -> bool) -> Vec<&'p str> {
         plan.steps()
             .iter()
             .zip(&self.steps)
-            .filter(|(_, f)| f.cost_usd.is_none())
+            .filter(|(_, f)| pick(f))
             .map(|(s, _)| s.id.as_str())
             .collect()
     }
@@ -157,7 +167,7 @@ impl Forecast {
         Held {
             ceiling,
             high: self.cost_usd().map_or(0.0, |c| c.high),
-            unknown: self.without_history(plan),
+            unknown: self.cost_unknown(plan),
             costliest,
         }
     }
@@ -181,8 +191,7 @@ impl Forecast {
 
     /// The run's forecast line of `plan`'s text.
     pub fn text(&self, plan: &Plan, out: &mut String) {
-        let (Some(tokens), Some(cost), true) = (self.tokens(), self.cost_usd(), self.runs > 0)
-        else {
+        let (Some(tokens), true) = (self.tokens(), self.runs > 0) else {
             let _ = writeln!(
                 out,
                 "forecast: no history yet (runs of this workflow recorded in the state directory give tokens, cost and time)"
@@ -193,7 +202,7 @@ impl Forecast {
             out,
             "forecast: {}, {}",
             pair(tokens, |t| format!("{} tokens", crate::units::tokens(t))),
-            pair(cost, crate::units::usd)
+            cost_text(self.cost_usd())
         );
         if let Some(time) = self.duration_ms {
             let _ = write!(out, ", {}", pair(time, crate::units::seconds));
@@ -249,7 +258,7 @@ impl Forecast {
             out.push('\n');
             return;
         }
-        let (Some(tokens), Some(cost)) = (step.tokens, step.cost_usd) else {
+        let Some(tokens) = step.tokens else {
             let why = match step.instances_from {
                 None if step.runs > 0 && step.instances.is_none() => {
                     "the list's length is not known before the run"
@@ -263,7 +272,7 @@ impl Forecast {
             out,
             "    {label:<9}{}, {}",
             pair(tokens, |t| format!("{} tokens", crate::units::tokens(t))),
-            pair(cost, crate::units::usd)
+            cost_text(step.cost_usd)
         );
         if let Some(time) = step.duration_ms {
             let _ = write!(out, ", {}", pair(time, crate::units::seconds));
@@ -288,6 +297,15 @@ impl Forecast {
         }
         let _ = writeln!(out, " ({})", notes.join("; "));
     }
+}
+
+/// A cost, or why there is none although there are runs: its model has no price (the step's
+/// `price` line says so), never `$0`.
+fn cost_text(cost: Option<Estimate<f64>>) -> String {
+    cost.map_or_else(
+        || "cost unknown (no price)".to_owned(),
+        |c| pair(c, crate::units::usd),
+    )
 }
 
 /// `median (high H)`, or one figure when they are the same.

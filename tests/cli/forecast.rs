@@ -181,8 +181,8 @@ async fn plan_forecasts_each_step_and_the_run_from_earlier_runs() {
     );
 }
 
-/// A run recorded without a price (its model had none then) is priced from its tokens at
-/// today's price, and says so.
+/// A run recorded without a price (its model had none then) shows its tokens and an unknown
+/// cost; once the model has a price, its tokens are priced at it, and the plan says so.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_record_without_a_cost_is_priced_from_its_tokens() {
     let fake = answering().await;
@@ -192,6 +192,14 @@ async fn a_record_without_a_cost_is_priced_from_its_tokens() {
     )
     .await;
     assert_eq!(out.status, 0, "{}", out.transcript());
+    // Without a price its tokens are known, its cost is not: said so, never $0 or "no history".
+    let (out, test) = run(test, &["plan", "w.toml"]).await;
+    assert!(
+        out.stdout
+            .contains("    forecast 190 tokens, cost unknown (no price), "),
+        "{}",
+        out.stdout
+    );
     let test = test.file("w.toml", &workflow(PRICES, A));
     let (plan, test) = plan_json(test).await;
     let a = &plan["steps"][0]["forecast"];
