@@ -93,6 +93,13 @@ pub struct Held<'a> {
 }
 
 impl Held<'_> {
+    /// Whether `run` refuses to start: past the ceiling, or a cost unknown under
+    /// `unknown_cost = "refuse"`.
+    pub fn refuses(&self, unknown_cost: crate::workflow::UnknownCost) -> bool {
+        self.over()
+            || (!self.unknown.is_empty() && unknown_cost == crate::workflow::UnknownCost::Refuse)
+    }
+
     /// Past the ceiling; a billionth of a dollar is allowed for the sum's rounding (0.1 + 0.2
     /// is not 0.3 in floating point), so a forecast exactly at the ceiling is within it.
     pub fn over(&self) -> bool {
@@ -186,16 +193,23 @@ impl Forecast {
             over_ceiling: plan
                 .max_cost_usd
                 .map(|ceiling| self.held_to(plan, ceiling).over()),
+            refuses: plan
+                .max_cost_usd
+                .map(|ceiling| self.held_to(plan, ceiling).refuses(plan.unknown_cost)),
         }
     }
 
     /// The run's forecast line of `plan`'s text.
     pub fn text(&self, plan: &Plan, out: &mut String) {
         let (Some(tokens), true) = (self.tokens(), self.runs > 0) else {
-            let _ = writeln!(
+            let _ = write!(
                 out,
                 "forecast: no history yet (runs of this workflow recorded in the state directory give tokens, cost and time)"
             );
+            if let Some(verdict) = self.verdict(plan) {
+                let _ = write!(out, "; {verdict}");
+            }
+            out.push('\n');
             return;
         };
         let _ = write!(
@@ -220,19 +234,26 @@ impl Forecast {
                 unknown.join(", ")
             );
         }
-        if let Some(ceiling) = plan.max_cost_usd {
-            let held = self.held_to(plan, ceiling);
-            if held.over() {
-                let _ = write!(
-                    out,
-                    "; the high passes the {} ceiling: `run` refuses to start",
-                    crate::units::usd(ceiling)
-                );
-            } else {
-                let _ = write!(out, "; within the {} ceiling", crate::units::usd(ceiling));
-            }
+        if let Some(verdict) = self.verdict(plan) {
+            let _ = write!(out, "; {verdict}");
         }
         out.push('\n');
+    }
+
+    /// What `run` makes of the forecast under the plan's cost ceiling, if it has one.
+    fn verdict(&self, plan: &Plan) -> Option<String> {
+        let ceiling = plan.max_cost_usd?;
+        let held = self.held_to(plan, ceiling);
+        let usd = crate::units::usd(ceiling);
+        Some(if held.over() {
+            format!("the high passes the {usd} ceiling: `run` refuses to start")
+        } else if held.refuses(plan.unknown_cost) {
+            format!(
+                "with steps of unknown cost and `unknown_cost = \"refuse\"`, `run` refuses to start under the {usd} ceiling"
+            )
+        } else {
+            format!("within the {usd} ceiling")
+        })
     }
 
     /// Step `i`'s forecast line of `plan`'s text.
@@ -327,6 +348,8 @@ struct JsonForecast {
     without_history: Vec<String>,
     /// Whether the high passes `max_cost_usd` (null without one).
     over_ceiling: Option<bool>,
+    /// Whether `run` refuses to start by it (null without a ceiling).
+    refuses: Option<bool>,
 }
 
 /// The run's forecast as `plan --format json` gives it.

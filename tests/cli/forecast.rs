@@ -323,6 +323,28 @@ async fn an_incomplete_forecast_runs_by_default_and_can_refuse() {
         out.stderr
     );
     assert!(fake.requests().await.is_empty());
+    // `plan` says so before.
+    let (out, test) = run(
+        test,
+        &[
+            "plan",
+            "w.toml",
+            "--max-cost",
+            "1",
+            "--unknown-cost",
+            "refuse",
+            "--format",
+            "json",
+        ],
+    )
+    .await;
+    let plan: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(plan["forecast"]["refuses"], true, "{}", plan["forecast"]);
+    assert_eq!(
+        plan["forecast"]["over_ceiling"], false,
+        "{}",
+        plan["forecast"]
+    );
     let test = test.file(
         "w.toml",
         &workflow(
