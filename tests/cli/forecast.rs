@@ -452,3 +452,20 @@ async fn max_cost_is_also_the_live_ceiling() {
     );
     assert_eq!(fake.count("MARK-b").await, 0);
 }
+
+/// A ceiling that is not a number of dollars is a usage error, said before anything runs.
+#[test]
+fn a_ceiling_that_is_not_dollars_is_refused() {
+    for bad in ["--max-cost=-1", "--max-cost=nan", "--max-cost=inf"] {
+        let out = Test::new()
+            .file("w.toml", &workflow(PRICES, A))
+            .args(&["run", "w.toml", bad])
+            .run();
+        assert_eq!(out.status, 2, "{bad}: {}", out.transcript());
+        assert!(
+            flat(&out.stderr).contains("`--max-cost` must be a number of USD, 0 or more"),
+            "{bad}: {}",
+            out.stderr
+        );
+    }
+}
