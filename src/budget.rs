@@ -19,6 +19,8 @@ const NANO: f64 = 1e9;
 pub struct RunBudget {
     pub max_tokens: Option<u64>,
     pub max_cost_usd: Option<f64>,
+    /// `max_cost_usd` came from `--max-cost`: its messages say so.
+    pub max_cost_from_flag: bool,
     pub prices: Prices,
     tokens: AtomicU64,
     cost_nano: AtomicU64,
@@ -34,22 +36,16 @@ impl RunBudget {
         }
     }
 
+    /// The same, its cost ceiling named as `--max-cost` when `flag`.
+    pub fn from_flag(mut self, flag: bool) -> Self {
+        self.max_cost_from_flag = flag;
+        self
+    }
+
     /// What a reply cost, when its model has a price.
     pub fn cost(&self, model: &str, usage: &Usage) -> Option<f64> {
         let (price, _) = self.prices.of(model)?;
-        let per = |tokens: u64, usd: f64| tokens as f64 * usd / 1e6;
-        Some(
-            per(usage.input_tokens, price.input)
-                + per(usage.output_tokens, price.output)
-                + per(
-                    usage.cache_read_input_tokens,
-                    price.cache_read.unwrap_or(price.input),
-                )
-                + per(
-                    usage.cache_creation_input_tokens,
-                    price.cache_write.unwrap_or(price.input),
-                ),
-        )
+        Some(cost(&price, usage))
     }
 
     pub fn tokens_used(&self) -> u64 {
@@ -59,6 +55,22 @@ impl RunBudget {
     pub fn cost_used(&self) -> f64 {
         self.cost_nano.load(Ordering::Relaxed) as f64 / NANO
     }
+}
+
+/// What `usage` costs at `price`; cache reads and writes at the input price when the price
+/// names none. The meter and the forecast (`run::forecast`) both price by it.
+pub fn cost(price: &crate::workflow::Price, usage: &Usage) -> f64 {
+    let per = |tokens: u64, usd: f64| tokens as f64 * usd / 1e6;
+    per(usage.input_tokens, price.input)
+        + per(usage.output_tokens, price.output)
+        + per(
+            usage.cache_read_input_tokens,
+            price.cache_read.unwrap_or(price.input),
+        )
+        + per(
+            usage.cache_creation_input_tokens,
+            price.cache_write.unwrap_or(price.input),
+        )
 }
 
 /// A step's ceiling and what it (with its subagents) has used.
@@ -154,8 +166,13 @@ impl Meter {
         if let Some(limit) = run.max_cost_usd
             && run.cost_used() >= limit
         {
+            let ceiling = if run.max_cost_from_flag {
+                format!("--max-cost {limit}")
+            } else {
+                format!("[budget] max_cost_usd = {limit}")
+            };
             return Err(format!(
-                "the run cost ${:.4} of its budget `[budget] max_cost_usd = {limit}`",
+                "the run cost ${:.4} of its budget `{ceiling}`",
                 run.cost_used()
             ));
         }

@@ -101,6 +101,30 @@ pub(crate) struct LimitArgs {
     /// Subagents (`task`) running at once across the run (overrides the file's max_subagents)
     #[arg(long, value_name = "N")]
     pub(crate) max_subagents: Option<u32>,
+    /// The run's cost ceiling in USD (overrides the file's max_cost_usd): `run` refuses to start
+    /// when the forecast's high passes it, and stops starting requests when the run reaches it
+    #[arg(long, value_name = "USD")]
+    pub(crate) max_cost: Option<f64>,
+    /// What a step with no history counts as against the cost ceiling before the run:
+    /// `allow` starts the run (the default), `refuse` does not (overrides the file's
+    /// unknown_cost)
+    #[arg(long, value_enum, value_name = "allow|refuse")]
+    pub(crate) unknown_cost: Option<UnknownCostArg>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub(crate) enum UnknownCostArg {
+    Allow,
+    Refuse,
+}
+
+impl From<UnknownCostArg> for crate::workflow::UnknownCost {
+    fn from(arg: UnknownCostArg) -> Self {
+        match arg {
+            UnknownCostArg::Allow => Self::Allow,
+            UnknownCostArg::Refuse => Self::Refuse,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, Default, PartialEq, Eq)]

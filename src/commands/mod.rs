@@ -206,6 +206,8 @@ pub(crate) fn plan_options(
         require_inputs,
         sandbox_off: args.sandbox == SandboxSetting::Off,
         max_subagents: limits.max_subagents,
+        max_cost_usd: limits.max_cost,
+        unknown_cost: limits.unknown_cost.map(Into::into),
         trust_workdir: args.trust_workdir,
         project_mcp: Default::default(),
         project_memory: None,

@@ -26,9 +26,11 @@ pub fn plan(
     let (_, state_dir) = crate::run::directories(args.workdir.as_deref(), state_dir);
     let history = crate::run::history::History::read(&state_dir, &plan);
     let paths = history.paths(&plan);
+    let forecast = crate::run::forecast::forecast(&plan, &history, &|_| false);
     let path = render::PathView {
         paths: &paths,
         runs: history.runs.len(),
+        forecast: &forecast,
     };
     let text = match format {
         // The plan quotes the workflow (prompts, names): none of its control characters reach

@@ -54,6 +54,9 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
         report(io, &problems);
         return Exit::Invalid;
     }
+    if let Err(exit) = hold_forecast(&args, &plan, &state_dir, resume.as_ref(), &only, io) {
+        return exit;
+    }
     // Known before the run starts, so that cassettes can leave it out of what they hash.
     let run_id = args.run_id.clone().unwrap_or_else(run::new_run_id);
     let tapes = match tapes(&args, &run_id, io) {
@@ -119,6 +122,47 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
     // Steps still winding down (a cancelled HTTP request, a killed process) are not waited for.
     runtime.shutdown_timeout(Duration::from_millis(500));
     finish(&args, &plan, &options, result, recording, io)
+}
+
+/// The forecast's high held to the cost ceiling (docs/src/budgets.md "Cost before you pay"):
+/// before any request, and before cassettes, worktrees or the run's state are made. A replay
+/// costs nothing; a step the resumed run finished (or one `--only` leaves out) is reused.
+fn hold_forecast(
+    args: &RunArgs,
+    plan: &crate::plan::Plan,
+    state_dir: &camino::Utf8Path,
+    resume: Option<&crate::record::RunRecord>,
+    only: &BTreeSet<String>,
+    io: &mut Io<'_>,
+) -> Result<(), Exit> {
+    if plan.max_cost_usd.is_none() || args.replay.is_some() {
+        return Ok(());
+    }
+    let history = run::history::History::read(state_dir, plan);
+    let selected = |id: &str| {
+        only.is_empty()
+            || only
+                .iter()
+                .any(|o| o == id || o.strip_prefix(id).is_some_and(|r| r.starts_with('[')))
+    };
+    let finished = |id: &str| {
+        resume
+            .and_then(|r| r.steps.get(id))
+            .is_some_and(|s| s.status == crate::record::StepStatus::Succeeded)
+    };
+    let reused = |id: &str| !selected(id) || finished(id);
+    let forecast = run::forecast::forecast(plan, &history, &reused);
+    match run::forecast::hold(plan, &forecast) {
+        Ok(None) => Ok(()),
+        Ok(Some(warning)) => {
+            let _ = writeln!(io.err, "warning: {warning}");
+            Ok(())
+        }
+        Err(problem) => {
+            report(io, &[problem]);
+            Err(Exit::Invalid)
+        }
+    }
 }
 
 /// `--dry-run`: the plan, as `runner plan` prints it.

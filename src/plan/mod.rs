@@ -3,6 +3,7 @@
 //! exists only when there are no errors.
 
 pub mod critical;
+pub mod forecast;
 pub mod graph;
 pub mod render;
 mod settings;
@@ -61,6 +62,10 @@ pub struct PlanOptions {
     pub sandbox_off: bool,
     /// `--max-subagents`.
     pub max_subagents: Option<u32>,
+    /// `--max-cost`: the run's cost ceiling, over `[budget] max_cost_usd`.
+    pub max_cost_usd: Option<f64>,
+    /// `--unknown-cost`, over `[budget] unknown_cost`.
+    pub unknown_cost: Option<crate::workflow::UnknownCost>,
     /// `--trust-workdir`.
     pub trust_workdir: bool,
     /// The project's `.mcp.json` servers, when the working directory is trusted (else empty):
@@ -86,8 +91,13 @@ pub struct Plan {
     pub max_subagents_per_step: u32,
     /// `[budget] max_tokens`.
     pub max_tokens: Option<u64>,
-    /// `[budget] max_cost_usd`.
+    /// `--max-cost`, else `[budget] max_cost_usd`.
     pub max_cost_usd: Option<f64>,
+    /// Whether `max_cost_usd` is `--max-cost`'s: messages name the ceiling as the user set it.
+    pub max_cost_from_flag: bool,
+    /// `--unknown-cost`, else `[budget] unknown_cost`: whether a step with no history counts
+    /// as over the cost ceiling before the run (docs/src/budgets.md "Cost before you pay").
+    pub unknown_cost: crate::workflow::UnknownCost,
     /// How its models are priced: `[prices]`, then LiteLLM's map.
     pub prices: Prices,
     pub inputs: BTreeMap<String, String>,
@@ -393,7 +403,15 @@ pub fn build_plan(
     }
 
     b.report_missing_aliases();
-    let prices = b.check_prices(&providers, &resolved);
+    if options
+        .max_cost_usd
+        .is_some_and(|usd| !(usd.is_finite() && usd >= 0.0))
+    {
+        b.problems.push(Problem::error(
+            "`--max-cost` must be a number of USD, 0 or more (e.g. `--max-cost 2.50`)",
+        ));
+    }
+    let prices = b.check_prices(&providers, &resolved, options.max_cost_usd.is_some());
     if cycles.is_empty() {
         b.warn_concurrent_writers(&graph, &ids, &resolved);
     }
@@ -470,7 +488,14 @@ pub fn build_plan(
             .or(def.max_subagents)
             .unwrap_or(DEFAULT_MAX_SUBAGENTS),
         max_tokens: def.budget.as_ref().and_then(|b| b.max_tokens),
-        max_cost_usd: def.budget.as_ref().and_then(|b| b.max_cost_usd),
+        max_cost_usd: options
+            .max_cost_usd
+            .or(def.budget.as_ref().and_then(|b| b.max_cost_usd)),
+        max_cost_from_flag: options.max_cost_usd.is_some(),
+        unknown_cost: options
+            .unknown_cost
+            .or(def.budget.as_ref().and_then(|b| b.unknown_cost))
+            .unwrap_or_default(),
         prices,
         aliases,
         workdir_trust: crate::agent::WorkdirTrust::new(options.trust_workdir, Some(def)),

@@ -21,6 +21,8 @@ struct JsonPlan<'a> {
     waves: &'a [Vec<String>],
     /// The predicted critical path, and with history the run's ETA.
     critical_path: JsonCritical,
+    /// The run's forecast from earlier runs (docs/src/budgets.md "Cost before you pay").
+    forecast: serde_json::Value,
     steps: Vec<JsonStep<'a>>,
 }
 
@@ -44,6 +46,8 @@ pub struct PathView<'a> {
     pub paths: &'a super::critical::Paths,
     /// Earlier runs read.
     pub runs: usize,
+    /// Tokens, cost and time by those runs.
+    pub forecast: &'a super::forecast::Forecast,
 }
 
 impl PathView<'_> {
@@ -177,6 +181,8 @@ struct JsonStep<'a> {
     check_retries: u32,
     /// The fan-out, when the step runs once per item.
     for_each: Option<JsonForEach<'a>>,
+    /// Its tokens, cost and time by earlier runs (null figures: no history).
+    forecast: serde_json::Value,
 }
 
 #[derive(Serialize)]
@@ -218,14 +224,25 @@ fn instances(step: &PlannedStep) -> Option<Vec<JsonInstance>> {
 
 pub fn to_json(plan: &Plan, support: Support) -> String {
     let paths = super::critical::Paths::new(plan, &[]);
+    let forecast = no_history(plan);
     to_json_with(
         plan,
         support,
         &PathView {
             paths: &paths,
             runs: 0,
+            forecast: &forecast,
         },
     )
+}
+
+/// The forecast of a plan with no earlier runs: every step unknown.
+fn no_history(plan: &Plan) -> super::forecast::Forecast {
+    super::forecast::Forecast {
+        runs: 0,
+        steps: vec![Default::default(); plan.steps().len()],
+        duration_ms: None,
+    }
 }
 
 /// The plan as JSON, its critical path by `path`.
@@ -233,6 +250,7 @@ pub fn to_json_with(plan: &Plan, support: Support, path: &PathView<'_>) -> Strin
     let priced = |s: &PlannedStep| s.model.as_ref().and_then(|m| plan.price_of(&m.to_string()));
     let doc = JsonPlan {
         critical_path: path.json(plan),
+        forecast: super::forecast::json(path.forecast, plan),
         name: &plan.name,
         budget: JsonBudget {
             max_tokens: plan.max_tokens,
@@ -243,7 +261,9 @@ pub fn to_json_with(plan: &Plan, support: Support, path: &PathView<'_>) -> Strin
         steps: plan
             .steps
             .iter()
-            .map(|s| JsonStep {
+            .enumerate()
+            .map(|(i, s)| JsonStep {
+                forecast: super::forecast::step_json(path.forecast, i),
                 id: &s.id,
                 agent: &s.agent,
                 agent_source: match s.agent_source.path() {
@@ -314,12 +334,14 @@ pub fn to_json_with(plan: &Plan, support: Support, path: &PathView<'_>) -> Strin
 
 pub fn to_text(plan: &Plan, support: Support) -> String {
     let paths = super::critical::Paths::new(plan, &[]);
+    let forecast = no_history(plan);
     to_text_with(
         plan,
         support,
         &PathView {
             paths: &paths,
             runs: 0,
+            forecast: &forecast,
         },
     )
 }
@@ -364,16 +386,19 @@ pub fn to_text_with(plan: &Plan, support: Support, path: &PathView<'_>) -> Strin
         let _ = writeln!(out, "inputs: {}", inputs.join(", "));
     }
     path.text(plan, &mut out);
+    path.forecast.text(plan, &mut out);
     let width = plan.steps().iter().map(|s| s.id.len()).max().unwrap_or(0);
     // Steps are stored wave by wave: one pass over them prints every wave.
     let mut wave = None;
-    for step in plan.steps() {
+    for (i, step) in plan.steps().iter().enumerate() {
         if wave != Some(step.wave) {
             wave = Some(step.wave);
             let _ = writeln!(out, "\nwave {}", step.wave + 1);
         }
         let price = step.model.as_ref().map(|model| price_text(plan, model));
-        step_text(&mut out, step, width, support, price);
+        let mut forecast = String::new();
+        path.forecast.step_text(i, &mut forecast);
+        step_text(&mut out, step, width, support, price, &forecast);
     }
     out
 }
@@ -414,6 +439,7 @@ fn step_text(
     width: usize,
     support: Support,
     price: Option<String>,
+    forecast: &str,
 ) {
     let _ = writeln!(
         out,
@@ -580,6 +606,7 @@ fn step_text(
     if let Some(price) = price {
         let _ = writeln!(out, "    {:<9}{price}", "price");
     }
+    out.push_str(forecast);
     if step.command.is_none() {
         let settings = &step.settings;
         let _ = writeln!(

@@ -51,6 +51,7 @@ impl Builder<'_> {
         &mut self,
         providers: &BTreeMap<String, ProviderSpec>,
         steps: &[Option<PlannedStep>],
+        flag_ceiling: bool,
     ) -> Prices {
         let def = &self.loaded.def;
         let mut prices = BTreeMap::new();
@@ -67,7 +68,8 @@ impl Builder<'_> {
             }
         }
         let prices = Prices::new(prices);
-        if def.budget.as_ref().and_then(|b| b.max_cost_usd).is_some() {
+        let file_ceiling = def.budget.as_ref().and_then(|b| b.max_cost_usd).is_some();
+        if flag_ceiling || file_ceiling {
             let unpriced: BTreeSet<String> = steps
                 .iter()
                 .flatten()
@@ -75,20 +77,28 @@ impl Builder<'_> {
                 .filter(|m| prices.of(m).is_none())
                 .collect();
             if !unpriced.is_empty() {
-                let span = self.key_span(&path!["budget", "max_cost_usd"]);
                 let list: Vec<String> = unpriced.iter().map(|m| format!("`{m}`")).collect();
-                self.problems.push(
-                    Problem::error(format!(
-                        "`max_cost_usd` cannot count replies of {}: no known price (neither `[prices]` nor {} has one)",
-                        list.join(", "),
-                        PriceSource::LiteLlm(crate::provider::known::snapshot())
-                    ))
-                    .at(self.file, span, "cost ceiling")
-                    .help(format!(
-                        "add `[prices.\"{}\"]` with `input` and `output` in USD per million tokens",
-                        unpriced.iter().next().map_or("", String::as_str)
-                    )),
-                );
+                let problem = Problem::error(format!(
+                    "`{}` cannot count replies of {}: no known price (neither `[prices]` nor {} has one)",
+                    if flag_ceiling {
+                        "--max-cost"
+                    } else {
+                        "max_cost_usd"
+                    },
+                    list.join(", "),
+                    PriceSource::LiteLlm(crate::provider::known::snapshot())
+                ));
+                // The flag's ceiling has no place in the file to point at.
+                let problem = if flag_ceiling {
+                    problem
+                } else {
+                    let span = self.key_span(&path!["budget", "max_cost_usd"]);
+                    problem.at(self.file, span, "cost ceiling")
+                };
+                self.problems.push(problem.help(format!(
+                    "add `[prices.\"{}\"]` with `input` and `output` in USD per million tokens",
+                    unpriced.iter().next().map_or("", String::as_str)
+                )));
             }
         }
         prices

@@ -27,11 +27,23 @@ pub struct Sample {
     /// Every token sent and received, cached or not.
     pub tokens: u64,
     pub cost_usd: Option<f64>,
+    /// Its tokens priced by today's price of its model (`Prices::of`), for a run that
+    /// recorded no cost (its model had no price then).
+    pub priced_usd: Option<f64>,
 }
 
 impl Sample {
-    fn of(step: &StepRecord) -> Self {
+    fn of(step: &StepRecord, plan: &Plan) -> Self {
+        let usage = crate::provider::message::Usage {
+            input_tokens: step.input_tokens,
+            output_tokens: step.output_tokens,
+            cache_creation_input_tokens: step.cache_creation_input_tokens,
+            cache_read_input_tokens: step.cache_read_input_tokens,
+        };
         Sample {
+            priced_usd: plan
+                .price_of(&step.model)
+                .map(|(price, _)| crate::budget::cost(&price, &usage)),
             duration_ms: step.duration_ms,
             tokens: crate::units::sum([
                 step.input_tokens,
@@ -69,6 +81,8 @@ pub struct StepHistory {
     pub instances: BTreeMap<String, Vec<Sample>>,
     /// Its subagents, by agent.
     pub subagents: BTreeMap<String, Vec<Sample>>,
+    /// A fan-out's instance count in each run read, newest first.
+    pub counts: Vec<usize>,
 }
 
 impl StepHistory {
@@ -139,7 +153,10 @@ impl History {
                 }
                 let entry = history.steps.entry(step.id.clone()).or_default();
                 if done.status == StepStatus::Succeeded {
-                    entry.runs.push(Sample::of(done));
+                    entry.runs.push(Sample::of(done, plan));
+                }
+                if step.for_each.is_some() {
+                    entry.counts.push(done.instances.len());
                 }
                 for instance in &done.instances {
                     if instance.status != StepStatus::Succeeded || instance.reused_from.is_some() {
@@ -150,7 +167,7 @@ impl History {
                             .instances
                             .entry(id.clone())
                             .or_default()
-                            .push(Sample::of(instance));
+                            .push(Sample::of(instance, plan));
                     }
                 }
                 let subagents = done
@@ -166,6 +183,7 @@ impl History {
                             duration_ms: subagent.duration_ms,
                             tokens: subagent.total_tokens(),
                             cost_usd: None,
+                            priced_usd: None,
                         });
                 }
             }

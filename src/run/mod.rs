@@ -6,6 +6,7 @@ pub mod confinement;
 pub mod decide;
 pub mod executor;
 pub mod fanout;
+pub mod forecast;
 pub mod history;
 pub mod keys;
 pub mod lock;

@@ -73,11 +73,14 @@ impl Team {
             apis: Mutex::new(apis),
             slots: Slots::new(plan.max_subagents as usize),
             per_step: plan.max_subagents_per_step,
-            budget: Arc::new(crate::budget::RunBudget::new(
-                plan.max_tokens,
-                plan.max_cost_usd,
-                plan.prices.clone(),
-            )),
+            budget: Arc::new(
+                crate::budget::RunBudget::new(
+                    plan.max_tokens,
+                    plan.max_cost_usd,
+                    plan.prices.clone(),
+                )
+                .from_flag(plan.max_cost_from_flag),
+            ),
             tapes: None,
             mcp: Arc::default(),
         }

@@ -77,10 +77,35 @@ pub struct Budget {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub max_tokens: Option<u64>,
-    /// USD across the run, priced with `[prices]`.
+    /// USD across the run, priced with `[prices]`. `run` also refuses to start when the
+    /// forecast's high (from earlier runs) passes it (docs/src/budgets.md "Cost before you pay").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub max_cost_usd: Option<f64>,
+    /// What a step with no history counts as against `max_cost_usd` before the run: `allow`
+    /// (the default: the run starts, saying the forecast is incomplete) or `refuse`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unknown_cost: Option<UnknownCost>,
+}
+
+/// What a step with no history counts as when the forecast is held to a cost ceiling.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum UnknownCost {
+    /// Start the run, saying which steps the forecast could not count.
+    #[default]
+    Allow,
+    /// Count an unknown cost as over the ceiling: refuse to start.
+    Refuse,
+}
+
+impl UnknownCost {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UnknownCost::Allow => "allow",
+            UnknownCost::Refuse => "refuse",
+        }
+    }
 }
 
 /// An MCP server (docs/src/mcp.md): a program started for the run (`command`), or a streamable

@@ -15,6 +15,7 @@ mod docs;
 mod escaped_secrets;
 mod export;
 mod fake;
+mod forecast;
 mod found;
 mod gate;
 mod gitlab;

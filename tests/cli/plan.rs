@@ -73,6 +73,7 @@ fn check_json_shape(plan: &serde_json::Value) {
         [
             "budget",
             "critical_path",
+            "forecast",
             "max_subagents",
             "name",
             "steps",
@@ -105,6 +106,7 @@ fn check_json_shape(plan: &serde_json::Value) {
                 "context_window",
                 "effort",
                 "for_each",
+                "forecast",
                 "id",
                 "isolation",
                 "keep_tool_results",
