@@ -88,6 +88,8 @@ pub struct Plan {
     pub max_tokens: Option<u64>,
     /// `[budget] max_cost_usd`.
     pub max_cost_usd: Option<f64>,
+    /// `[budget] daily_usd` (docs/src/budgets.md "Daily budget").
+    pub daily_usd: Option<f64>,
     /// How its models are priced: `[prices]`, then LiteLLM's map.
     pub prices: Prices,
     pub inputs: BTreeMap<String, String>,
@@ -471,6 +473,7 @@ pub fn build_plan(
             .unwrap_or(DEFAULT_MAX_SUBAGENTS),
         max_tokens: def.budget.as_ref().and_then(|b| b.max_tokens),
         max_cost_usd: def.budget.as_ref().and_then(|b| b.max_cost_usd),
+        daily_usd: def.budget.as_ref().and_then(|b| b.daily_usd),
         prices,
         aliases,
         workdir_trust: crate::agent::WorkdirTrust::new(options.trust_workdir, Some(def)),

@@ -81,6 +81,12 @@ pub struct Budget {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub max_cost_usd: Option<f64>,
+    /// USD across every run of the state directory in the last 24 hours, this one included: a
+    /// run does not start past it, and one that crosses it starts no more steps
+    /// (`run --daily-budget` wins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub daily_usd: Option<f64>,
 }
 
 /// An MCP server (docs/src/mcp.md): a program started for the run (`command`), or a streamable
