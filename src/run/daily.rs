@@ -310,6 +310,28 @@ mod tests {
     }
 
     #[test]
+    fn a_refusal_names_the_five_costliest_runs_and_counts_the_rest() {
+        let now: Timestamp = "2026-12-07T12:00:00Z".parse().unwrap();
+        let records = (1..=7).map(|i| {
+            record(
+                &format!("r{i}"),
+                now - SignedDuration::from_hours(i),
+                &[(0, i as f64)],
+            )
+        });
+        let text =
+            Spend::of(records, now).refusal(20.0, "[budget] daily_usd = 20", "w.toml".into());
+        assert!(text.starts_with("error: the daily budget is spent: $28.00 in the last 24 hours, of `[budget] daily_usd = 20`, by 7 runs:\n  r7  w  started 2026-12-07 05:00:00Z  $7.00\n  r6  "), "{text}");
+        assert!(
+            text.contains("  r3  w  started 2026-12-07 09:00:00Z  $3.00\n  and 2 more\n"),
+            "{text}"
+        );
+        assert!(!text.contains("  r2  "), "{text}");
+        // $28 falls under $20 once r7 ($7) and r6 ($6) have left: when r6's spend does.
+        assert!(text.contains("the oldest of it leaves the window at 2026-12-08 05:00:00Z (in 17h 00m); runs start again at 2026-12-08 06:00:00Z (in 18h 00m), when the spend falls under $20.00\n"), "{text}");
+    }
+
+    #[test]
     fn reused_steps_were_paid_for_by_their_own_run() {
         let now: Timestamp = "2026-12-07T12:00:00Z".parse().unwrap();
         let mut resumed = record(

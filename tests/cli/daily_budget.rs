@@ -199,13 +199,13 @@ async fn a_record_without_this_users_seal_is_not_counted() {
 }
 
 /// Priced so that one reply costs $1.90 (190 tokens at $10,000 a million): under a budget of
-/// $1 the first step crosses it, so the second never starts, and says why; the run fails. The
+/// $1 the first step crosses it, so no other starts, each saying why; the run fails. The
 /// next run is refused at once, by the spend of this one.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_run_that_crosses_the_daily_budget_starts_no_more_steps() {
     let fake = answering().await;
     let priced = format!(
-        "{}[prices.\"anthropic/claude-test\"]\ninput = 10000\noutput = 10000\n",
+        "{}[steps.c]\nagent = \"explore\"\nprompt = \"third\"\nneeds = [\"a\"]\n[steps.d]\nagent = \"explore\"\nprompt = \"fourth\"\nneeds = [\"b\"]\n[prices.\"anthropic/claude-test\"]\ninput = 10000\noutput = 10000\n",
         workflow("daily", "daily_usd = 1")
     );
     let test = project(&fake).file("w.toml", &priced);
@@ -221,7 +221,12 @@ async fn a_run_that_crosses_the_daily_budget_starts_no_more_steps() {
         b["error"],
         "not started: the daily budget is spent ($1.90 in the last 24 hours, $1.90 of it by this run, of `[budget] daily_usd = 1`)"
     );
-    assert_eq!(fake.requests().await.len(), 1, "step b sent nothing");
+    // `c`, whose need succeeded, does not start either; `d`, which needs `b`, is skipped, as
+    // after any step that did not run.
+    assert_eq!(record["steps"]["c"]["status"], "cancelled");
+    assert_eq!(record["steps"]["c"]["error"], b["error"]);
+    assert_eq!(record["steps"]["d"]["status"], "skipped");
+    assert_eq!(fake.requests().await.len(), 1, "only step a sent a request");
     // The table under the run says why too.
     assert!(
         out.stderr
