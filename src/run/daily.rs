@@ -187,11 +187,15 @@ impl Spend {
 
     /// What `runner runs` says of the window: the spend, and with a budget what is left of it.
     pub fn line(&self, limit: Option<f64>) -> String {
-        let mut line = format!(
-            "last 24 hours: {} by {}",
-            usd(self.total_usd),
-            crate::units::count(self.runs.len() as u64, "run", "runs"),
-        );
+        let mut line = if self.runs.is_empty() {
+            "last 24 hours: nothing spent".to_owned()
+        } else {
+            format!(
+                "last 24 hours: {} by {}",
+                usd(self.total_usd),
+                crate::units::count(self.runs.len() as u64, "run", "runs"),
+            )
+        };
         if let Some(limit) = limit {
             if self.total_usd >= limit {
                 line.push_str(&format!(

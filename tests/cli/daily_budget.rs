@@ -187,6 +187,17 @@ async fn a_record_without_this_users_seal_is_not_counted() {
     set_spend(test.path(), &id, hours_ago(Timestamp::now(), 1), 5.0, false);
     let (again, test) = run(test, &["run", "w.toml"]).await;
     assert_eq!(again.status, 0, "{}", again.transcript());
+    let (runs, test) = run(test, &["runs"]).await;
+    assert!(
+        runs.stdout.contains(&format!("{id} (not yours)")),
+        "{}",
+        runs.stdout
+    );
+    assert!(
+        runs.stdout.contains("last 24 hours: nothing spent\n"),
+        "{}",
+        runs.stdout
+    );
     // Sealed, the same record is counted.
     set_spend(test.path(), &id, hours_ago(Timestamp::now(), 1), 5.0, true);
     let (refused, _test) = run(test, &["run", "w.toml"]).await;
@@ -282,4 +293,52 @@ async fn a_replay_is_not_refused_nor_counted() {
         "{}",
         runs.stdout
     );
+}
+
+/// A fan-out's instances are checked as steps are: the first crosses the budget, the others
+/// do not start, and the step says so.
+#[tokio::test(flavor = "multi_thread")]
+async fn fan_out_instances_stop_starting_at_the_daily_budget() {
+    let fake = answering().await;
+    let priced = "name = \"daily\"\nmax_parallel = 1\n[budget]\ndaily_usd = 1\n[models]\ndefault = \"anthropic/claude-test\"\n[steps.each]\nagent = \"explore\"\nfor_each = [\"p\", \"q\", \"r\"]\nprompt = \"item {{ item }}\"\n[prices.\"anthropic/claude-test\"]\ninput = 10000\noutput = 10000\n";
+    let test = project(&fake).file("w.toml", priced);
+    let (out, _test) = run(test, &["run", "w.toml", "--format", "json"]).await;
+    assert_eq!(out.status, 1, "{}", out.transcript());
+    let record: Value = serde_json::from_str(&out.stdout).unwrap();
+    let each = &record["steps"]["each"];
+    assert_eq!(each["status"], "cancelled", "{each}");
+    let statuses: Vec<&str> = each["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses, ["succeeded", "cancelled", "cancelled"]);
+    assert!(
+        each["instances"][1]["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("not started: the daily budget is spent ($1.90"),
+        "{each}"
+    );
+    assert_eq!(fake.requests().await.len(), 1);
+}
+
+/// `plan` shows the daily budget with the run's ceilings, in text and JSON.
+#[test]
+fn plan_shows_the_daily_budget() {
+    let test = Test::new().file("w.toml", &workflow("daily", "daily_usd = 20"));
+    let text = test.args(&["plan", "w.toml"]).run_keeping();
+    assert_eq!(text.status, 0, "{}", text.transcript());
+    assert!(
+        text.stdout.contains("budget: $20.00 a day across runs\n"),
+        "{}",
+        text.stdout
+    );
+    let json = Test::new()
+        .file("w.toml", &workflow("daily", "daily_usd = 20"))
+        .args(&["plan", "w.toml", "--format", "json"])
+        .run();
+    let plan: Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(plan["budget"]["daily_usd"], 20.0);
 }
