@@ -22,8 +22,21 @@ pub struct RunBudget {
     /// `max_cost_usd` came from `--max-cost`: its messages say so.
     pub max_cost_from_flag: bool,
     pub prices: Prices,
+    /// The daily budget, when one is set and the run is not a replay: set once, when the
+    /// earlier runs' spend has been read.
+    daily: std::sync::OnceLock<DailyLimit>,
     tokens: AtomicU64,
     cost_nano: AtomicU64,
+}
+
+/// The daily budget (docs/src/budgets.md "Daily budget"): what the state directory's other
+/// runs spent in the last 24 hours when this one started, and the limit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DailyLimit {
+    pub limit_usd: f64,
+    pub earlier_usd: f64,
+    /// How it was set, as the user would change it: `--daily-budget 5` or `[budget] daily_usd = 5`.
+    pub set_by: String,
 }
 
 impl RunBudget {
@@ -54,6 +67,30 @@ impl RunBudget {
 
     pub fn cost_used(&self) -> f64 {
         self.cost_nano.load(Ordering::Relaxed) as f64 / NANO
+    }
+
+    /// Sets the daily budget; a second one is ignored (the run has one).
+    pub fn set_daily(&self, daily: DailyLimit) {
+        let _ = self.daily.set(daily);
+    }
+
+    /// Whether another step may start: not once the earlier runs' spend of the last 24 hours
+    /// and this run's reach the daily budget. Steps already running go on (a step is the unit
+    /// of work a user pays for whole); the error says why the rest did not start.
+    pub fn may_start(&self) -> Result<(), String> {
+        let Some(daily) = self.daily.get() else {
+            return Ok(());
+        };
+        let spent = daily.earlier_usd + self.cost_used();
+        if spent >= daily.limit_usd {
+            return Err(format!(
+                "not started: the daily budget is spent ({} in the last 24 hours, {} of it by this run, of `{}`)",
+                crate::units::usd(spent),
+                crate::units::usd(self.cost_used()),
+                daily.set_by
+            ));
+        }
+        Ok(())
     }
 }
 

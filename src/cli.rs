@@ -193,6 +193,10 @@ pub(crate) struct RunArgs {
     /// is answered and reported as drift)
     #[arg(long, requires = "replay")]
     pub(crate) replay_strict: bool,
+    /// USD across every run of the state directory in the last 24 hours: refuse to start past
+    /// it, and start no more steps once it is crossed (instead of `[budget] daily_usd`)
+    #[arg(long, value_name = "USD", value_parser = usd)]
+    pub(crate) daily_budget: Option<f64>,
     /// No live progress on stderr (warnings, such as a replay's drift, are still printed)
     #[arg(long)]
     pub(crate) no_progress: bool,
@@ -389,6 +393,9 @@ impl RunDirs {
 pub(crate) struct RunsArgs {
     #[command(flatten)]
     pub(crate) dirs: RunDirs,
+    /// Say what is left of this daily budget (USD) after the last 24 hours' spend
+    #[arg(long, value_name = "USD", value_parser = usd)]
+    pub(crate) daily_budget: Option<f64>,
     /// `text` for people, `json` for programs
     #[arg(long, value_enum, default_value_t)]
     pub(crate) format: Format,
@@ -446,4 +453,15 @@ pub struct Io<'a> {
     pub out: &'a mut dyn Write,
     pub err: &'a mut dyn Write,
     pub color: bool,
+}
+
+/// A dollar amount of a flag: a number, not negative (`5`, `0.50`; a leading `$` is allowed).
+fn usd(text: &str) -> Result<f64, String> {
+    let number = text.trim().trim_start_matches('$');
+    match number.parse::<f64>() {
+        Ok(usd) if usd.is_finite() && usd >= 0.0 => Ok(usd),
+        _ => Err(format!(
+            "`{text}` is not an amount of USD: give a number such as `5` or `0.50`"
+        )),
+    }
 }

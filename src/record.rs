@@ -428,6 +428,10 @@ pub struct RunRecord {
     /// 99th percentile (absent in records of older runners, and when nothing started).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_waits: Option<QueueWaits>,
+    /// Answered from cassettes (`--replay`): what its replies are priced at was not paid, so
+    /// the daily budget does not count it (docs/src/budgets.md "Daily budget").
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replayed: bool,
     /// Whether this user's seal is on the record as it was read (`run::records`): only such a
     /// run is `latest`. Never in the file: the seal is.
     #[serde(skip)]
@@ -586,6 +590,7 @@ impl RunRecord {
             cost_usd: None,
             replay_drift: 0,
             queue_waits: None,
+            replayed: false,
             storage_error: None,
         }
     }

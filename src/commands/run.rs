@@ -64,6 +64,11 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
         Err(exit) => return exit,
     };
     let replaying = tapes.as_ref().is_some_and(|t| t.replaying());
+    // Before any request or worktree; a replay costs nothing, so no daily budget holds it.
+    let daily = match daily_budget(&args, &plan, &state_dir, &run_id, replaying, io) {
+        Ok(daily) => daily,
+        Err(exit) => return exit,
+    };
     // Keys are checked before anything starts: a missing one costs nothing. A replay needs none.
     let keys = if replaying {
         BTreeMap::new()
@@ -84,6 +89,9 @@ pub fn run(args: RunArgs, io: &mut Io<'_>) -> Exit {
     watch_signals(&runtime, interrupt.clone(), last_saved.clone());
     let recording = tapes.clone().filter(|t| !t.replaying());
     let (executor, mcp) = executor(&args, &plan, &workdir, &state_dir, tapes, &keys, io);
+    if let Some(daily) = daily {
+        executor.team.budget.set_daily(daily);
+    }
     let options = RunOptions {
         workdir,
         state_dir,
@@ -231,6 +239,37 @@ fn previous(
             Err(Exit::Invalid)
         }
     }
+}
+
+/// The daily budget of `--daily-budget` (else `[budget] daily_usd`) with what the state
+/// directory's runs spent in the last 24 hours; `Err` when that is already past it (said, with
+/// the runs that spent it and how to raise it). None when no budget is set or the run replays.
+fn daily_budget(
+    args: &RunArgs,
+    plan: &crate::plan::Plan,
+    state_dir: &camino::Utf8Path,
+    run_id: &str,
+    replaying: bool,
+    io: &mut Io<'_>,
+) -> Result<Option<crate::budget::DailyLimit>, Exit> {
+    let (limit, set_by) = match (args.daily_budget, plan.daily_usd) {
+        (Some(usd), _) => (usd, format!("--daily-budget {usd}")),
+        (None, Some(usd)) => (usd, format!("[budget] daily_usd = {usd}")),
+        (None, None) => return Ok(None),
+    };
+    if replaying {
+        return Ok(None);
+    }
+    let spend = run::daily::Spend::read(state_dir, Some(run_id), jiff::Timestamp::now());
+    if spend.total_usd >= limit {
+        let _ = write!(io.err, "{}", spend.refusal(limit, &set_by, &args.workflow));
+        return Err(Exit::Invalid);
+    }
+    Ok(Some(crate::budget::DailyLimit {
+        limit_usd: limit,
+        earlier_usd: spend.total_usd,
+        set_by,
+    }))
 }
 
 /// The cassettes of `--record` or `--replay`, if either.

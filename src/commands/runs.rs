@@ -79,6 +79,9 @@ pub fn runs(args: RunsArgs, io: &mut Io<'_>) -> Exit {
         if runs.len() == 1 { "" } else { "s" },
         state_dir.join("runs")
     );
+    // The daily budget counts every workflow's runs (docs/src/budgets.md "Daily budget").
+    let spend = crate::run::daily::Spend::read(&state_dir, None, jiff::Timestamp::now());
+    let _ = writeln!(io.out, "{}", spend.line(args.daily_budget));
     if listing.not_read > 0 {
         let _ = writeln!(
             io.out,

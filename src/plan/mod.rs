@@ -98,6 +98,8 @@ pub struct Plan {
     /// `--unknown-cost`, else `[budget] unknown_cost`: whether a step with no history counts
     /// as over the cost ceiling before the run (docs/src/budgets.md "Cost before you pay").
     pub unknown_cost: crate::workflow::UnknownCost,
+    /// `[budget] daily_usd` (docs/src/budgets.md "Daily budget").
+    pub daily_usd: Option<f64>,
     /// How its models are priced: `[prices]`, then LiteLLM's map.
     pub prices: Prices,
     pub inputs: BTreeMap<String, String>,
@@ -496,6 +498,7 @@ pub fn build_plan(
             .unknown_cost
             .or(def.budget.as_ref().and_then(|b| b.unknown_cost))
             .unwrap_or_default(),
+        daily_usd: def.budget.as_ref().and_then(|b| b.daily_usd),
         prices,
         aliases,
         workdir_trust: crate::agent::WorkdirTrust::new(options.trust_workdir, Some(def)),

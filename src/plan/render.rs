@@ -121,6 +121,9 @@ impl PathView<'_> {
 struct JsonBudget {
     max_tokens: Option<u64>,
     max_cost_usd: Option<f64>,
+    /// `[budget] daily_usd`, only when set (docs/src/budgets.md "Daily budget").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    daily_usd: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -255,6 +258,7 @@ pub fn to_json_with(plan: &Plan, support: Support, path: &PathView<'_>) -> Strin
         budget: JsonBudget {
             max_tokens: plan.max_tokens,
             max_cost_usd: plan.max_cost_usd,
+            daily_usd: plan.daily_usd,
         },
         max_subagents: plan.max_subagents,
         waves: plan.waves(),
@@ -373,6 +377,9 @@ pub fn to_text_with(plan: &Plan, support: Support, path: &PathView<'_>) -> Strin
     }
     if let Some(usd) = plan.max_cost_usd {
         ceilings.push(format!("${usd:.2}"));
+    }
+    if let Some(usd) = plan.daily_usd {
+        ceilings.push(format!("${usd:.2} a day across runs"));
     }
     if !ceilings.is_empty() {
         let _ = writeln!(out, "budget: {}", ceilings.join(", "));

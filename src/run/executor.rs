@@ -40,6 +40,17 @@ pub struct StepJob {
 
 pub trait Executor: Send + Sync + 'static {
     fn run(&self, job: StepJob) -> BoxFuture<'static, StepOutcome>;
+
+    /// Whether another step may start (the daily budget: docs/src/budgets.md); the error is
+    /// why it does not.
+    fn may_start(&self) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Whether its replies come from cassettes (`--replay`), which cost nothing.
+    fn replaying(&self) -> bool {
+        false
+    }
 }
 
 /// Runs steps as subagents against their models.
@@ -92,6 +103,14 @@ impl ModelExecutor {
 }
 
 impl Executor for ModelExecutor {
+    fn may_start(&self) -> Result<(), String> {
+        self.team.budget.may_start()
+    }
+
+    fn replaying(&self) -> bool {
+        self.team.tapes.as_ref().is_some_and(|t| t.replaying())
+    }
+
     // Over 80 lines: one step's run in order (workspace, tools, session or command, checks,
     // record); each part is a call.
     fn run(&self, job: StepJob) -> BoxFuture<'static, StepOutcome> {

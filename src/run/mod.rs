@@ -3,6 +3,7 @@
 
 pub mod command;
 pub mod confinement;
+pub mod daily;
 pub mod decide;
 pub mod executor;
 pub mod fanout;

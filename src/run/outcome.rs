@@ -86,12 +86,14 @@ impl fmt::Display for SkipReason {
 }
 
 /// Why a step was cancelled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CancelReason {
     /// It was running when the run stopped (`--fail-fast`, an interrupt, a state failure).
     WhileRunning,
     /// It never started because the run stopped.
     RunStopped,
+    /// It never started because the daily budget was spent: what was spent, and of what.
+    BudgetSpent(String),
 }
 
 impl fmt::Display for CancelReason {
@@ -99,6 +101,7 @@ impl fmt::Display for CancelReason {
         f.write_str(match self {
             CancelReason::WhileRunning => "cancelled",
             CancelReason::RunStopped => "the run was stopped",
+            CancelReason::BudgetSpent(why) => why,
         })
     }
 }

@@ -82,6 +82,12 @@ pub struct Budget {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub max_cost_usd: Option<f64>,
+    /// USD across every run of the state directory in the last 24 hours, this one included: a
+    /// run does not start past it, and one that crosses it starts no more steps
+    /// (`run --daily-budget` wins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub daily_usd: Option<f64>,
     /// What a step with no history counts as against `max_cost_usd` before the run: `allow`
     /// (the default: the run starts, saying the forecast is incomplete) or `refuse`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -8,6 +8,7 @@ mod claude_code_agents;
 mod clean;
 mod context;
 mod critical_path;
+mod daily_budget;
 mod delegate;
 mod demo;
 mod diagnostics;

@@ -136,6 +136,7 @@ pub async fn execute(
     let history = super::history::History::read(&options.state_dir, plan);
     let paths = history.paths(plan);
     let mut record = RunRecord::new(plan, options.run_id.as_deref());
+    record.replayed = executor.replaying();
     let left_out = left_out(plan, &record, options);
     for &i in &left_out {
         record.steps.remove(&plan.steps()[i].id);
@@ -264,6 +265,12 @@ impl Scheduler<'_> {
                 else {
                     break;
                 };
+                // Past the daily budget no step starts; those running finish (docs/src/budgets.md
+                // "Daily budget").
+                if let Err(why) = executor.may_start() {
+                    self.finish_unstarted(unit, Outcome::Cancelled(CancelReason::BudgetSpent(why)));
+                    continue;
+                }
                 let priority = crate::session::subagent::Priority {
                     remaining: remaining.0,
                     declared: std::cmp::Reverse(declared),
