@@ -32,6 +32,9 @@ fn the_first_command_runs_the_example_for_real_from_the_shipped_cassettes() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let run: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The shipped cassettes match today's requests: a newcomer's first run warns of no drift
+    // (record them again with demo/script.py when a request changes).
+    assert!(!stderr.contains("drifted"), "{stderr}");
     for step in [
         "baseline",
         "find_auth",
