@@ -53,6 +53,23 @@ pub(crate) enum Command {
     /// MCP servers: `mcp list WORKFLOW` starts a workflow's servers and lists their tools
     #[command(subcommand)]
     Mcp(McpCommand),
+    /// Print the shell completion script for bash, zsh, fish, elvish or powershell
+    Completions(CompletionsArgs),
+    /// Print the manual page (roff), of runner or of one command: `runner man | man -l -`
+    Man(ManArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CompletionsArgs {
+    /// The shell to complete in
+    #[arg(value_enum)]
+    pub(crate) shell: clap_complete::Shell,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ManArgs {
+    /// A command whose page to print (`runner-run(1)` for `run`) [default: runner(1)]
+    pub(crate) command: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

