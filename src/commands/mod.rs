@@ -5,6 +5,7 @@ pub mod agents;
 pub mod clean;
 pub mod diff;
 pub mod export;
+pub mod gather;
 pub mod graph;
 pub mod mcp;
 pub mod models;
@@ -115,6 +116,7 @@ fn dispatch(args: Vec<OsString>, io: &mut Io<'_>) -> Exit {
         Command::Runs(args) => runs::runs(args, io),
         Command::Show(args) => show::show(args, io),
         Command::Report(args) => report::report(args, io),
+        Command::Gather(args) => gather::gather(args, io),
         Command::Mcp(McpCommand::List(args)) => mcp::list(args, io),
         Command::Models(args) => models::models(args, io),
     }
