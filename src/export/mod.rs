@@ -8,7 +8,9 @@
 //! the state of earlier jobs, which travels as artifacts (`runs/<id>/steps/<step>/record.json`
 //! files never collide, so putting them all in one directory merges them). A final job with no
 //! model and no key, and the only one allowed to write, pushes the branches of worktree steps
-//! (the safe-outputs pattern). Each engine is one file on top of this one.
+//! (the safe-outputs pattern). The first job installs runner ([`release`]); the last gathers
+//! every job's records into one run and publishes it with its report ([`gather_lines`]). Each
+//! engine is one file on top of this one.
 
 pub mod argo;
 pub mod github;

@@ -970,3 +970,29 @@ fn a_released_version_exports_a_checked_download_of_its_archive() {
         assert!(out.stderr.contains(says), "{value}: {}", out.stderr);
     }
 }
+
+/// `runner gather` says what is missing: a run no job left records of, an id that is not one.
+#[test]
+fn gather_refuses_a_run_with_no_records_and_an_id_that_is_not_one() {
+    let out = Test::in_repo()
+        .args(&[
+            "gather",
+            "workflows/jwt-migration.toml",
+            "--run-id",
+            "1000",
+            "--state-dir",
+        ])
+        .args(&[tempfile::tempdir().unwrap().path().to_str().unwrap()])
+        .run();
+    assert_eq!(out.status, 2, "{}", out.transcript());
+    assert!(
+        out.stderr.contains("no job left records of run 1000"),
+        "{}",
+        out.stderr
+    );
+    let out = Test::in_repo()
+        .args(&["gather", "workflows/jwt-migration.toml", "--run-id", "../x"])
+        .run();
+    assert_eq!(out.status, 2, "{}", out.transcript());
+    assert!(out.stderr.contains("not a run id"), "{}", out.stderr);
+}
