@@ -48,6 +48,9 @@ pub(crate) enum Command {
     Show(ShowArgs),
     /// Write a recorded run as one self-contained HTML page: graph, timeline, costs, transcripts
     Report(ReportArgs),
+    /// Gather the records a pipeline's jobs left (their state copied into one directory) into
+    /// one run: the last job of an exported pipeline
+    Gather(GatherArgs),
     /// List the models runner knows: list prices, context windows, and the source and its date
     Models(ModelsArgs),
     /// MCP servers: `mcp list WORKFLOW` starts a workflow's servers and lists their tools
@@ -318,9 +321,18 @@ pub(crate) struct ExportArgs {
     #[arg(long, short = 'o', value_name = "FILE")]
     pub(crate) output: Option<Utf8PathBuf>,
     /// The shell command that installs runner, run once in a first job whose binary the others
-    /// reuse (default: this runner's repository at the commit it was built from)
-    #[arg(long, value_name = "COMMAND")]
+    /// reuse [default: this version's release archive, its SHA-256 checked; before it is
+    /// released, this runner's repository at the commit it was built from]
+    #[arg(long, value_name = "COMMAND", conflicts_with_all = ["release_url", "release_sha256"])]
     pub(crate) install: Option<String>,
+    /// Where the release archives are downloaded from, as `URL/v<version>/<archive>`: a mirror
+    /// (https, http) or a folder (file://) [default: the GitHub release]
+    #[arg(long, value_name = "URL")]
+    pub(crate) release_url: Option<String>,
+    /// The SHA-256 of a target's release archive, TARGET=SHA256 (repeatable): for a mirror of
+    /// a build of your own; replaces the table this runner was built with
+    #[arg(long, value_name = "TARGET=SHA256", value_parser = crate::export::release::parse_sha256)]
+    pub(crate) release_sha256: Vec<(String, String)>,
     /// Every job answers the model's side from these cassettes (a path in the repository): the
     /// pipeline needs no API key
     #[arg(long, value_name = "DIR")]
@@ -438,6 +450,20 @@ pub(crate) struct ShowArgs {
     /// `text` for people, `json` for programs
     #[arg(long, value_enum, default_value_t)]
     pub(crate) format: Format,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct GatherArgs {
+    /// The workflow file the jobs ran
+    pub(crate) workflow: Utf8PathBuf,
+    /// The run the jobs shared: the `--run-id` of their `runner run`
+    #[arg(long, value_name = "ID")]
+    pub(crate) run_id: String,
+    /// Where the jobs' records were copied [default: <workdir>/.runner]
+    #[arg(long, value_name = "DIR")]
+    pub(crate) state_dir: Option<Utf8PathBuf>,
+    #[command(flatten)]
+    pub(crate) resolve: ResolveArgs,
 }
 
 #[derive(Debug, Args)]

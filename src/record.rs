@@ -750,6 +750,22 @@ impl RunRecord {
     }
 }
 
+impl RunRecord {
+    /// Writes `run.json` as [`RunRecord::save`] does, without this user's seal: a run made of
+    /// records other machines wrote (`runner gather`), which this user vouches for no more than
+    /// for them (docs/src/runs.md "Resume").
+    pub fn save_unsealed(&self, run_dir: &crate::out::OutDir) -> Result<(), String> {
+        let redacted = crate::out::Redacted::new(
+            crate::terminal::to_json_pretty(self)
+                .unwrap_or_default()
+                .into_bytes(),
+        );
+        run_dir
+            .write_redacted("run.json", &redacted)
+            .map_err(|err| err.to_string())
+    }
+}
+
 fn is_zero(n: &u32) -> bool {
     *n == 0
 }

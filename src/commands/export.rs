@@ -3,7 +3,7 @@
 use super::load_plan_to_inspect;
 use crate::cli::{ExportArgs, ExportTarget, Io};
 use crate::error::Exit;
-use crate::export::{Options, argo, github, gitlab};
+use crate::export::{Install, Options, argo, github, gitlab};
 use crate::workflow::load_workflow;
 
 // Over 80 lines: one arm per export engine and its flags.
@@ -19,13 +19,16 @@ pub fn export(args: ExportArgs, io: &mut Io<'_>) -> Exit {
             return Exit::Invalid;
         }
     };
-    let Some(install) = args.install.clone().or_else(crate::export::default_install) else {
-        let _ = writeln!(
-            io.err,
-            "error: this runner does not know the repository it was built from: pass `--install 'cargo install --locked --git https://... --rev <commit> runner'` (the crate named `runner` on crates.io is another program)"
-        );
-        return Exit::Invalid;
+    let (install, install_note) = match install(&args) {
+        Ok(found) => found,
+        Err(message) => {
+            let _ = writeln!(io.err, "error: {message}");
+            return Exit::Invalid;
+        }
     };
+    if let Some(note) = &install_note {
+        let _ = writeln!(io.err, "note: {note}");
+    }
     if let Some(why) = args.image.as_deref().and_then(crate::export::unsafe_text) {
         let _ = writeln!(io.err, "error: the `--image` holds {why}");
         return Exit::Invalid;
@@ -48,6 +51,7 @@ pub fn export(args: ExportArgs, io: &mut Io<'_>) -> Exit {
         workflow_path: args.workflow.as_str(),
         inputs: &inputs,
         install: &install,
+        install_note: install_note.as_deref(),
         replay: args.replay.as_ref().map(|d| d.as_str()),
         image,
     };
@@ -93,4 +97,32 @@ pub fn export(args: ExportArgs, io: &mut Io<'_>) -> Exit {
         }
     }
     Exit::Success
+}
+
+/// How the first job installs runner (docs/src/ci.md, "How the jobs get runner"): `--install`;
+/// else this version's release archive, when the table or the flags know its SHA-256; else
+/// `cargo install --git` of the commit it was built from, with a note saying why.
+fn install(args: &ExportArgs) -> Result<(Install, Option<String>), String> {
+    if let Some(command) = &args.install {
+        return Ok((Install::Command(command.clone()), None));
+    }
+    let why = match crate::export::release::find(
+        env!("CARGO_PKG_VERSION"),
+        args.release_url.as_deref(),
+        &args.release_sha256,
+    )? {
+        Ok(release) => return Ok((Install::Release(release), None)),
+        Err(why) => why,
+    };
+    match crate::export::default_install() {
+        Some(command) => Ok((
+            Install::Command(command),
+            Some(format!(
+                "{why}: the first job builds it with `cargo install --git` instead (minutes, not seconds)"
+            )),
+        )),
+        None => Err(format!(
+            "{why}, and this runner does not know the repository it was built from: pass `--install 'cargo install --locked --git https://... --rev <commit> agent-runner'`, or --release-sha256 TARGET=SHA256 for archives of your own"
+        )),
+    }
 }

@@ -6,6 +6,7 @@ pub mod clean;
 pub mod completions;
 pub mod diff;
 pub mod export;
+pub mod gather;
 pub mod graph;
 pub mod man;
 pub mod mcp;
@@ -117,6 +118,7 @@ fn dispatch(args: Vec<OsString>, io: &mut Io<'_>) -> Exit {
         Command::Runs(args) => runs::runs(args, io),
         Command::Show(args) => show::show(args, io),
         Command::Report(args) => report::report(args, io),
+        Command::Gather(args) => gather::gather(args, io),
         Command::Mcp(McpCommand::List(args)) => mcp::list(args, io),
         Command::Models(args) => models::models(args, io),
         Command::Completions(args) => completions::completions(args, io),

@@ -9,7 +9,10 @@ use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 
-use super::{BUILD_JOB, Job, Options, input_var, jobs, run_line};
+use super::{
+    BUILD_JOB, GATHER_JOB, Install, Job, Options, REPORT_FILE, gather_lines, input_var, jobs,
+    run_line,
+};
 use crate::plan::Plan;
 
 /// The Secret the API keys are read from, one key a variable (`ANTHROPIC_API_KEY`).
@@ -23,6 +26,13 @@ pub fn check(plan: &Plan, options: &Options<'_>) -> (Vec<String>, Vec<String>) {
     let (mut errors, mut warnings) = super::check(plan, options, "Argo Workflows", usize::MAX);
     let mut seen = std::collections::BTreeMap::new();
     for step in plan.steps() {
+        if [BUILD_JOB, GATHER_JOB].contains(&task_name(&step.id).as_str()) {
+            errors.push(format!(
+                "step `{}` would be the Argo task `{}`, which runner's own task is: rename it",
+                step.id,
+                task_name(&step.id)
+            ));
+        }
         if let Some(other) = seen.insert(task_name(&step.id), &step.id) {
             errors.push(format!(
                 "steps `{other}` and `{}` would be one Argo task (`{}`): Argo names hold no `_`, so runner writes it as `-`; rename one",
@@ -75,6 +85,9 @@ pub fn argo(plan: &Plan, options: &Options<'_>, image: &str) -> String {
         tasks.push(task);
         templates.push(template);
     }
+    let (task, template) = gather_task(&jobs, options, image);
+    tasks.push(task);
+    templates.push(template);
     templates.insert(0, json!({"name": "pipeline", "dag": {"tasks": tasks}}));
     let name: String = plan
         .name
@@ -104,6 +117,9 @@ pub fn argo(plan: &Plan, options: &Options<'_>, image: &str) -> String {
         "# rather than editing this. Submit with `argo submit FILE -p repo=https://...`; the cluster needs"
     );
     let _ = writeln!(out, "# an artifact repository for the tasks' state.");
+    for line in super::install_comment(options) {
+        let _ = writeln!(out, "# {line}");
+    }
     let keys: std::collections::BTreeSet<&String> = jobs.iter().flat_map(|j| &j.keys).collect();
     if !keys.is_empty() {
         let names: Vec<&str> = keys.iter().map(|k| k.as_str()).collect();
@@ -132,17 +148,28 @@ fn source_artifact() -> Value {
 
 /// Installs runner once; its binary is the artifact every task runs.
 fn build_template(options: &Options<'_>, image: &str) -> Value {
+    let mut container = json!({
+        "name": "main",
+        "image": image,
+        "workingDir": WORKDIR,
+        "command": ["sh", "-c"],
+    });
+    match options.install {
+        Install::Command(command) => {
+            container["args"] = json!([
+                "sh -c \"$RUNNER_INSTALL\" && mkdir -p runner-bin && { test -x runner-bin/runner || cp \"$(command -v runner)\" runner-bin/runner; }"
+            ]);
+            container["env"] = json!([{"name": "RUNNER_INSTALL", "value": command}]);
+        }
+        Install::Release(release) => {
+            let script = super::release::install_lines(release, "runner-bin", BUILD_JOB);
+            container["args"] = json!([script.join("\n")]);
+        }
+    }
     json!({
         "name": BUILD_JOB,
         "inputs": {"artifacts": [source_artifact()]},
-        "container": {
-            "name": "main",
-            "image": image,
-            "workingDir": WORKDIR,
-            "command": ["sh", "-c"],
-            "args": ["sh -c \"$RUNNER_INSTALL\" && mkdir -p runner-bin && { test -x runner-bin/runner || cp \"$(command -v runner)\" runner-bin/runner; }"],
-            "env": [{"name": "RUNNER_INSTALL", "value": options.install}],
-        },
+        "container": container,
         "outputs": {"artifacts": [{"name": "runner", "path": format!("{WORKDIR}/runner-bin/runner")}]},
     })
 }
@@ -211,6 +238,64 @@ fn step_task(job: &Job<'_>, options: &Options<'_>, image: &str) -> (Value, Value
             "env": env,
         },
         "outputs": {"artifacts": [{"name": "state", "path": format!("{WORKDIR}/.runner/runs")}]},
+    });
+    (task, template)
+}
+
+/// The last task: once every step's task has ended, however it ended (`depends` on each
+/// result), their states merged into one run and its report, as the output artifacts `run`
+/// and `report`. A task that did not run left no state: those inputs are optional.
+fn gather_task(jobs: &[Job<'_>], options: &Options<'_>, image: &str) -> (Value, Value) {
+    let mut passed = vec![json!({
+        "name": "runner",
+        "from": format!("{{{{tasks.{BUILD_JOB}.outputs.artifacts.runner}}}}"),
+    })];
+    let mut inputs = vec![
+        source_artifact(),
+        json!({"name": "runner", "path": format!("{RUNNER_DIR}/runner"), "mode": 0o755}),
+    ];
+    let mut depends = vec![format!("{BUILD_JOB}.Succeeded")];
+    for job in jobs {
+        let name = task_name(job.id());
+        depends.push(format!(
+            "({name}.Succeeded || {name}.Failed || {name}.Errored || {name}.Skipped || {name}.Omitted)"
+        ));
+        passed.push(json!({
+            "name": format!("state-{name}"),
+            "from": format!("{{{{tasks.{name}.outputs.artifacts.state}}}}"),
+            "optional": true,
+        }));
+        inputs.push(json!({
+            "name": format!("state-{name}"),
+            "path": format!("/state/{name}"),
+            "optional": true,
+        }));
+    }
+    let task = json!({
+        "name": GATHER_JOB,
+        "template": GATHER_JOB,
+        "depends": depends.join(" && "),
+        "arguments": {"artifacts": passed},
+    });
+    let script = format!(
+        "mkdir -p .runner/runs && for state in /state/*; do [ -d \"$state\" ] && cp -R \"$state\"/. .runner/runs/; done; export PATH=\"{RUNNER_DIR}:$PATH\"; {}",
+        gather_lines(options, "\"$RUNNER_RUN_ID\"").join(" && ")
+    );
+    let template = json!({
+        "name": GATHER_JOB,
+        "inputs": {"artifacts": inputs},
+        "container": {
+            "name": "main",
+            "image": image,
+            "workingDir": WORKDIR,
+            "command": ["sh", "-c"],
+            "args": [script],
+            "env": [{"name": "RUNNER_RUN_ID", "value": "{{workflow.name}}"}],
+        },
+        "outputs": {"artifacts": [
+            {"name": "run", "path": format!("{WORKDIR}/.runner/runs")},
+            {"name": "report", "path": format!("{WORKDIR}/{REPORT_FILE}")},
+        ]},
     });
     (task, template)
 }

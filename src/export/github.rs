@@ -6,8 +6,8 @@
 use std::fmt::Write as _;
 
 use super::{
-    APPLY_JOB, BUILD_JOB, JOB_OVERHEAD_MINUTES, Job, Options, PushEnv, input_var, jobs, push_lines,
-    quote, run_line,
+    APPLY_JOB, BUILD_JOB, GATHER_JOB, Install, JOB_OVERHEAD_MINUTES, Job, Options, PushEnv,
+    REPORT_FILE, gather_lines, input_var, jobs, push_lines, quote, run_line,
 };
 use crate::plan::Plan;
 
@@ -31,7 +31,7 @@ fn download_state(out: &mut String) {
 
 /// The first job: installs runner once (no key, no write) and keeps its binary as an artifact,
 /// so every step job runs the same program and none spends minutes compiling it.
-fn build_job(out: &mut String) {
+fn build_job(out: &mut String, install: &Install) {
     let _ = writeln!(out, "  {BUILD_JOB}:");
     let _ = writeln!(out, "    name: Install runner once");
     let _ = writeln!(out, "    runs-on: ubuntu-latest");
@@ -41,12 +41,21 @@ fn build_job(out: &mut String) {
     let _ = writeln!(out, "    steps:");
     let _ = writeln!(out, "      - name: Install runner");
     let _ = writeln!(out, "        run: |");
-    let _ = writeln!(out, "          sh -c \"$RUNNER_INSTALL\"");
-    let _ = writeln!(out, "          mkdir -p runner-bin");
-    let _ = writeln!(
-        out,
-        "          cp \"$(command -v runner)\" runner-bin/runner"
-    );
+    match install {
+        Install::Command(_) => {
+            let _ = writeln!(out, "          sh -c \"$RUNNER_INSTALL\"");
+            let _ = writeln!(out, "          mkdir -p runner-bin");
+            let _ = writeln!(
+                out,
+                "          test -x runner-bin/runner || cp \"$(command -v runner)\" runner-bin/runner"
+            );
+        }
+        Install::Release(release) => {
+            for line in super::release::install_lines(release, "runner-bin", BUILD_JOB) {
+                let _ = writeln!(out, "          {line}");
+            }
+        }
+    }
     let _ = writeln!(out, "      - uses: {UPLOAD}");
     let _ = writeln!(out, "        with:");
     let _ = writeln!(out, "          name: {BUILD_JOB}");
@@ -118,16 +127,7 @@ fn step_job(out: &mut String, job: &Job<'_>, options: &Options<'_>) {
     if !step.needs.is_empty() {
         download_state(out);
     }
-    let _ = writeln!(out, "      - name: Fetch runner");
-    let _ = writeln!(out, "        uses: {DOWNLOAD}");
-    let _ = writeln!(out, "        with:");
-    let _ = writeln!(out, "          name: {BUILD_JOB}");
-    let _ = writeln!(out, "          path: ${{{{ runner.temp }}}}/runner-bin");
-    let _ = writeln!(out, "      - name: Put runner on the PATH");
-    let _ = writeln!(
-        out,
-        "        run: chmod +x \"$RUNNER_TEMP/runner-bin/runner\" && echo \"$RUNNER_TEMP/runner-bin\" >> \"$GITHUB_PATH\""
-    );
+    fetch_runner(out);
     let _ = writeln!(
         out,
         "      - name: {}",
@@ -172,6 +172,60 @@ fn step_job(out: &mut String, job: &Job<'_>, options: &Options<'_>) {
         }
     }
     let _ = writeln!(out, "          path: .runner/runs");
+    let _ = writeln!(out, "          include-hidden-files: true");
+}
+
+/// The steps that take the first job's runner and put it on the PATH.
+fn fetch_runner(out: &mut String) {
+    let _ = writeln!(out, "      - name: Fetch runner");
+    let _ = writeln!(out, "        uses: {DOWNLOAD}");
+    let _ = writeln!(out, "        with:");
+    let _ = writeln!(out, "          name: {BUILD_JOB}");
+    let _ = writeln!(out, "          path: ${{{{ runner.temp }}}}/runner-bin");
+    let _ = writeln!(out, "      - name: Put runner on the PATH");
+    let _ = writeln!(
+        out,
+        "        run: chmod +x \"$RUNNER_TEMP/runner-bin/runner\" && echo \"$RUNNER_TEMP/runner-bin\" >> \"$GITHUB_PATH\""
+    );
+}
+
+/// The last job: every step job's records into one run, published with its report. It runs
+/// whatever the steps did (`always()`): a failed step's record is what one wants to read.
+fn gather_job(out: &mut String, jobs: &[Job<'_>], options: &Options<'_>) {
+    let mut needs: Vec<String> = jobs.iter().map(|j| quote(j.id())).collect();
+    if jobs.iter().any(|j| j.pushes) {
+        needs.push(quote(APPLY_JOB));
+    }
+    let _ = writeln!(out, "  {GATHER_JOB}:");
+    let _ = writeln!(
+        out,
+        "    name: Gather the records into one run and its report"
+    );
+    let _ = writeln!(out, "    needs: [{}]", needs.join(", "));
+    let _ = writeln!(out, "    if: ${{{{ always() }}}}");
+    let _ = writeln!(out, "    runs-on: ubuntu-latest");
+    let _ = writeln!(out, "    timeout-minutes: {JOB_OVERHEAD_MINUTES}");
+    let _ = writeln!(out, "    permissions:");
+    let _ = writeln!(out, "      contents: read");
+    let _ = writeln!(out, "    steps:");
+    let _ = writeln!(out, "      - uses: {CHECKOUT}");
+    let _ = writeln!(out, "        with:");
+    let _ = writeln!(out, "          persist-credentials: false");
+    download_state(out);
+    fetch_runner(out);
+    let _ = writeln!(out, "      - name: Gather the records");
+    let _ = writeln!(out, "        run: |");
+    for line in gather_lines(options, "\"$GITHUB_RUN_ID\"") {
+        let _ = writeln!(out, "          {line}");
+    }
+    let _ = writeln!(out, "      - name: Publish the run and its report");
+    let _ = writeln!(out, "        if: ${{{{ always() }}}}");
+    let _ = writeln!(out, "        uses: {UPLOAD}");
+    let _ = writeln!(out, "        with:");
+    let _ = writeln!(out, "          name: runner-run");
+    let _ = writeln!(out, "          path: |");
+    let _ = writeln!(out, "            .runner/runs/");
+    let _ = writeln!(out, "            {REPORT_FILE}");
     let _ = writeln!(out, "          include-hidden-files: true");
 }
 
@@ -222,6 +276,9 @@ pub fn github_actions(plan: &Plan, options: &Options<'_>) -> String {
         out,
         "# again rather than editing this. Set the API keys as repository secrets."
     );
+    for line in super::install_comment(options) {
+        let _ = writeln!(out, "# {line}");
+    }
     let _ = writeln!(out, "name: {}", quote(&plan.name));
     let _ = writeln!(out, "on:");
     let _ = writeln!(out, "  workflow_dispatch:");
@@ -247,14 +304,16 @@ pub fn github_actions(plan: &Plan, options: &Options<'_>) -> String {
         "  group: runner-${{{{ github.workflow }}}}-${{{{ github.ref }}}}"
     );
     let _ = writeln!(out, "  cancel-in-progress: false");
-    let _ = writeln!(out, "env:");
-    let _ = writeln!(
-        out,
-        "  # How the first job installs runner (pinned: a repository at a commit, or a checked binary)."
-    );
-    let _ = writeln!(out, "  RUNNER_INSTALL: {}", quote(options.install));
+    if let Some(command) = options.install.command() {
+        let _ = writeln!(out, "env:");
+        let _ = writeln!(
+            out,
+            "  # How the first job installs runner (pinned: a repository at a commit, or a checked binary)."
+        );
+        let _ = writeln!(out, "  RUNNER_INSTALL: {}", quote(command));
+    }
     let _ = writeln!(out, "jobs:");
-    build_job(&mut out);
+    build_job(&mut out, options.install);
     let jobs = jobs(plan, options);
     for job in &jobs {
         step_job(&mut out, job, options);
@@ -262,5 +321,6 @@ pub fn github_actions(plan: &Plan, options: &Options<'_>) -> String {
     if jobs.iter().any(|j| j.pushes) {
         apply_job(&mut out, &jobs);
     }
+    gather_job(&mut out, &jobs, options);
     out
 }

@@ -7,8 +7,8 @@
 use std::fmt::Write as _;
 
 use super::{
-    APPLY_JOB, BUILD_JOB, Job, Options, PushEnv, input_var, jobs, literal_dollars, push_lines,
-    quote, run_line,
+    APPLY_JOB, BUILD_JOB, GATHER_JOB, Install, Job, Options, PushEnv, REPORT_FILE, gather_lines,
+    input_var, jobs, literal_dollars, push_lines, quote, run_line,
 };
 use crate::plan::Plan;
 
@@ -37,6 +37,7 @@ const RESERVED: &[&str] = &[
     "spec",
     BUILD_JOB,
     APPLY_JOB,
+    GATHER_JOB,
 ];
 
 /// The job a step runs as: its id, unless GitLab would read that id as something else.
@@ -75,6 +76,9 @@ pub fn gitlab_ci(plan: &Plan, options: &Options<'_>) -> String {
         options.workflow_path
     );
     let _ = writeln!(out, "# rather than editing this.");
+    for line in super::install_comment(options) {
+        let _ = writeln!(out, "# {line}");
+    }
     let keys: std::collections::BTreeSet<&String> = jobs.iter().flat_map(|j| &j.keys).collect();
     if !keys.is_empty() {
         let names: Vec<&str> = keys.iter().map(|k| k.as_str()).collect();
@@ -96,6 +100,7 @@ pub fn gitlab_ci(plan: &Plan, options: &Options<'_>) -> String {
     if jobs.iter().any(|j| j.pushes) {
         let _ = writeln!(out, "  - {APPLY_JOB}");
     }
+    let _ = writeln!(out, "  - {GATHER_JOB}");
     // A paid pipeline runs for merge requests and the default branch, not on every push.
     let _ = writeln!(out, "workflow:");
     let _ = writeln!(out, "  rules:");
@@ -107,15 +112,17 @@ pub fn gitlab_ci(plan: &Plan, options: &Options<'_>) -> String {
     // Every `$` runner writes into a value is doubled: GitLab reads `$$` as `$` and expands
     // nothing there (an input `out=$(…)` or a default `${CI_JOB_TOKEN}` arrives as written).
     let _ = writeln!(out, "variables:");
-    let _ = writeln!(
-        out,
-        "  # How the first job installs runner (pinned: a repository at a commit, or a checked binary)."
-    );
-    let _ = writeln!(
-        out,
-        "  RUNNER_INSTALL: {}",
-        quote(&literal_dollars(options.install))
-    );
+    if let Some(command) = options.install.command() {
+        let _ = writeln!(
+            out,
+            "  # How the first job installs runner (pinned: a repository at a commit, or a checked binary)."
+        );
+        let _ = writeln!(
+            out,
+            "  RUNNER_INSTALL: {}",
+            quote(&literal_dollars(command))
+        );
+    }
     for (name, def) in options.inputs {
         // Pipeline variables: set them when running the pipeline; the default is the workflow's.
         let value = def.default.as_deref().unwrap_or_default();
@@ -133,6 +140,7 @@ pub fn gitlab_ci(plan: &Plan, options: &Options<'_>) -> String {
     if jobs.iter().any(|j| j.pushes) {
         apply_job(&mut out, &jobs, options);
     }
+    gather_job(&mut out, &jobs, options);
     out
 }
 
@@ -144,13 +152,24 @@ fn build_job(out: &mut String, options: &Options<'_>) {
     let _ = writeln!(out, "  stage: {BUILD_JOB}");
     image(out, options);
     let _ = writeln!(out, "  script:");
-    let _ = writeln!(out, "    - sh -c \"$RUNNER_INSTALL\"");
-    let _ = writeln!(out, "    - mkdir -p .runner/bin");
-    // The install may leave the binary here itself, or on the PATH.
-    let _ = writeln!(
-        out,
-        "    - test -x .runner/bin/runner || cp \"$(command -v runner)\" .runner/bin/runner"
-    );
+    match options.install {
+        Install::Command(_) => {
+            let _ = writeln!(out, "    - sh -c \"$RUNNER_INSTALL\"");
+            let _ = writeln!(out, "    - mkdir -p .runner/bin");
+            // The install may leave the binary here itself, or on the PATH.
+            let _ = writeln!(
+                out,
+                "    - test -x .runner/bin/runner || cp \"$(command -v runner)\" .runner/bin/runner"
+            );
+        }
+        Install::Release(release) => {
+            // A script line, not a variable: GitLab expands nothing in it.
+            let _ = writeln!(out, "    - |");
+            for line in super::release::install_lines(release, ".runner/bin", BUILD_JOB) {
+                let _ = writeln!(out, "      {line}");
+            }
+        }
+    }
     let _ = writeln!(out, "  artifacts:");
     let _ = writeln!(out, "    paths:");
     let _ = writeln!(out, "      - .runner/bin/");
@@ -204,6 +223,41 @@ fn step_job(out: &mut String, job: &Job<'_>, options: &Options<'_>) {
     let _ = writeln!(out, "    paths:");
     let _ = writeln!(out, "      - .runner/runs/");
     let _ = writeln!(out, "    expire_in: 1 week");
+}
+
+/// The last job: every job's records (the artifacts of all of them) into one run, published
+/// with its report. `when: always`: it runs, and keeps its artifacts, when a step failed.
+fn gather_job(out: &mut String, jobs: &[Job<'_>], options: &Options<'_>) {
+    let _ = writeln!(out, "{GATHER_JOB}:");
+    let _ = writeln!(out, "  stage: {GATHER_JOB}");
+    image(out, options);
+    let mut needs: Vec<String> = vec![quote(BUILD_JOB)];
+    needs.extend(jobs.iter().map(|j| quote(&job_name(j.id()))));
+    if jobs.iter().any(|j| j.pushes) {
+        needs.push(quote(APPLY_JOB));
+    }
+    let _ = writeln!(out, "  needs: [{}]", needs.join(", "));
+    let _ = writeln!(out, "  when: always");
+    let _ = writeln!(out, "  script:");
+    let guard = format!(
+        "test -f .runner/bin/runner || {{ echo \"{GATHER_JOB}: there is no runner to gather with: {BUILD_JOB} failed, so no step ran\" >&2; exit 1; }}"
+    );
+    let _ = writeln!(out, "    - {}", quote(&guard));
+    let _ = writeln!(
+        out,
+        "    - chmod +x .runner/bin/runner && export PATH=\"$CI_PROJECT_DIR/.runner/bin:$PATH\""
+    );
+    for line in gather_lines(options, "\"$CI_PIPELINE_ID\"") {
+        let _ = writeln!(out, "    - {}", quote(&line));
+    }
+    let _ = writeln!(out, "  artifacts:");
+    let _ = writeln!(out, "    name: runner-run");
+    let _ = writeln!(out, "    when: always");
+    let _ = writeln!(out, "    expose_as: runner report");
+    let _ = writeln!(out, "    paths:");
+    let _ = writeln!(out, "      - {REPORT_FILE}");
+    let _ = writeln!(out, "      - .runner/runs/");
+    let _ = writeln!(out, "    expire_in: 30 days");
 }
 
 /// Pushes each succeeded worktree step's branch from its record: no model, no API key; it needs

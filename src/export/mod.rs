@@ -8,11 +8,14 @@
 //! the state of earlier jobs, which travels as artifacts (`runs/<id>/steps/<step>/record.json`
 //! files never collide, so putting them all in one directory merges them). A final job with no
 //! model and no key, and the only one allowed to write, pushes the branches of worktree steps
-//! (the safe-outputs pattern). Each engine is one file on top of this one.
+//! (the safe-outputs pattern). The first job installs runner ([`release`]); the last gathers
+//! every job's records into one run and publishes it with its report ([`gather_lines`]). Each
+//! engine is one file on top of this one.
 
 pub mod argo;
 pub mod github;
 pub mod gitlab;
+pub mod release;
 
 use std::collections::BTreeSet;
 
@@ -22,13 +25,16 @@ use crate::plan::{Plan, PlannedStep};
 use crate::workflow::{InputDef, Isolation};
 
 pub use github::github_actions;
+pub use release::Install;
 
 pub struct Options<'a> {
     /// The workflow file as the jobs see it: relative to the repository root.
     pub workflow_path: &'a str,
     pub inputs: &'a IndexMap<String, InputDef>,
-    /// The command that installs runner in a job.
-    pub install: &'a str,
+    /// How the first job installs runner.
+    pub install: &'a Install,
+    /// Why it does not install a release, when it could have (an unreleased version).
+    pub install_note: Option<&'a str>,
     /// Cassettes every job answers from (`--replay`): the pipeline needs no key.
     pub replay: Option<&'a str>,
     /// The container image every job runs in (`--image`); `None` for `--image none`, or on
@@ -46,14 +52,16 @@ pub fn literal_dollars(text: &str) -> String {
     text.replace('$', "$$")
 }
 
-/// How jobs install runner unless `--install` says: this program's own repository at the commit
-/// it was built from (known when it was built from a git checkout with an https remote). Never
-/// `cargo install runner`: that name on crates.io is another program.
+/// How jobs install a runner that has no release yet: this program's own repository at the
+/// commit it was built from (known when it was built from a git checkout with an https remote).
+/// The package is `agent-runner` (the crate `runner` on crates.io is another program); its
+/// binary is `runner`.
 pub fn default_install() -> Option<String> {
     let url = option_env!("RUNNER_SOURCE_URL")?;
     let rev = option_env!("RUNNER_SOURCE_REV")?;
     Some(format!(
-        "cargo install --locked --git {url} --rev {rev} runner"
+        "cargo install --locked --git {url} --rev {rev} {}",
+        release::PACKAGE
     ))
 }
 
@@ -61,6 +69,10 @@ pub fn default_install() -> Option<String> {
 pub const BUILD_JOB: &str = "runner-build";
 /// The job that pushes the branches of worktree steps.
 pub const APPLY_JOB: &str = "runner-apply";
+/// The last job: gathers every job's records into one run and publishes it with its report.
+pub const GATHER_JOB: &str = "runner-gather";
+/// The report the gather job writes: in the state directory, which git ignores.
+pub const REPORT_FILE: &str = ".runner/report.html";
 /// Minutes a job gets on top of its step's timeout: checkout, install, artifacts.
 pub const JOB_OVERHEAD_MINUTES: u64 = 10;
 
@@ -121,6 +133,28 @@ pub fn run_line(options: &Options<'_>, only: &str, run_id: &str) -> String {
         command.push_str(&format!(" -i \"{name}=${}\"", input_var(name)));
     }
     command
+}
+
+/// The comment lines (without `# `) every export's header has on how runner is installed.
+pub fn install_comment(options: &Options<'_>) -> Vec<String> {
+    let mut lines = vec![format!("Install: {}.", options.install.describe())];
+    if let Some(why) = options.install_note {
+        lines.push(format!("({why}.)"));
+    }
+    lines
+}
+
+/// The commands of the gather job (docs/src/ci.md, "The last job"): every job's records of the
+/// run the engine names with `run_id` (a shell expression), in `.runner/runs/`, made into one
+/// `run.json`, and its HTML report as [`REPORT_FILE`].
+pub fn gather_lines(options: &Options<'_>, run_id: &str) -> Vec<String> {
+    vec![
+        format!(
+            "runner gather {} --run-id {run_id} --state-dir .runner",
+            shell_word(options.workflow_path)
+        ),
+        format!("runner report {run_id} --state-dir .runner --output {REPORT_FILE}"),
+    ]
 }
 
 /// What the push script of an engine's apply job takes from its environment.
@@ -293,9 +327,9 @@ pub fn check(
         errors.push(format!("the workflow `name` holds {why}"));
     }
     for step in plan.steps() {
-        if !valid_id(&step.id) || step.id == APPLY_JOB || step.id == BUILD_JOB {
+        if !valid_id(&step.id) || [APPLY_JOB, BUILD_JOB, GATHER_JOB].contains(&step.id.as_str()) {
             errors.push(format!(
-                "step `{}` cannot be a {engine} job: its id must not be `{BUILD_JOB}` or `{APPLY_JOB}`",
+                "step `{}` cannot be a {engine} job: its id must not be `{BUILD_JOB}`, `{APPLY_JOB}` or `{GATHER_JOB}`",
                 step.id
             ));
         }

@@ -218,9 +218,37 @@ fn every_example_exports_to_a_lint_clean_github_workflow() {
             !build.is_empty() && !build.iter().any(|l| l.contains("secrets.")),
             "{path}"
         );
+        // The last job gathers every step job's records, whatever they did, and publishes the
+        // run and its report.
+        let gather = &doc["jobs"]["runner-gather"];
+        let mut gather_needs: Vec<String> = plan["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["id"].as_str().unwrap().to_owned())
+            .collect();
+        if !worktree.is_empty() {
+            gather_needs.push("runner-apply".to_owned());
+        }
+        let mut needed = strings(&gather["needs"]);
+        needed.sort();
+        gather_needs.sort();
+        assert_eq!(needed, gather_needs, "{path}");
+        assert_eq!(gather["if"].as_str(), Some("${{ always() }}"), "{path}");
+        assert_eq!(gather["permissions"]["contents"].as_str(), Some("read"));
+        let gather_text = text.split("  runner-gather:").nth(1).unwrap();
+        assert!(!gather_text.contains("secrets."), "{path}");
+        assert!(
+            gather_text.contains("runner gather ")
+                && gather_text.contains("--run-id \"$GITHUB_RUN_ID\""),
+            "{path}"
+        );
+        assert!(gather_text.contains("name: runner-run"), "{path}");
+        assert!(gather_text.contains(".runner/report.html"), "{path}");
+        let extra = if worktree.is_empty() { 2 } else { 3 };
+        assert_eq!(jobs.len(), plan["steps"].as_array().unwrap().len() + extra);
         if worktree.is_empty() {
             assert!(apply.is_badvalue(), "{path}");
-            assert_eq!(jobs.len(), plan["steps"].as_array().unwrap().len() + 1);
         } else {
             assert_eq!(apply["permissions"]["contents"].as_str(), Some("write"));
             assert!(
@@ -570,7 +598,37 @@ fn the_argo_export_is_a_valid_workflow_whose_dependencies_are_the_needs() {
             .find(|t| t["name"] == "pipeline")
             .unwrap();
         let tasks = dag["dag"]["tasks"].as_array().unwrap();
-        assert_eq!(tasks.len(), plan["steps"].as_array().unwrap().len() + 1);
+        assert_eq!(tasks.len(), plan["steps"].as_array().unwrap().len() + 2);
+        // The last task waits for every step's task however it ended, and publishes the run.
+        let gather = tasks.iter().find(|t| t["name"] == "runner-gather").unwrap();
+        let depends = gather["depends"].as_str().unwrap();
+        for step in plan["steps"].as_array().unwrap() {
+            let name = step["id"].as_str().unwrap().replace('_', "-");
+            assert!(
+                depends.contains(&format!("({name}.Succeeded || {name}.Failed")),
+                "{depends}"
+            );
+        }
+        let template = workflow["spec"]["templates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == "runner-gather")
+            .unwrap();
+        let outputs: Vec<&str> = template["outputs"]["artifacts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(outputs, ["run", "report"], "{path}");
+        assert!(
+            template["container"]["args"][0]
+                .as_str()
+                .unwrap()
+                .contains("runner gather "),
+            "{path}"
+        );
         let argo_name = |id: &str| id.replace('_', "-");
         for step in plan["steps"].as_array().unwrap() {
             let id = step["id"].as_str().unwrap();
@@ -754,4 +812,187 @@ async fn the_apply_job_pushes_each_worktree_branch() {
             crate::support::git(remote.path(), &["show", "--name-only", "--format=", branch]);
         assert_eq!(files.trim(), file, "{branch}");
     }
+}
+
+/// The flags that stand in for a published release: a mirror's URL and a SHA-256 per target.
+fn release_flags() -> Vec<String> {
+    vec![
+        "--release-url".to_owned(),
+        "https://mirror.example.com/runner/releases".to_owned(),
+        "--release-sha256".to_owned(),
+        format!("x86_64-unknown-linux-musl={}", "a1".repeat(32)),
+        "--release-sha256".to_owned(),
+        format!("aarch64-unknown-linux-musl={}", "b2".repeat(32)),
+    ]
+}
+
+/// A released version's GitHub and Argo exports install the release archive, the SHA-256 for
+/// each machine written into the pipeline (not one downloaded beside the archive), build
+/// nothing, and pass actionlint and zizmor; `--install` still wins over the release.
+#[test]
+fn a_released_version_exports_a_checked_download_of_its_archive() {
+    let out_dir = tempfile::tempdir().unwrap();
+    let file = out_dir.path().join("release.yml");
+    let flags = release_flags();
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let out = Test::in_repo()
+        .args(&[
+            "export",
+            "github-actions",
+            "workflows/jwt-migration.toml",
+            "--output",
+        ])
+        .args(&[file.to_str().unwrap()])
+        .args(&flags)
+        .run();
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let (text, doc) = lint_clean(&actionlint(), &file);
+    let build = doc["jobs"]["runner-build"]["steps"][0]["run"]
+        .as_str()
+        .unwrap();
+    let version = env!("CARGO_PKG_VERSION");
+    assert!(
+        build.contains(&format!(
+            "x86_64|amd64) target=x86_64-unknown-linux-musl; sha256={}",
+            "a1".repeat(32)
+        )),
+        "{build}"
+    );
+    assert!(
+        build.contains(&format!(
+            "aarch64|arm64) target=aarch64-unknown-linux-musl; sha256={}",
+            "b2".repeat(32)
+        )),
+        "{build}"
+    );
+    assert!(
+        build.contains(&format!(
+            "https://mirror.example.com/runner/releases'/v{version}/\"$archive\""
+        )),
+        "{build}"
+    );
+    assert!(build.contains("sha256sum -c -"), "{build}");
+    assert!(
+        !build.contains(".sha256\""),
+        "the pipeline trusts no checksum it downloads: {build}"
+    );
+    assert!(
+        !text.contains("cargo install") && !text.contains("RUNNER_INSTALL"),
+        "{text}"
+    );
+    assert!(
+        text.contains("# Install: the first job downloads the runner"),
+        "{text}"
+    );
+    let audit = Command::new(zizmor())
+        .args(["--offline", "--format", "json"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let findings: serde_json::Value = serde_json::from_slice(&audit.stdout).unwrap();
+    let high: Vec<_> = findings
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["determinations"]["severity"] == "High")
+        .map(|f| f["ident"].clone())
+        .collect();
+    assert!(high.is_empty(), "{high:?}");
+    // Argo: the same lines in the first task's script.
+    let out = Test::in_repo()
+        .args(&["export", "argo", "workflows/jwt-migration.toml"])
+        .args(&flags)
+        .run();
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    let workflow = yaml_to_json(&YamlLoader::load_from_str(&out.stdout).unwrap()[0]);
+    let build = workflow["spec"]["templates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "runner-build")
+        .unwrap();
+    let script = build["container"]["args"][0].as_str().unwrap();
+    assert!(
+        script.contains(&format!("sha256={}", "a1".repeat(32))),
+        "{script}"
+    );
+    assert!(script.contains("sha256sum -c -"), "{script}");
+    assert!(build["container"]["env"].is_null(), "{build}");
+    // `--install` wins, and cannot be given with the release's flags.
+    let out = Test::in_repo()
+        .args(&[
+            "export",
+            "gitlab-ci",
+            "workflows/jwt-migration.toml",
+            "--install",
+            INSTALL,
+        ])
+        .run();
+    assert_eq!(out.status, 0, "{}", out.transcript());
+    assert!(out.stdout.contains("RUNNER_INSTALL") && !out.stdout.contains("sha256sum"));
+    let out = Test::in_repo()
+        .args(&[
+            "export",
+            "gitlab-ci",
+            "workflows/jwt-migration.toml",
+            "--install",
+            INSTALL,
+        ])
+        .args(&flags)
+        .run();
+    assert_eq!(out.status, 2, "{}", out.transcript());
+    assert!(out.stderr.contains("cannot be used with"), "{}", out.stderr);
+    // A release URL that could become shell or YAML, or a checksum that is not one, is refused.
+    for (flag, value, says) in [
+        ("--release-url", "https://x/$(id)", "holds `$`"),
+        ("--release-url", "ftp://x", "not an https://"),
+        (
+            "--release-sha256",
+            "x86_64-unknown-linux-musl=abc",
+            "64 lowercase hex",
+        ),
+        (
+            "--release-sha256",
+            "riscv64gc-unknown-linux-gnu=00",
+            "not a target",
+        ),
+    ] {
+        let out = Test::in_repo()
+            .args(&[
+                "export",
+                "gitlab-ci",
+                "workflows/jwt-migration.toml",
+                flag,
+                value,
+            ])
+            .run();
+        assert_eq!(out.status, 2, "{value}: {}", out.transcript());
+        assert!(out.stderr.contains(says), "{value}: {}", out.stderr);
+    }
+}
+
+/// `runner gather` says what is missing: a run no job left records of, an id that is not one.
+#[test]
+fn gather_refuses_a_run_with_no_records_and_an_id_that_is_not_one() {
+    let out = Test::in_repo()
+        .args(&[
+            "gather",
+            "workflows/jwt-migration.toml",
+            "--run-id",
+            "1000",
+            "--state-dir",
+        ])
+        .args(&[tempfile::tempdir().unwrap().path().to_str().unwrap()])
+        .run();
+    assert_eq!(out.status, 2, "{}", out.transcript());
+    assert!(
+        out.stderr.contains("no job left records of run 1000"),
+        "{}",
+        out.stderr
+    );
+    let out = Test::in_repo()
+        .args(&["gather", "workflows/jwt-migration.toml", "--run-id", "../x"])
+        .run();
+    assert_eq!(out.status, 2, "{}", out.transcript());
+    assert!(out.stderr.contains("not a run id"), "{}", out.stderr);
 }

@@ -61,6 +61,15 @@ prompt = "STEP-d after {{ steps.b.summary }} and {{ steps.c.summary }}"
 /// export of the workflow as its `.gitlab-ci.yml` (each job answering from the cassettes), and
 /// the record of a local `--replay` run of it.
 async fn repository(workflow: &str) -> (Test, Value) {
+    let install = format!(
+        "mkdir -p .runner/bin && cp {} .runner/bin/runner",
+        env!("CARGO_BIN_EXE_runner")
+    );
+    repository_installing(workflow, &["--install".to_owned(), install]).await
+}
+
+/// [`repository`], its first job installing runner as `install` (export flags) says.
+async fn repository_installing(workflow: &str, install: &[String]) -> (Test, Value) {
     let fake = Fake::anthropic_routed(vec![
         ("STEP-a", vec![anthropic_text("entry: src/main.rs")]),
         ("STEP-b", vec![anthropic_text("b looked")]),
@@ -87,10 +96,7 @@ async fn repository(workflow: &str) -> (Test, Value) {
         .await;
     let local: Value =
         serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", out.transcript()));
-    let install = format!(
-        "mkdir -p .runner/bin && cp {} .runner/bin/runner",
-        env!("CARGO_BIN_EXE_runner")
-    );
+    let install: Vec<&str> = install.iter().map(String::as_str).collect();
     let out = Test::new()
         .args(&[
             "export",
@@ -98,8 +104,9 @@ async fn repository(workflow: &str) -> (Test, Value) {
             test.path().join("w.toml").to_str().unwrap(),
             "--replay",
             "cassettes",
-            "--install",
-            &install,
+        ])
+        .args(&install)
+        .args(&[
             // gitlab-ci-local runs jobs that name an image in Docker; here they run in its shell.
             "--image",
             "none",
@@ -328,6 +335,34 @@ async fn a_failing_step_fails_the_pipeline_and_its_dependents_never_run() {
     let merged = merged_steps(test.path());
     assert_eq!(merged["b"]["status"], "succeeded");
     assert!(merged.get("d").is_none());
+    // GitLab starts the `when: always` gather job once `d` is skipped; gitlab-ci-local waits
+    // for `d` to finish, which it never does, so here the gather job is run by name after the
+    // pipeline, in the same pipeline (its id), on the artifacts the jobs left.
+    let run = std::fs::read_dir(test.path().join(".runner/runs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .next()
+        .unwrap();
+    let more = [
+        "runner-gather".to_owned(),
+        "--variable".to_owned(),
+        format!("CI_PIPELINE_ID={run}"),
+    ];
+    let (passed, log) = tokio::task::spawn_blocking({
+        let dir = test.path().to_owned();
+        move || pipeline_with(&dir, &more)
+    })
+    .await
+    .unwrap();
+    assert!(passed, "{log}");
+    // It published the run: the failure, and what it stopped.
+    assert!(log.contains("d: skipped: c did not succeed"), "{log}");
+    let (record, text, _) = gathered(test.path());
+    assert_eq!(record["status"], "failed", "{text}");
+    assert_eq!(record["steps"]["c"]["status"], "failed", "{text}");
+    assert_eq!(record["steps"]["d"]["status"], "skipped", "{text}");
+    assert_eq!(record["steps"]["d"]["error"], "c did not succeed", "{text}");
+    assert_eq!(record["steps"]["b"]["status"], "succeeded", "{text}");
 }
 
 /// Forgets the local run in `dir` (its state and branches: only the pipeline's jobs leave
@@ -592,4 +627,179 @@ async fn every_shipped_workflow_runs_as_an_exported_pipeline() {
             );
         }
     }
+}
+
+/// This build of runner as a release in cargo-dist's layout, standing in for the GitHub
+/// release: `<dir>/v<version>/agent-runner-<target>.tar.xz` holding `agent-runner-<target>/runner`
+/// (the test binary, its debug symbols stripped to keep the archive small). Returns the
+/// export flags that install it: the folder as `--release-url`, its SHA-256 as computed here.
+fn release_of_this_build(dir: &Path, sha256: Option<&str>) -> Vec<String> {
+    use sha2::Digest as _;
+    let target = match std::env::consts::ARCH {
+        "x86_64" => "x86_64-unknown-linux-musl",
+        "aarch64" => "aarch64-unknown-linux-musl",
+        other => panic!("runner is released for x86_64 and aarch64, not {other}"),
+    };
+    let folder = format!("agent-runner-{target}");
+    let stage = dir.join("stage").join(&folder);
+    std::fs::create_dir_all(&stage).unwrap();
+    let stripped = Command::new("strip")
+        .arg("-o")
+        .arg(stage.join("runner"))
+        .arg(env!("CARGO_BIN_EXE_runner"))
+        .status();
+    if !stripped.is_ok_and(|s| s.success()) {
+        std::fs::copy(env!("CARGO_BIN_EXE_runner"), stage.join("runner")).unwrap();
+    }
+    let version = dir.join(format!("v{}", env!("CARGO_PKG_VERSION")));
+    std::fs::create_dir_all(&version).unwrap();
+    let archive = version.join(format!("{folder}.tar.xz"));
+    let packed = Command::new("tar")
+        .arg("-cJf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(dir.join("stage"))
+        .arg(&folder)
+        .env("XZ_OPT", "-0")
+        .status()
+        .unwrap();
+    assert!(packed.success(), "tar -cJf {}", archive.display());
+    let sum = sha2::Sha256::digest(std::fs::read(&archive).unwrap());
+    let sum: String = sum.iter().map(|b| format!("{b:02x}")).collect();
+    // What cargo-dist publishes beside it: the job must not be the one to trust it.
+    std::fs::write(
+        version.join(format!("{folder}.tar.xz.sha256")),
+        format!("{sum}  {folder}.tar.xz\n"),
+    )
+    .unwrap();
+    vec![
+        "--release-url".to_owned(),
+        format!("file://{}", dir.display()),
+        "--release-sha256".to_owned(),
+        format!("{target}={}", sha256.unwrap_or(&sum)),
+    ]
+}
+
+/// The one run the gather job published, as gitlab-ci-local keeps its artifacts
+/// (`.gitlab-ci-local/artifacts/runner-gather/`): its `run.json` and the report.
+fn gathered(dir: &Path) -> (Value, String, String) {
+    let artifacts = dir.join(".gitlab-ci-local/artifacts/runner-gather");
+    let runs: Vec<PathBuf> = std::fs::read_dir(artifacts.join(".runner/runs"))
+        .unwrap_or_else(|e| panic!("{}: {e}", artifacts.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
+    let [run] = runs.as_slice() else {
+        panic!("one run should be published: {runs:?}")
+    };
+    let text = std::fs::read_to_string(run.join("run.json")).unwrap();
+    let record: Value = serde_json::from_str(&text).unwrap();
+    let report = std::fs::read_to_string(artifacts.join(".runner/report.html")).unwrap();
+    (record, text, report)
+}
+
+/// The default install, run for real: the first job downloads this version's release archive
+/// (a local folder stands in for the GitHub release), checks it against the SHA-256 written
+/// into the pipeline, and every step job runs that binary; nothing is built. The last job
+/// gathers every job's records into one run and publishes `run.json` and the report.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_pipeline_installs_the_checked_release_and_its_last_job_publishes_one_run() {
+    let release = tempfile::tempdir().unwrap();
+    let flags = release_of_this_build(release.path(), None);
+    let (test, local) = repository_installing(DIAMOND, &flags).await;
+    let yml = std::fs::read_to_string(test.path().join(".gitlab-ci.yml")).unwrap();
+    assert!(!yml.contains("cargo install"), "{yml}");
+    assert!(!yml.contains("RUNNER_INSTALL"), "{yml}");
+    let (passed, log) = tokio::task::spawn_blocking({
+        let dir = test.path().to_owned();
+        move || pipeline(&dir)
+    })
+    .await
+    .unwrap();
+    assert!(passed, "{log}");
+    let version = env!("CARGO_PKG_VERSION");
+    assert!(
+        log.contains(&format!(
+            "runner-build: downloading runner {version}: agent-runner-"
+        )),
+        "{log}"
+    );
+    // sha256sum checked it, and the binary it unpacked runs.
+    assert!(log.contains(".tar.xz: OK"), "{log}");
+    assert!(log.contains(&format!("runner {version}")), "{log}");
+    assert!(!log.contains("cargo install"), "{log}");
+    for job in [
+        "runner-build",
+        "a",
+        "step-variables",
+        "b",
+        "c",
+        "d",
+        "runner-gather",
+    ] {
+        assert!(
+            log.lines()
+                .any(|l| l.contains("PASS") && l.split_whitespace().nth(1) == Some(job)),
+            "{job} did not pass:\n{log}"
+        );
+    }
+    // The gather job ran last, after every step's job.
+    for job in ["a", "step-variables", "b", "c", "d"] {
+        assert!(at(&log, job, "finished in") < at(&log, "runner-gather", "starting"));
+    }
+    let (record, text, report) = gathered(test.path());
+    // One run, every step in it as the local run had it.
+    assert_eq!(record["status"], "succeeded", "{text}");
+    assert_eq!(record["status"], local["status"]);
+    let steps = record["steps"].as_object().unwrap();
+    assert_eq!(steps.len(), 5, "{text}");
+    for step in ["a", "variables", "b", "c", "d"] {
+        assert_eq!(record["steps"][step]["status"], "succeeded", "{step}");
+        assert_eq!(
+            record["steps"][step]["summary"], local["steps"][step]["summary"],
+            "{step}"
+        );
+    }
+    assert_eq!(record["needs"]["d"], serde_json::json!(["b", "c"]));
+    // Made of other machines' records: not sealed as this user's.
+    assert!(!text.contains("recorded_by"), "{text}");
+    assert!(
+        report.contains("<html") && report.contains("d planned"),
+        "{report}"
+    );
+}
+
+/// An archive that is not the one the pipeline was exported with fails the install job, says
+/// why, and no step runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_release_archive_with_another_sha256_fails_the_install_and_runs_no_step() {
+    let release = tempfile::tempdir().unwrap();
+    let wrong = "0".repeat(64);
+    let flags = release_of_this_build(release.path(), Some(&wrong));
+    let (test, _) = repository_installing(DIAMOND, &flags).await;
+    let (passed, log) = tokio::task::spawn_blocking({
+        let dir = test.path().to_owned();
+        move || pipeline(&dir)
+    })
+    .await
+    .unwrap();
+    assert!(!passed, "{log}");
+    assert!(
+        log.lines()
+            .any(|l| l.contains("FAIL") && l.split_whitespace().nth(1) == Some("runner-build")),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!(
+            "does not have the SHA-256 this pipeline was exported with ({wrong}): not installing it"
+        )),
+        "{log}"
+    );
+    for job in ["a", "step-variables", "b", "c", "d"] {
+        assert!(
+            !log.lines()
+                .any(|l| l.split_whitespace().next() == Some(job) && l.contains("starting")),
+            "{job} ran:\n{log}"
+        );
+    }
+    assert!(!test.path().join(".runner/runs").exists());
 }
