@@ -474,7 +474,14 @@ async fn the_flagship_workflow_runs_as_an_exported_pipeline_from_the_demo_casset
         log.contains("runner-apply: skipped: no remote to push to"),
         "{log}"
     );
-    assert!(!log.contains("FAIL"), "{log}");
+    // gitlab-ci-local's summary names a failed job ` FAIL  job`; the steps' own output may say
+    // FAILED (the demo's test run before the fix, quoted in a drift warning when the machine is
+    // slower than the recording), so only the summary lines count.
+    assert!(
+        !log.lines()
+            .any(|l| l.split_whitespace().next() == Some("FAIL")),
+        "{log}"
+    );
     assert!(!log.contains("not selected"), "{log}");
     assert!(!log.contains("uncommitted change"), "{log}");
     let merged = merged_steps(&dir);
