@@ -46,6 +46,10 @@ pub(crate) enum Command {
     Runs(RunsArgs),
     /// Show a recorded run, or one step of it as a readable transcript
     Show(ShowArgs),
+    /// Check a recorded run against its plan and the rules: refused tools and paths, sandbox
+    /// refusals, deletions, repeated calls, retry storms, models and costs off the plan, skipped
+    /// checks
+    Audit(AuditArgs),
     /// Write a recorded run as one self-contained HTML page: graph, timeline, costs, transcripts
     Report(ReportArgs),
     /// Gather the records a pipeline's jobs left (their state copied into one directory) into
@@ -464,6 +468,20 @@ pub(crate) struct GatherArgs {
     pub(crate) state_dir: Option<Utf8PathBuf>,
     #[command(flatten)]
     pub(crate) resolve: ResolveArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct AuditArgs {
+    /// The run: an id, `latest` (the default), or its folder (`.runner/runs/<id>`)
+    pub(crate) run: Option<String>,
+    #[command(flatten)]
+    pub(crate) dirs: RunDirs,
+    /// Exit 1 when a finding is at this level or above (for CI); without it, 0 whatever is found
+    #[arg(long, value_enum, value_name = "high|medium|low")]
+    pub(crate) fail_on: Option<crate::audit::Severity>,
+    /// `text` for people, `json` for programs
+    #[arg(long, value_enum, default_value_t)]
+    pub(crate) format: Format,
 }
 
 #[derive(Debug, Args)]

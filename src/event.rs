@@ -113,6 +113,9 @@ pub enum EventKind {
         is_error: bool,
         duration_ms: u64,
         output: String,
+        /// Why runner refused it, when it did (docs/src/audit.md).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        refused: Option<crate::tools::Refusal>,
     },
     /// The step reached its last allowed turn: that request allows no tool call (the tools stay
     /// offered, with `tool_choice: none`, so the cached prefix holds) and asks for the final

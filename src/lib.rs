@@ -2,6 +2,7 @@
 //! file -> workflow -> plan -> run -> report.
 
 pub mod agent;
+pub mod audit;
 pub mod budget;
 pub mod cli;
 mod commands;

@@ -13,6 +13,7 @@ use sha2::{Digest, Sha256};
 use crate::plan::{Plan, PlannedStep};
 use crate::provider::message::Usage;
 
+pub mod planned;
 mod waits;
 pub use waits::{Percentiles, QueueWaits};
 
@@ -432,6 +433,13 @@ pub struct RunRecord {
     /// the daily budget does not count it (docs/src/budgets.md "Daily budget").
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub replayed: bool,
+    /// What the plan said of each step (model, checks, sandbox, forecast), for `runner audit`
+    /// (docs/src/audit.md); absent in records of older runners.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub planned: BTreeMap<String, planned::Planned>,
+    /// The run's forecast cost, when every step had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forecast_usd: Option<planned::CostRange>,
     /// Whether this user's seal is on the record as it was read (`run::records`): only such a
     /// run is `latest`. Never in the file: the seal is.
     #[serde(skip)]
@@ -591,6 +599,8 @@ impl RunRecord {
             replay_drift: 0,
             queue_waits: None,
             replayed: false,
+            planned: BTreeMap::new(),
+            forecast_usd: None,
             storage_error: None,
         }
     }

@@ -2,6 +2,7 @@
 //! (loading a workflow into a plan, reporting problems).
 
 pub mod agents;
+pub mod audit;
 pub mod clean;
 pub mod completions;
 pub mod diff;
@@ -117,6 +118,7 @@ fn dispatch(args: Vec<OsString>, io: &mut Io<'_>) -> Exit {
         Command::Clean(args) => clean::clean(args, io),
         Command::Runs(args) => runs::runs(args, io),
         Command::Show(args) => show::show(args, io),
+        Command::Audit(args) => audit::audit(args, io),
         Command::Report(args) => report::report(args, io),
         Command::Gather(args) => gather::gather(args, io),
         Command::Mcp(McpCommand::List(args)) => mcp::list(args, io),

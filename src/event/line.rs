@@ -190,6 +190,7 @@ mod tests {
                 is_error: false,
                 duration_ms: 7,
                 output: "x\ty\r\n\u{7f}".into(),
+                refused: Some(crate::tools::Refusal::Path),
             },
             EventKind::StepError {
                 step: "s".into(),

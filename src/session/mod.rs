@@ -170,6 +170,7 @@ async fn call_tools(
             is_error: output.is_error,
             duration_ms: started.elapsed().as_millis() as u64,
             output: output.text.clone(),
+            refused: output.refused,
         });
         let fatal = output.fatal.then(|| output.text.clone());
         (

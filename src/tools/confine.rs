@@ -54,6 +54,17 @@ pub enum ConfineError {
     Io { path: String, reason: String },
 }
 
+/// A refused path is an error result marked as a refusal (docs/src/audit.md); a file that is
+/// not there, or cannot be opened, is only an error.
+impl From<ConfineError> for super::ToolOutput {
+    fn from(err: ConfineError) -> Self {
+        match err {
+            ConfineError::NotFound(_) | ConfineError::Io { .. } => Self::error(err.to_string()),
+            _ => Self::refused(super::Refusal::Path, err.to_string()),
+        }
+    }
+}
+
 impl Workspace {
     pub fn new(root: &Utf8Path) -> io::Result<Self> {
         let canonical = root.canonicalize_utf8()?;

@@ -89,7 +89,7 @@ pub fn write_file(ws: &Workspace, input: &Value) -> ToolOutput {
     }
     let (mut file, real, existed) = match ws.open_write(&input.path, true) {
         Ok(opened) => opened,
-        Err(err) => return ToolOutput::error(err.to_string()),
+        Err(err) => return ToolOutput::from(err),
     };
     if let Err(err) = replace_contents(&mut file, input.content.as_bytes()) {
         return ToolOutput::error(format!("cannot write `{}`: {err}", input.path));
@@ -135,7 +135,7 @@ pub fn edit_file(ws: &Workspace, input: &Value) -> ToolOutput {
     }
     let (mut file, real, _) = match ws.open_write(&input.path, false) {
         Ok(opened) => opened,
-        Err(err) => return ToolOutput::error(err.to_string()),
+        Err(err) => return ToolOutput::from(err),
     };
     let text = match read_limited(&mut file, MAX_EDIT_BYTES) {
         Ok(text) => text,

@@ -143,9 +143,7 @@ struct OpenedFile {
 /// The input checked and its file opened; an error result when it cannot be read.
 fn open_for_read(ws: &Workspace, input: &Value) -> Result<OpenedFile, ToolOutput> {
     let input: ReadInput = parse_input("read_file", input)?;
-    let (file, _) = ws
-        .open_read(&input.path)
-        .map_err(|err| ToolOutput::error(err.to_string()))?;
+    let (file, _) = ws.open_read(&input.path).map_err(ToolOutput::from)?;
     let meta = file
         .metadata()
         .map_err(|err| ToolOutput::error(format!("cannot read `{}`: {err}", input.path)))?;
@@ -351,7 +349,7 @@ pub fn list_dir(ws: &Workspace, input: &Value) -> ToolOutput {
     let shown = input.path.unwrap_or_else(|| ".".into());
     let (dir, real) = match ws.open_dir(&shown) {
         Ok(opened) => opened,
-        Err(err) => return ToolOutput::error(err.to_string()),
+        Err(err) => return ToolOutput::from(err),
     };
     let entries = match dir.entries() {
         Ok(entries) => entries,

@@ -33,6 +33,35 @@ pub struct ToolOutput {
     /// The tool itself broke (an MCP server that crashed, hung or answered garbage): the step
     /// fails with this text instead of going on without the tool.
     pub fatal: bool,
+    /// Why the call was refused without doing what it asked, when it was: recorded with its
+    /// result, so `runner audit` reads it rather than guessing from the text.
+    pub refused: Option<Refusal>,
+}
+
+/// Why runner refused a call (docs/src/audit.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Refusal {
+    /// There is no tool of that name.
+    UnknownTool,
+    /// A tool runner has, not given to the step.
+    NotGranted,
+    /// Not given, and the agent's `permissionMode: dontAsk` denies it.
+    DontAsk,
+    /// The confined opener refused the path: outside the working directory, inside `.git`, the
+    /// state directory or the cassettes.
+    Path,
+}
+
+impl Refusal {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Refusal::UnknownTool => "unknown_tool",
+            Refusal::NotGranted => "not_granted",
+            Refusal::DontAsk => "dont_ask",
+            Refusal::Path => "path",
+        }
+    }
 }
 
 impl ToolOutput {
@@ -41,6 +70,7 @@ impl ToolOutput {
             text: text.into(),
             is_error: false,
             fatal: false,
+            refused: None,
         }
     }
 
@@ -49,6 +79,15 @@ impl ToolOutput {
             text: text.into(),
             is_error: true,
             fatal: false,
+            refused: None,
+        }
+    }
+
+    /// An error result of a call runner refused, and why.
+    pub fn refused(why: Refusal, text: impl Into<String>) -> Self {
+        Self {
+            refused: Some(why),
+            ..Self::error(text)
         }
     }
 
@@ -57,6 +96,7 @@ impl ToolOutput {
             text: text.into(),
             is_error: true,
             fatal: true,
+            refused: None,
         }
     }
 }

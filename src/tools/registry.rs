@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::{CLAUDE_ONLY_TOOLS, Tool, ToolContext, ToolEntry, ToolOutput};
+use super::{CLAUDE_ONLY_TOOLS, Refusal, Tool, ToolContext, ToolEntry, ToolOutput};
 use crate::provider::message::ToolDef;
 
 /// Every tool a workflow may name.
@@ -194,13 +194,17 @@ impl StepTools {
     /// in the result (a key a command printed) is hidden before the model sees it.
     pub async fn call(&self, name: &str, input: &Value) -> ToolOutput {
         let mut output = match self.registry.get(name) {
-            None => ToolOutput::error(format!("there is no tool `{name}`")),
-            Some(_) if !self.allowed.contains(name) && self.dont_ask => ToolOutput::error(format!(
-                "refused without running: `{name}` is outside this agent's tools, and its `permissionMode: dontAsk` denies every tool it was not given"
-            )),
-            Some(_) if !self.allowed.contains(name) => {
-                ToolOutput::error(format!("`{name}` is not available to this step"))
-            }
+            None => ToolOutput::refused(Refusal::UnknownTool, format!("there is no tool `{name}`")),
+            Some(_) if !self.allowed.contains(name) && self.dont_ask => ToolOutput::refused(
+                Refusal::DontAsk,
+                format!(
+                    "refused without running: `{name}` is outside this agent's tools, and its `permissionMode: dontAsk` denies every tool it was not given"
+                ),
+            ),
+            Some(_) if !self.allowed.contains(name) => ToolOutput::refused(
+                Refusal::NotGranted,
+                format!("`{name}` is not available to this step"),
+            ),
             Some(tool) => tool.call(input, &self.context).await,
         };
         output.text = crate::secrets::redact_owned(output.text);
@@ -235,7 +239,10 @@ mod tests {
             .await;
         assert_eq!(
             denied,
-            ToolOutput::error("`write_file` is not available to this step")
+            ToolOutput::refused(
+                Refusal::NotGranted,
+                "`write_file` is not available to this step"
+            )
         );
         let dont_ask = StepTools {
             dont_ask: true,
@@ -246,11 +253,15 @@ mod tests {
             .await;
         assert!(refused.is_error);
         assert!(refused.text.contains("dontAsk"), "{}", refused.text);
+        assert_eq!(refused.refused, Some(Refusal::DontAsk));
         assert!(!root.join("x").exists(), "a refused call must not run");
         let tools = dont_ask;
         assert!(!root.join("x").exists());
         let unknown = tools.call("Write", &json!({})).await;
-        assert_eq!(unknown, ToolOutput::error("there is no tool `Write`"));
+        assert_eq!(
+            unknown,
+            ToolOutput::refused(Refusal::UnknownTool, "there is no tool `Write`")
+        );
         assert_eq!(tools.definitions().len(), 1);
         let registry = Registry::builtin();
         for name in registry.names() {

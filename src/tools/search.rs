@@ -76,8 +76,8 @@ fn base(ws: &Workspace, path: Option<&str>) -> Result<Utf8PathBuf, ToolOutput> {
         Err(ConfineError::Io { .. }) => ws
             .open_read(shown)
             .map(|(_, real)| real)
-            .map_err(|err| ToolOutput::error(err.to_string())),
-        Err(err) => Err(ToolOutput::error(err.to_string())),
+            .map_err(ToolOutput::from),
+        Err(err) => Err(ToolOutput::from(err)),
     }
 }
 

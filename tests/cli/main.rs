@@ -1,6 +1,7 @@
 //! Integration tests: they drive the real `runner` binary over files in temp dirs.
 
 mod agents;
+mod audit;
 mod bash;
 mod budget;
 mod ci;

@@ -137,10 +137,15 @@ pub async fn execute(
     let paths = history.paths(plan);
     let mut record = RunRecord::new(plan, options.run_id.as_deref());
     record.replayed = executor.replaying();
+    // What the plan meant, for `runner audit` to hold the run to (docs/src/audit.md).
+    let forecast = super::forecast::forecast(plan, &history, &|_| false);
+    record.planned = crate::record::planned::of(plan, &forecast);
     let left_out = left_out(plan, &record, options);
     for &i in &left_out {
         record.steps.remove(&plan.steps()[i].id);
+        record.planned.remove(&plan.steps()[i].id);
     }
+    record.forecast_usd = crate::record::planned::run_forecast(&record.planned);
     let run_dir = options.state_dir.join("runs").join(&record.run_id);
     // Made and written through the confined writer: no link is followed into or inside it.
     let storage = |err: crate::out::OutError| RunError::Storage(err.to_string());
